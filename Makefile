@@ -1,0 +1,32 @@
+# Two set-up commands: `make demo` and `make test`. Each creates .venv by itself.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_VERSION ?= 2.13.0
+TEACHER ?=
+
+.PHONY: venv demo test test-all bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: an unpinned torch pulls several GB of CUDA wheels.
+	$(BIN)/pip install --quiet "torch==$(TORCH_VERSION)"
+	$(BIN)/pip install --quiet -e ".[test,demo]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER))
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+test-all: venv
+	$(BIN)/python -m pytest -q --runslow
+
+bench: venv
+	$(BIN)/python benchmarks/distill_step.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-out

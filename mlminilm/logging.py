@@ -1,0 +1,86 @@
+"""Logs and progress bars go to stderr; stdout is kept for results."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+stderr_console = Console(stderr=True)
+_QUIET = False
+
+
+def setup(quiet: bool = False, verbose: bool = False) -> None:
+    global _QUIET
+    _QUIET = quiet
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    root = logging.getLogger("mlminilm")
+    root.handlers.clear()
+    handler = RichHandler(console=stderr_console, show_path=False, show_time=False, markup=False)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+    root.propagate = False
+
+
+def get(name: str) -> logging.Logger:
+    return logging.getLogger(name if name.startswith("mlminilm") else f"mlminilm.{name}")
+
+
+def progress_enabled() -> bool:
+    return not _QUIET and stderr_console.is_terminal and os.environ.get("MLMINILM_NO_PROGRESS") != "1"
+
+
+class _NullProgress:
+    def add_task(self, *a, **k):
+        return 0
+
+    def update(self, *a, **k):
+        pass
+
+    def advance(self, *a, **k):
+        pass
+
+
+@contextlib.contextmanager
+def progress(unit: str = "it"):
+    """A rich progress bar on stderr with rate and ETA; a no-op when stderr is not a terminal.
+
+    Tasks take a `rate` field (text) that the caller keeps up to date, e.g. "12,345 tok/s".
+    """
+    if not progress_enabled():
+        yield _NullProgress()
+        return
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=stderr_console,
+        transient=True,
+    )
+    with bar:
+        yield bar
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def eprint(*args) -> None:
+    print(*args, file=sys.stderr)
