@@ -33,6 +33,24 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False
+    _quiet_libraries()
+
+
+def _quiet_libraries() -> None:
+    """Our own progress bars and logs replace the libraries' tqdm bars (weights loading, shard writing)."""
+    try:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+    except Exception:  # transformers not importable: nothing to quiet
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except Exception:
+        pass
 
 
 def get(name: str) -> logging.Logger:

@@ -1,0 +1,70 @@
+"""`mlminilm assist`: teacher -> assistant -> student, each stage resumable and exported."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
+from mlminilm.commands._train_options import emit
+from mlminilm.config import AssistConfig, default
+
+A = AssistConfig
+
+AssistantSteps = Annotated[int, typer.Option("--assistant-steps", help="Optimizer steps of the teacher -> assistant stage.")]
+StudentSteps = Annotated[int, typer.Option("--student-steps", help="Optimizer steps of the assistant -> student stage.")]
+Force = Annotated[bool, typer.Option("--force", help="Use an assistant even when the rule (M <= L/2, d' <= d/2) does not apply.")]
+
+
+def command(
+    teacher: Teacher = default(A, "teacher"),
+    data: Data = default(A, "data"),
+    out: Out = ...,
+    layers: Layers = default(A, "layers"),
+    hidden: Hidden = default(A, "hidden"),
+    heads: Heads = default(A, "heads"),
+    intermediate: Intermediate = default(A, "intermediate"),
+    init: Init = default(A, "init"),
+    objective: Objective = default(A, "objective"),
+    relation_heads: RelationHeads = default(A, "relation_heads"),
+    teacher_layer: TeacherLayer = default(A, "teacher_layer"),
+    alpha: Alpha = default(A, "alpha"),
+    dropout: Dropout = default(A, "dropout"),
+    assistant_steps: AssistantSteps = default(A, "assistant_steps"),
+    student_steps: StudentSteps = default(A, "student_steps"),
+    force: Force = default(A, "force"),
+    batch_size: BatchSize = default(A, "batch_size"),
+    grad_accum: GradAccum = default(A, "grad_accum"),
+    lr: Lr = default(A, "lr"),
+    warmup: Warmup = default(A, "warmup"),
+    weight_decay: WeightDecay = default(A, "weight_decay"),
+    seed: Seed = default(A, "seed"),
+    save_every: SaveEvery = default(A, "save_every"),
+    keep: Keep = default(A, "keep"),
+    log_every: LogEvery = default(A, "log_every"),
+    resume: Resume = default(A, "resume"),
+    overwrite: Overwrite = default(A, "overwrite"),
+    precision: Precision = default(A, "precision"),
+    device: Device = default(A, "device"),
+    json_out: Json = False,
+    quiet: Quiet = default(A, "quiet"),
+    verbose: Verbose = False,
+) -> None:
+    """Distil through a teacher assistant: teacher -> assistant (teacher's depth, student's width) -> student."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=quiet, verbose=verbose)
+    cfg = AssistConfig(
+        teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
+        intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
+        teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, assistant_steps=assistant_steps,
+        student_steps=student_steps, force=force, batch_size=batch_size, grad_accum=grad_accum, lr=lr,
+        warmup=warmup, weight_decay=weight_decay, seed=seed, save_every=save_every, keep=keep,
+        log_every=log_every, resume=resume, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+    )
+    from mlminilm import assist
+
+    result = assist.run(cfg)
+    if mlog.is_main_process():
+        emit(result.to_dict(), json_out, f"assistant: {result.assistant}\nstudent: {result.student}")

@@ -1,0 +1,64 @@
+"""`mlminilm distill`: the CLI translates options into a DistillConfig and calls mlminilm.distill.run."""
+
+from __future__ import annotations
+
+from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
+from mlminilm.commands._train_options import emit
+from mlminilm.config import DistillConfig, default
+
+D = DistillConfig
+
+
+def command(
+    teacher: Teacher = default(D, "teacher"),
+    data: Data = default(D, "data"),
+    out: Out = ...,
+    layers: Layers = default(D, "layers"),
+    hidden: Hidden = default(D, "hidden"),
+    heads: Heads = default(D, "heads"),
+    intermediate: Intermediate = default(D, "intermediate"),
+    init: Init = default(D, "init"),
+    objective: Objective = default(D, "objective"),
+    relation_heads: RelationHeads = default(D, "relation_heads"),
+    teacher_layer: TeacherLayer = default(D, "teacher_layer"),
+    alpha: Alpha = default(D, "alpha"),
+    dropout: Dropout = default(D, "dropout"),
+    max_steps: MaxSteps = default(D, "max_steps"),
+    batch_size: BatchSize = default(D, "batch_size"),
+    grad_accum: GradAccum = default(D, "grad_accum"),
+    lr: Lr = default(D, "lr"),
+    warmup: Warmup = default(D, "warmup"),
+    weight_decay: WeightDecay = default(D, "weight_decay"),
+    seed: Seed = default(D, "seed"),
+    save_every: SaveEvery = default(D, "save_every"),
+    keep: Keep = default(D, "keep"),
+    log_every: LogEvery = default(D, "log_every"),
+    resume: Resume = default(D, "resume"),
+    overwrite: Overwrite = default(D, "overwrite"),
+    precision: Precision = default(D, "precision"),
+    device: Device = default(D, "device"),
+    json_out: Json = False,
+    quiet: Quiet = default(D, "quiet"),
+    verbose: Verbose = False,
+) -> None:
+    """Distil a teacher encoder into a student with MiniLM self-attention distillation."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=quiet, verbose=verbose)
+    cfg = DistillConfig(
+        teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
+        intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
+        teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, max_steps=max_steps,
+        batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay,
+        seed=seed, save_every=save_every, keep=keep, log_every=log_every, resume=resume,
+        overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+    )
+    from mlminilm import distill
+
+    result = distill.run(cfg)
+    if mlog.is_main_process():
+        emit(
+            result.to_dict(), json_out,
+            f"student: {result.student}\nsteps: {result.steps}  loss: {result.first_loss:.4f} -> {result.last_loss:.4f}"
+            f"  tokens/s: {result.tokens_per_s:,.0f}",
+        )

@@ -1,0 +1,97 @@
+"""`assist`: teacher -> teacher assistant (teacher's depth, student's width) -> student (METHOD.md section 2)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from mlminilm import distill
+from mlminilm import logging as mlog
+from mlminilm.config import AssistConfig, DistillConfig
+from mlminilm.errors import CheckpointError, ConfigError
+from mlminilm.models import TeacherShape, check_encoder_config, load_config
+
+log = mlog.get(__name__)
+
+STAGES = ("assistant", "student")
+
+
+@dataclass
+class AssistResult:
+    out: Path
+    assistant: Path
+    student: Path
+    stages: dict
+
+    def to_dict(self) -> dict:
+        return {"out": str(self.out), "assistant": str(self.assistant), "student": str(self.student), "stages": self.stages}
+
+
+def assistant_rule(teacher: TeacherShape, layers: int, hidden: int) -> str | None:
+    """Why the assistant rule (M <= L/2 and d' <= d/2) does not apply, or None when it does."""
+    reasons = []
+    if layers > teacher.layers / 2:
+        reasons.append(f"the student's {layers} layers are more than half the teacher's {teacher.layers}")
+    if hidden > teacher.hidden / 2:
+        reasons.append(f"the student's hidden size {hidden} is more than half the teacher's {teacher.hidden}")
+    return "; ".join(reasons) or None
+
+
+def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConfig, DistillConfig]:
+    out = Path(cfg.out)
+    common = {f: getattr(cfg, f) for f in DistillConfig.__dataclass_fields__}
+    common.pop("out")
+    common.pop("max_steps")
+    assistant = DistillConfig(
+        **{**common, "out": out / "assistant-run", "max_steps": cfg.assistant_steps,
+           "layers": teacher.layers, "init": "random"},
+    )
+    student = DistillConfig(
+        **{**common, "out": out / "student-run", "max_steps": cfg.student_steps,
+           "teacher": str(out / "assistant"), "teacher_layer": -1},
+    )
+    return assistant, student
+
+
+def _stage_done(export: Path, steps: int) -> bool:
+    card = export / "mlminilm.json"
+    return card.exists() and json.loads(card.read_text(encoding="utf-8")).get("steps") == steps
+
+
+def run(cfg: AssistConfig) -> AssistResult:
+    teacher_config = load_config(cfg.teacher)
+    check_encoder_config(teacher_config, cfg.teacher)
+    teacher = TeacherShape.of(teacher_config)
+    why_not = assistant_rule(teacher, cfg.layers, cfg.hidden)
+    if why_not and not cfg.force:
+        raise ConfigError(
+            f"a teacher assistant helps when the student has at most half the teacher's layers and hidden size; "
+            f"here {why_not}: use `mlminilm distill` directly, or add --force"
+        )
+    out = Path(cfg.out)
+    if out.exists() and any(out.iterdir()) and not (cfg.resume or cfg.overwrite):
+        raise CheckpointError(
+            f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
+        )
+    if cfg.overwrite:
+        for name in ("assistant-run", "assistant", "student-run", "student"):
+            target = out / name
+            if target.exists():
+                import shutil
+
+                shutil.rmtree(target)
+    first, second = stage_configs(replace(cfg, overwrite=False), teacher)
+    stages = {}
+    for name, stage in zip(STAGES, (first, second)):
+        export = out / name
+        if cfg.resume and _stage_done(export, stage.max_steps):
+            log.info("%s stage already complete in %s: skipped", name, export)
+            stages[name] = {"skipped": True, "export": str(export)}
+            continue
+        log.info(
+            "stage %s: %s -> %dx%d (%d steps)", name, stage.teacher, stage.layers, stage.hidden, stage.max_steps
+        )
+        result = distill.run(replace(stage, resume=cfg.resume), export_to=export, title=name)
+        stages[name] = result.to_dict()
+    return AssistResult(out, out / "assistant", out / "student", stages)

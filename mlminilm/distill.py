@@ -1,0 +1,222 @@
+"""`distill`: MiniLM deep self-attention distillation of a teacher encoder into a student of any shape."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mlminilm import logging as mlog
+from mlminilm import train
+from mlminilm.capture import layer_qkv
+from mlminilm.config import DistillConfig
+from mlminilm.errors import ConfigError, DataError
+from mlminilm.corpus.dataset import PreparedData
+from mlminilm.corpus.manifest import tokenizer_identity
+from mlminilm.losses import minilm_v1_terms, minilm_v2_terms
+from mlminilm.models import (
+    TeacherShape, build_student, check_encoder_config, export_model, freeze_unused, init_from_teacher,
+    load_config, load_teacher, load_tokenizer, student_config,
+)
+from mlminilm.sampling import BatchSampler
+
+log = mlog.get(__name__)
+
+ARTIFACTS = ("config.json", "metrics.jsonl", train.CHECKPOINTS, "student")
+# Options that define a run: --resume with any of these changed is refused.
+RESUME_KEYS = (
+    "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
+    "teacher_layer", "alpha", "batch_size", "grad_accum", "lr", "warmup", "seed", "max_steps",
+)
+
+
+@dataclass
+class DistillResult:
+    out: Path
+    student: Path
+    steps: int
+    first_loss: float | None
+    last_loss: float | None
+    tokens_per_s: float
+    elapsed_s: float
+    language_mix: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+class StudentQKV(nn.Module):
+    """The student's forward for distillation: Q, K, V of its top layer. A module, so DDP can wrap it."""
+
+    def __init__(self, student: nn.Module):
+        super().__init__()
+        self.student = student
+
+    def forward(self, input_ids, attention_mask):
+        return layer_qkv(self.student, input_ids, attention_mask, -1)
+
+
+def check_compatibility(cfg: DistillConfig, teacher_config, data_tokenizer: dict, teacher_tokenizer: dict) -> None:
+    """Everything that can be checked before loading weights, reported at once."""
+    t = TeacherShape.of(teacher_config)
+    problems = []
+    if data_tokenizer.get("vocab_sha256") != teacher_tokenizer.get("vocab_sha256"):
+        problems.append(
+            f"--data {cfg.data} was prepared with tokenizer '{data_tokenizer.get('name_or_path')}' "
+            f"({data_tokenizer.get('vocab_size')} ids), not the tokenizer of teacher '{cfg.teacher}' "
+            f"({teacher_tokenizer.get('vocab_size')} ids); run `mlminilm prepare --teacher {cfg.teacher}` again"
+        )
+    layer = cfg.teacher_layer + t.layers if cfg.teacher_layer < 0 else cfg.teacher_layer
+    if not 0 <= layer < t.layers:
+        problems.append(f"--teacher-layer {cfg.teacher_layer} is out of range for a {t.layers}-layer teacher")
+    if cfg.objective == "minilm" and cfg.heads != t.heads:
+        problems.append(
+            f"--objective minilm needs the teacher's head count: --heads {cfg.heads} != {t.heads} "
+            f"(use --heads {t.heads}, or --objective minilm-v2 with --relation-heads)"
+        )
+    if cfg.objective == "minilm-v2" and t.hidden % cfg.relation_heads:
+        problems.append(
+            f"--relation-heads ({cfg.relation_heads}) must divide the teacher's hidden size ({t.hidden}) "
+            f"and the student's ({cfg.hidden})"
+        )
+    if cfg.init == "teacher":
+        if (cfg.hidden, cfg.heads, cfg.intermediate) != (t.hidden, t.heads, t.intermediate):
+            problems.append(
+                f"--init teacher needs the teacher's widths: hidden {t.hidden}, heads {t.heads}, "
+                f"intermediate {t.intermediate} (got {cfg.hidden}, {cfg.heads}, {cfg.intermediate})"
+            )
+        if cfg.layers > t.layers:
+            problems.append(f"--init teacher needs --layers <= the teacher's {t.layers}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "student") -> DistillResult:
+    """Distil `cfg.teacher` into a new student on the `prepare` output in `cfg.data`; export it."""
+
+    out = Path(cfg.out)
+    export_dir = Path(export_to) if export_to is not None else out / "student"
+
+    # Validate everything cheap before anything is written or loaded.
+    data = PreparedData.open(cfg.data)
+    teacher_config = load_config(cfg.teacher)
+    check_encoder_config(teacher_config, cfg.teacher)
+    tokenizer = load_tokenizer(cfg.teacher)
+    check_compatibility(cfg, teacher_config, data.tokenizer, tokenizer_identity(tokenizer))
+    train.prepare_output_dir(out, cfg, ARTIFACTS)
+    counts = {lang: data.num_sequences(lang) for lang in data.languages}
+    if sum(counts.values()) == 0:
+        raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
+
+    rt = train.setup_runtime(cfg.device, cfg.precision)
+    try:
+        return _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title)
+    finally:
+        train.teardown_runtime(rt)
+
+
+def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title) -> DistillResult:
+    record = train.run_record(cfg, rt, {"teacher_model_type": teacher_config.model_type, "data_manifest": data.manifest.get("tokenizer")})
+    if cfg.resume:
+        train.check_resume_compatible(out, record, RESUME_KEYS)
+    if rt.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / "config.json").exists():
+            train.write_json_atomic(out / "config.json", record)
+    rt.barrier()
+
+    # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward.
+    teacher, teacher_layer = load_teacher(cfg.teacher, cfg.teacher_layer, rt.dtype, rt.device)
+    s_config = student_config(teacher_config, cfg.shape, cfg.dropout)
+    student = build_student(s_config, cfg.seed)
+    if cfg.init == "teacher":
+        picked = init_from_teacher(student, cfg.teacher)
+        log.info("student initialised from teacher layers %s", picked)
+    frozen = freeze_unused(student, -1)
+    student.to(rt.device)
+    log.info(
+        "teacher %s: distilling layer %d; student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused by the loss, frozen)",
+        cfg.teacher, teacher_layer, cfg.layers, cfg.hidden, cfg.heads,
+        sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
+    )
+
+    forward = StudentQKV(student)
+    model: nn.Module = forward
+    if rt.distributed:
+        model = nn.parallel.DistributedDataParallel(
+            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
+        )
+    optimizer = train.make_optimizer(student, cfg, rt.device)
+    scheduler = train.linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
+    start = train.resume_point(out, cfg, student, optimizer, scheduler)
+    metrics = train.MetricsLog(out / "metrics.jsonl", enabled=rt.is_main)
+    if rt.is_main:
+        metrics.truncate_after(start)
+
+    sampler = BatchSampler(counts, cfg.alpha, cfg.seed)
+    pad_id = data.tokenizer.get("pad_token_id")
+    mix_total: Counter = Counter()
+
+    def compute(step: int, micro: int) -> train.StepOutput:
+        lang_idx, seq_idx = sampler.micro_batch(step, micro, cfg.batch_size, cfg.grad_accum, rt.rank, rt.world)
+        ids = data.batch([(sampler.langs[l], int(i)) for l, i in zip(lang_idx, seq_idx)])
+        input_ids = torch.from_numpy(ids).to(torch.long).to(rt.device, non_blocking=True)
+        mask = (input_ids != pad_id).to(torch.long) if pad_id is not None else torch.ones_like(input_ids)
+        with torch.no_grad():
+            t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
+        s_qkv = model(input_ids, mask)
+        if cfg.objective == "minilm":
+            parts = minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
+        else:
+            parts = minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+        loss = sum(parts.values())
+        langs = Counter(sampler.langs[l] for l in lang_idx)
+        return train.StepOutput(loss, parts, int(mask.sum()), {f"lang:{k}": v for k, v in langs.items()})
+
+    def on_log(step: int, payload: dict) -> None:
+        info = payload["info"]
+        drawn = {k[5:]: v for k, v in info.items() if k.startswith("lang:")}
+        total = sum(drawn.values()) or 1
+        payload["record"]["language_mix"] = {k: round(v / total, 4) for k, v in sorted(drawn.items())}
+        mix_total.update(drawn)
+
+    if start >= cfg.max_steps:
+        log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
+    t0 = time.perf_counter()
+    result = train.train_loop(
+        cfg=cfg, rt=rt, model=model, raw_model=student, optimizer=optimizer, scheduler=scheduler,
+        compute=compute, out=out, metrics=metrics, start_step=start,
+        checkpoint_state=lambda step: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
+        on_log=on_log, description=f"distill {title}",
+    )
+    total = sum(mix_total.values()) or 1
+    mix = {k: round(v / total, 4) for k, v in sorted(mix_total.items())}
+    if rt.is_main:
+        log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
+        card = {
+            "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
+            "teacher": cfg.teacher,
+            "teacher_layer": teacher_layer,
+            "objective": cfg.objective,
+            "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
+            "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
+            "init": cfg.init,
+            "data": str(cfg.data),
+            "languages": ", ".join(data.languages),
+            "alpha": cfg.alpha,
+            "steps": cfg.max_steps,
+            "batch": f"{cfg.batch_size} x {cfg.grad_accum} accumulation x {rt.world} processes",
+            "seq_len": data.seq_len,
+            "final_loss": result.last_loss,
+        }
+        export_model(student, tokenizer, export_dir, card)
+        log.info("student exported to %s", export_dir)
+    rt.barrier()
+    return DistillResult(
+        out, export_dir, cfg.max_steps, result.first_loss, result.last_loss, result.tokens_per_s,
+        time.perf_counter() - t0, mix,
+    )

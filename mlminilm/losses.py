@@ -1,0 +1,62 @@
+"""MiniLM (v1) and MiniLMv2 distillation losses (METHOD.md sections 1 and 3).
+
+`*_qkv` are (q, k, v) tuples of [batch, seq, hidden] tensors, heads concatenated in the model's order;
+`attention_mask` is [batch, seq] with 1 for real tokens. Each loss is the batch mean of the per-sequence
+loss, a 0-dim tensor. The `*_terms` variants return the parts by name.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mlminilm.relations import relation_kl, relation_logits
+
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _check(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor) -> None:
+    if len(teacher_qkv) != 3 or len(student_qkv) != 3:
+        raise ValueError("teacher_qkv and student_qkv must be (q, k, v) tuples")
+    bt, st, _ = teacher_qkv[0].shape
+    bs, ss, _ = student_qkv[0].shape
+    if (bt, st) != (bs, ss) or tuple(attention_mask.shape) != (bt, st):
+        raise ValueError(
+            f"batch/sequence shapes differ: teacher {tuple(teacher_qkv[0].shape)}, "
+            f"student {tuple(student_qkv[0].shape)}, mask {tuple(attention_mask.shape)}"
+        )
+
+
+def minilm_v1_terms(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int) -> dict:
+    """{"attention": L_AT, "value": L_VR}: per-head attention distributions and value relations."""
+    _check(teacher_qkv, student_qkv, attention_mask)
+    tq, tk, tv = teacher_qkv
+    sq, sk, sv = student_qkv
+    return {
+        "attention": relation_kl(
+            relation_logits(tq, tk, num_heads), relation_logits(sq, sk, num_heads), attention_mask
+        ),
+        "value": relation_kl(relation_logits(tv, tv, num_heads), relation_logits(sv, sv, num_heads), attention_mask),
+    }
+
+
+def minilm_v1_loss(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """L_AT + L_VR of MiniLM v1; teacher and student must have `num_heads` attention heads."""
+    terms = minilm_v1_terms(teacher_qkv, student_qkv, attention_mask, num_heads)
+    return terms["attention"] + terms["value"]
+
+
+def minilm_v2_terms(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int) -> dict:
+    """{"qq": ..., "kk": ..., "vv": ...}: multi-head self-attention relations over `relation_heads` heads."""
+    _check(teacher_qkv, student_qkv, attention_mask)
+    terms = {}
+    for name, t, s in zip(("qq", "kk", "vv"), teacher_qkv, student_qkv):
+        terms[name] = relation_kl(
+            relation_logits(t, t, relation_heads), relation_logits(s, s, relation_heads), attention_mask
+        )
+    return terms
+
+
+def minilm_v2_loss(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int) -> torch.Tensor:
+    """Sum of the Q-Q, K-K and V-V relation losses of MiniLMv2; `relation_heads` must divide both hidden sizes."""
+    terms = minilm_v2_terms(teacher_qkv, student_qkv, attention_mask, relation_heads)
+    return terms["qq"] + terms["kk"] + terms["vv"]

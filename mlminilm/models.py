@@ -1,0 +1,210 @@
+"""Teachers, students and exports: load an encoder by hub id or path, shape a student, write a plain HF dir."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mlminilm.capture import encoder_layers, resolve_layer, truncate_encoder
+from mlminilm.config import StudentShape
+from mlminilm.errors import ConfigError
+
+# Model types whose AutoModel is a causal decoder: MiniLM distils bidirectional encoders only.
+_DECODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def _load_error(what: str, name: str, exc: Exception) -> ConfigError:
+    hint = "check the path" if os.path.exists(name) else "check the name, or pass a local directory (no network?)"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError(f"could not load {what} '{name}': {first} ({hint})")
+
+
+def load_config(name: str):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(name)
+    except Exception as exc:  # transformers raises OSError/ValueError/KeyError depending on what is wrong
+        raise _load_error("model config", name, exc) from exc
+
+
+def check_encoder_config(config, name: str) -> None:
+    """Refuse decoder-only and encoder-decoder models before any weights are loaded."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    archs = config.architectures or []
+    # BERT-family types also have a causal-LM head class; a type with a causal LM and no masked LM is a decoder.
+    causal_only = (
+        config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
+    decoder = (
+        causal_only or getattr(config, "is_decoder", False) or any(a.endswith(_DECODER_SUFFIXES) for a in archs)
+    )
+    if getattr(config, "is_encoder_decoder", False) or decoder:
+        raise ConfigError(
+            f"teacher '{name}' (model type {config.model_type}) is a decoder model; MiniLM distils "
+            "bidirectional encoders: use a BERT, RoBERTa or XLM-R encoder"
+        )
+    for field in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"):
+        if not hasattr(config, field):
+            raise ConfigError(
+                f"teacher '{name}' (model type {config.model_type}) has no {field}; "
+                "use a BERT, RoBERTa or XLM-R encoder"
+            )
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:
+        raise _load_error("tokenizer", name, exc) from exc
+
+
+def load_encoder(name: str, dtype: torch.dtype | None = None) -> nn.Module:
+    """An encoder (no task head) with sdpa attention, checked to be a BERT-family model."""
+    from transformers import AutoModel
+
+    config = load_config(name)
+    check_encoder_config(config, name)
+    try:
+        model = AutoModel.from_pretrained(name, attn_implementation="sdpa", dtype=dtype)
+    except Exception as exc:
+        raise _load_error("model", name, exc) from exc
+    encoder_layers(model)  # raises ConfigError when the layout is not BERT-like
+    return model
+
+
+def load_teacher(name: str, layer: int, dtype: torch.dtype, device: torch.device) -> tuple[nn.Module, int]:
+    """The teacher in eval mode, without gradients, truncated at the distilled layer. Returns (model, layer index)."""
+    model = load_encoder(name, dtype=dtype)
+    index = truncate_encoder(model, layer)
+    model.eval().requires_grad_(False)
+    return model.to(device), index
+
+
+@dataclass(frozen=True)
+class TeacherShape:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    model_type: str
+
+    @classmethod
+    def of(cls, config) -> "TeacherShape":
+        return cls(
+            config.num_hidden_layers,
+            config.hidden_size,
+            config.num_attention_heads,
+            config.intermediate_size,
+            config.model_type,
+        )
+
+
+def student_config(teacher_config, shape: StudentShape, dropout: float | None = None):
+    """The teacher's config (model type, vocabulary, positions, special ids) with the student's shape."""
+    config = copy.deepcopy(teacher_config)
+    config.num_hidden_layers = shape.layers
+    config.hidden_size = shape.hidden
+    config.num_attention_heads = shape.heads
+    config.intermediate_size = shape.intermediate
+    if dropout is not None:
+        config.hidden_dropout_prob = dropout
+        config.attention_probs_dropout_prob = dropout
+    config.architectures = None
+    return config
+
+
+def build_student(config, seed: int) -> nn.Module:
+    """A randomly initialised encoder (the model type's own init) from `config`, reproducible for `seed`."""
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    return AutoModel.from_config(config, attn_implementation="sdpa")
+
+
+def init_from_teacher(student: nn.Module, teacher_name: str) -> list[int]:
+    """Copy embeddings and every k-th teacher layer into the student (widths must match). Returns the layers used."""
+    teacher = load_encoder(teacher_name)
+    t_layers, s_layers = encoder_layers(teacher), encoder_layers(student)
+    k = len(t_layers) // len(s_layers)
+    if k < 1:
+        raise ConfigError(f"--init teacher needs a student no deeper than the teacher ({len(t_layers)} layers)")
+    picked = [(i + 1) * k - 1 for i in range(len(s_layers))]
+    s_base, t_base = student.base_model, teacher.base_model
+    s_base.embeddings.load_state_dict(t_base.embeddings.state_dict())
+    for s_i, t_i in enumerate(picked):
+        s_layers[s_i].load_state_dict(t_layers[t_i].state_dict())
+    return picked
+
+
+def freeze_unused(student: nn.Module, layer: int) -> int:
+    """Turn off gradients for every parameter the loss cannot reach (above Q/K/V of `layer`).
+
+    They would get no gradient anyway; freezing them keeps AdamW from touching them and lets DDP run
+    without `find_unused_parameters`. Returns the number of frozen parameters.
+    """
+    index = resolve_layer(student, layer)
+    layers = encoder_layers(student)
+    used = {id(p) for p in student.base_model.embeddings.parameters()}
+    for lower in layers[:index]:
+        used |= {id(p) for p in lower.parameters()}
+    qkv = layers[index].attention.self
+    for proj in (qkv.query, qkv.key, qkv.value):
+        used |= {id(p) for p in proj.parameters()}
+    frozen = 0
+    for p in student.parameters():
+        if id(p) not in used:
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen
+
+
+def model_card(info: dict) -> str:
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [mlminilm, minilm, distillation, multilingual]",
+        "---",
+        "",
+        f"# {info.get('title', 'mlminilm student')}",
+        "",
+        "Distilled with mlminilm (MiniLM deep self-attention distillation).",
+        "",
+        "| field | value |",
+        "|---|---|",
+    ]
+    for key, value in info.items():
+        if key != "title":
+            lines.append(f"| {key} | {value} |")
+    lines += ["", "Load it with `AutoModel.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)`.", ""]
+    return "\n".join(lines)
+
+
+def export_model(model: nn.Module, tokenizer, out: Path, card: dict) -> Path:
+    """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`."""
+    out = Path(out)
+    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "README.md").write_text(model_card(card), encoding="utf-8")
+    (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return out

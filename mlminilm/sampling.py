@@ -1,0 +1,40 @@
+"""Which sequences each step trains on: languages drawn with q_i proportional to p_i^alpha.
+
+Stateless by design: the draw for a step depends only on (seed, step), so a resumed run sees exactly the
+batches the uninterrupted run would have, and N processes with batch B see the same global batch as one
+process with batch N*B (each takes its own slice).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def language_probabilities(counts: dict[str, int], alpha: float) -> dict[str, float]:
+    """q_i = p_i^alpha / sum_j p_j^alpha with p_i = counts_i / sum(counts) (XLM-R's sampling)."""
+    total = float(sum(counts.values()))
+    weights = {lang: (c / total) ** alpha if c > 0 else 0.0 for lang, c in counts.items()}
+    norm = sum(weights.values())
+    return {lang: w / norm for lang, w in weights.items()}
+
+
+class BatchSampler:
+    def __init__(self, counts: dict[str, int], alpha: float, seed: int):
+        self.langs = sorted(lang for lang, c in counts.items() if c > 0)
+        probs = language_probabilities({lang: counts[lang] for lang in self.langs}, alpha)
+        self.probs = np.array([probs[lang] for lang in self.langs], dtype=np.float64)
+        self.counts = np.array([counts[lang] for lang in self.langs], dtype=np.int64)
+        self.seed = seed
+
+    def global_batch(self, step: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(language index, sequence index) arrays of length `size` for optimizer step `step`."""
+        rng = np.random.default_rng([self.seed, step])
+        lang = rng.choice(len(self.langs), size=size, p=self.probs)
+        index = (rng.random(size) * self.counts[lang]).astype(np.int64)
+        return lang, index
+
+    def micro_batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int):
+        """This process's slice of the global batch for micro-batch `micro` of step `step`."""
+        lang, index = self.global_batch(step, batch * accum * world)
+        start = (micro * world + rank) * batch
+        return lang[start : start + batch], index[start : start + batch]

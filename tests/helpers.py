@@ -1,0 +1,60 @@
+"""Builders shared by the training tests: tiny teachers saved as HF directories, prepared data, CLI runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def save_tiny_teacher(tokenizer_dir: Path, out: Path, kind: str = "bert", layers: int = 4, hidden: int = 64,
+                      heads: int = 4, intermediate: int = 128, dropout: float = 0.1) -> Path:
+    """A randomly initialised tiny encoder with the given tokenizer, saved like a hub model directory."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer, BertConfig, XLMRobertaConfig
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    common = dict(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=intermediate, max_position_embeddings=160, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout, pad_token_id=tok.pad_token_id,
+    )
+    if kind == "bert":
+        config = BertConfig(**common)
+    else:
+        config = XLMRobertaConfig(**common, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, type_vocab_size=1)
+    torch.manual_seed(1234)
+    model = AutoModel.from_config(config)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def prepare_data(teacher_dir: Path, corpus_dir: Path, out: Path, seq_len: int = 32) -> Path:
+    from mlminilm.config import PrepareConfig
+    from mlminilm.corpus.prepare import run
+
+    run(PrepareConfig(teacher=str(teacher_dir), inputs=(str(corpus_dir),), out=out, seq_len=seq_len, workers=1))
+    return out
+
+
+def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `python -m mlminilm ARGS` as a user would, offline."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", **(env or {})}
+    full_env.pop("MLMINILM_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "mlminilm", *args], capture_output=True, text=True, env=full_env,
+        cwd=REPO, timeout=timeout,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
