@@ -1,0 +1,218 @@
+"""The MLQA scorer: exact match and F1 with the official `mlqa_evaluation_v1.py` normalisation, offline.
+
+Normalisation is `white_space_fix(remove_articles(remove_punc(lower(s)), lang), lang)`:
+
+- `remove_punc` deletes every character whose Unicode category starts with "P" and every character of
+  `string.punctuation` (so ASCII `$+<=>^`|~` go too, while non-ASCII symbols such as "€" or "°" stay);
+- `remove_articles` replaces each match of the language's article regex with a space. The regexes live in the
+  language registry (`langs/*.toml`), copied verbatim from the official script, quirks included: the Arabic
+  pattern `\\sال^|ال` removes every "ال", even inside a word ("قال" -> "ق");
+- `white_space_fix` splits on whitespace, or for "mixed" segmentation (zh) makes every character in
+  U+4E00-U+9FA5 (and every punctuation character) a token of its own.
+
+Which language to pass: the official usage is `mlqa_evaluation_v1.py dataset_file prediction_file
+answer_language`, and the answer language is the CONTEXT language (answers are spans of the context). For
+`dev-context-zh-question-en.json` score with "zh", whatever the question language.
+
+Languages the official script does not know (XQuAD / TyDiQA extras such as ru or fi, where it raises) are scored
+with their registry rules: no article pattern and whitespace tokens unless a TOML file says otherwise.
+
+`MLQA` (an `evaluate.Metric`, built on first access so that importing the plain scorer stays instant) wraps
+the same functions for code that wants the `evaluate` interface; it needs no network.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from mlminilm.errors import DataError
+from mlminilm.langs import get_language
+
+__all__ = [
+    "normalize_answer",
+    "exact_match",
+    "f1",
+    "score_prediction",
+    "evaluate_dataset",
+    "evaluate_questions",
+    "MLQA",
+]
+
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+# The official mixed segmentation tests `re.search(r'[\u4e00-\u9fa5]', char)`: the CJK Unified Ideographs block
+# as of 2019, so later additions (U+9FA6-U+9FFF) and Extension A (U+3400...) are NOT split apart.
+_CJK_FIRST, _CJK_LAST = "\u4e00", "\u9fa5"
+
+
+def _is_punctuation(char: str) -> bool:
+    # Equivalent to the official precomputed PUNCT set (categories P* over range(sys.maxunicode), plus
+    # string.punctuation): the only code point that range leaves out, U+10FFFF, is unassigned (Cn) anyway.
+    return char in _ASCII_PUNCTUATION or unicodedata.category(char).startswith("P")
+
+
+def _remove_punctuation(text: str) -> str:
+    return "".join(char for char in text if not _is_punctuation(char))
+
+
+@functools.cache
+def _article_regex(lang: str) -> re.Pattern[str] | None:
+    pattern = get_language(lang).article_pattern
+    # Compiled with no flags, as `re.sub(pattern, ' ', text)` in the official script.
+    return re.compile(pattern) if pattern else None
+
+
+def _mixed_segmentation(text: str) -> list[str]:
+    """The official algorithm: walk the characters, flushing the pending run (whitespace-split) before every
+    CJK or punctuation character, which becomes a token of its own."""
+    tokens: list[str] = []
+    pending = ""
+    for char in text:
+        if _CJK_FIRST <= char <= _CJK_LAST or _is_punctuation(char):
+            tokens.extend(pending.split())
+            pending = ""
+            tokens.append(char)
+        else:
+            pending += char
+    tokens.extend(pending.split())
+    return tokens
+
+
+def normalize_answer(text: str, lang: str) -> str:
+    """Lower-case, delete punctuation, replace articles by spaces, re-tokenise, join with single spaces."""
+    text = _remove_punctuation(text.lower())
+    articles = _article_regex(lang)
+    if articles is not None:
+        text = articles.sub(" ", text)
+    if get_language(lang).segmentation == "mixed":
+        tokens = _mixed_segmentation(text)
+    else:
+        tokens = text.split()
+    return " ".join(token for token in tokens if token.strip())
+
+
+def exact_match(prediction: str, gold: str, lang: str) -> float:
+    """1.0 when the normalised strings are equal (so "" against "" is a match), else 0.0."""
+    return float(normalize_answer(prediction, lang) == normalize_answer(gold, lang))
+
+
+def f1(prediction: str, gold: str, lang: str) -> float:
+    """Bag-of-tokens F1 of the normalised token lists; 0.0 when they share no token (two empty lists included)."""
+    predicted = normalize_answer(prediction, lang).split()
+    expected = normalize_answer(gold, lang).split()
+    shared = sum((Counter(predicted) & Counter(expected)).values())
+    if shared == 0:
+        return 0.0
+    precision = shared / len(predicted)
+    recall = shared / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_prediction(prediction: str, golds: Iterable[str], lang: str) -> tuple[float, float]:
+    """(exact match, F1) of one prediction: the maximum of each over the gold answers."""
+    golds = list(golds)
+    if not golds:
+        raise DataError("a question has no gold answer; the MLQA scorer needs at least one per question")
+    return (
+        max(exact_match(prediction, gold, lang) for gold in golds),
+        max(f1(prediction, gold, lang) for gold in golds),
+    )
+
+
+def evaluate_questions(
+    questions: Iterable[tuple[str, list[str]]], predictions: Mapping[str, str], lang: str
+) -> dict[str, float | int]:
+    """Score `(question id, gold answer texts)` pairs against `predictions` (id -> answer text).
+
+    Returns exact_match and f1 in percent over all questions, `examples` (questions scored) and `missing`
+    (questions without a prediction: they score 0, as in the official script)."""
+    total_em = total_f1 = 0.0
+    examples = missing = 0
+    for question_id, golds in questions:
+        examples += 1
+        if question_id not in predictions:
+            missing += 1
+            continue
+        em, f1_score = score_prediction(predictions[question_id], golds, lang)
+        total_em += em
+        total_f1 += f1_score
+    if examples == 0:
+        raise DataError("no questions to score")
+    return {
+        "exact_match": 100.0 * total_em / examples,
+        "f1": 100.0 * total_f1 / examples,
+        "examples": examples,
+        "missing": missing,
+    }
+
+
+def _dataset_questions(dataset: Mapping | list) -> Iterable[tuple[str, list[str]]]:
+    articles = dataset["data"] if isinstance(dataset, Mapping) else dataset
+    for article in articles:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                yield qa["id"], [answer["text"] for answer in qa["answers"]]
+
+
+def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str], lang: str) -> dict[str, float | int]:
+    """Score a SQuAD-format dataset (the parsed JSON, or its `data` list) as `mlqa_evaluation_v1.py` does.
+
+    `lang` is the answer language, i.e. the CONTEXT language of the file (see the module docstring).
+    Returns {"exact_match": %, "f1": %, "examples": n, "missing": n}."""
+    get_language(lang)  # an unknown code fails before any scoring, listing the known ones
+    return evaluate_questions(_dataset_questions(dataset), predictions, lang)
+
+
+@functools.cache
+def _metric_class() -> type:
+    # `evaluate` and `datasets` take seconds to import; only code that asks for the Metric pays for them.
+    import datasets
+    import evaluate
+
+    class MLQA(evaluate.Metric):
+        """MLQA exact match / F1 (official normalisation) as an offline `evaluate.Metric`.
+
+        `MLQA().compute(predictions=[{"id", "prediction_text"}], references=[{"id", "answers": {"text": [...],
+        "answer_start": [...]}}], lang="de")`, with `lang` the context language."""
+
+        def _info(self):
+            return evaluate.MetricInfo(
+                description="MLQA exact match and F1 with the official mlqa_evaluation_v1.py normalisation.",
+                citation="Lewis et al., MLQA: Evaluating Cross-lingual Extractive Question Answering, ACL 2020.",
+                inputs_description="predictions: {id, prediction_text}; references: {id, answers{text, "
+                "answer_start}}; lang: the context (answer) language code.",
+                features=datasets.Features(
+                    {
+                        "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
+                        "references": {
+                            "id": datasets.Value("string"),
+                            "answers": datasets.Sequence(
+                                {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
+                            ),
+                        },
+                    }
+                ),
+            )
+
+        def _compute(self, predictions, references, lang: str | None = None):
+            if lang is None:
+                raise DataError("MLQA.compute needs lang=<context language code>, e.g. lang='de'")
+            get_language(lang)
+            answers = {item["id"]: item["prediction_text"] for item in predictions}
+            questions = ((item["id"], list(item["answers"]["text"])) for item in references)
+            return evaluate_questions(questions, answers, lang)
+
+    MLQA.__qualname__ = "MLQA"
+    MLQA.__module__ = __name__
+    return MLQA
+
+
+def __getattr__(name: str):
+    # PEP 562: `from mlminilm.metrics.mlqa import MLQA` builds the evaluate.Metric subclass on first use.
+    if name == "MLQA":
+        return _metric_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
