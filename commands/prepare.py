@@ -76,8 +76,9 @@ def command(
     if json_out:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        mlog.eprint(
-            f"{result.out}: {len(result.languages)} languages, {result.documents:,} documents, "
+        languages = len(result.languages)
+        print(  # the result goes to stdout, like every command's
+            f"{result.out}: {languages} language{'' if languages == 1 else 's'}, {result.documents:,} documents, "
             f"{result.tokens:,} tokens, {result.sequences:,} sequences of {result.seq_len} "
             f"({result.tokens_per_s:,.0f} tokens/s)"
         )

@@ -7,6 +7,7 @@ and names the CLI flag in its message, so a bad option fails before any expensiv
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,4 +166,239 @@ class AssistConfig(DistillConfig):
             p.append(f"--assistant-steps must be at least 1 (got {self.assistant_steps})")
         if self.student_steps < 1:
             p.append(f"--student-steps must be at least 1 (got {self.student_steps})")
+        _problems_to_error(p)
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """`prepare`: multilingual text -> fixed-length token sequences in per-language shards."""
+
+    teacher: str  # hub id or local directory whose tokenizer is used
+    inputs: tuple[str, ...]  # directories of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG_TEMPLATE]
+    out: Path
+    seq_len: int = 128
+    workers: int = 0  # tokenizer processes; 0 = all cores, 1 = in-process
+    shard_sequences: int = 16_384  # sequences per shard file
+    text_field: str = "text"  # the text key of JSON lines and Hub dataset rows
+    langs: tuple[str, ...] = ()  # only these languages (all found when empty)
+    max_docs: int | None = None  # per-language cap on documents; None = all
+    overwrite: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        if not self.teacher:
+            p.append("--teacher is required (a hub id or a local model or tokenizer directory)")
+        if not self.inputs:
+            p.append("--input is required (a directory of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG])")
+        if self.seq_len < 3:
+            p.append(f"--seq-len must be at least 3: two specials and one token (got {self.seq_len})")
+        if self.workers < 0:
+            p.append(f"--workers must be 0 (all cores) or more (got {self.workers})")
+        if self.shard_sequences < 1:
+            p.append(f"--shard-sequences must be at least 1 (got {self.shard_sequences})")
+        if not self.text_field:
+            p.append("--text-field must not be empty")
+        if self.max_docs is not None and self.max_docs < 1:
+            p.append(f"--max-docs must be at least 1 (got {self.max_docs})")
+        _problems_to_error(p)
+
+
+# ------------------------------------------------------------------------------------ fine-tuning and evaluation
+
+TASKS = ("xnli", "qa")
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """What differs between the two fine-tuning tasks; a FinetuneConfig field left at None takes these."""
+
+    max_seq_len: int
+    lr: float
+    epochs: float
+    warmup: float  # below 1: a fraction of the steps
+    weight_decay: float
+
+
+# XTREME's recipes (google-research/xtreme scripts/train_xnli.sh and scripts/train_qa.sh, METHOD.md section 7):
+# XNLI: lr 2e-5, 5 epochs, max length 128, batch 8 x 4 accumulation = 32, no warmup, no weight decay
+#   (run_classify.py defaults). QA: lr 3e-5, 2 epochs, max length 384, doc stride 128, max query 64, batch 32,
+#   weight decay 1e-4 and 500 warmup steps, which is about 10% of a 2-epoch SQuAD run at batch 32, hence 0.1.
+TASK_DEFAULTS = {
+    "xnli": TaskDefaults(max_seq_len=128, lr=2e-5, epochs=5.0, warmup=0.0, weight_decay=0.0),
+    "qa": TaskDefaults(max_seq_len=384, lr=3e-5, epochs=2.0, warmup=0.1, weight_decay=1e-4),
+}
+QA_DOC_STRIDE = 128  # context tokens shared by consecutive windows
+QA_MAX_QUERY_LENGTH = 64  # question tokens kept
+QA_N_BEST = 20
+QA_MAX_ANSWER_LENGTH = 30
+
+# The per-task fields of FinetuneConfig that default to TASK_DEFAULTS when None.
+_TASK_FIELDS = ("max_seq_len", "lr", "epochs", "warmup", "weight_decay")
+
+
+def _unknown_langs(p: list[str], langs: tuple[str, ...], flag: str) -> None:
+    from mlminilm.langs import all_languages
+
+    unknown = [code for code in langs if code not in all_languages()]
+    if unknown:
+        p.append(f"{flag}: unknown language {', '.join(map(repr, unknown))}; known: {', '.join(all_languages())}")
+
+
+def _qa_window_problems(p: list[str], max_seq_len, doc_stride, max_query_length) -> None:
+    if max_seq_len is not None and max_seq_len < 8:
+        p.append(f"--max-seq-len must be at least 8 (got {max_seq_len})")
+    if doc_stride is not None and doc_stride < 1:
+        p.append(f"--doc-stride must be at least 1 (got {doc_stride})")
+    if max_query_length is not None and max_query_length < 1:
+        p.append(f"--max-query-length must be at least 1 (got {max_query_length})")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TrainConfig):
+    """`finetune`: an encoder + English task data -> a task model (classification or span-extraction head).
+
+    `max_seq_len`, `lr`, `epochs`, `warmup` and `weight_decay` left at None take the task's XTREME default
+    (TASK_DEFAULTS); `max_steps` None means `epochs` worth of steps, `save_every` None once per epoch.
+    `resolved(steps_per_epoch)` returns the config with every one of them concrete (what `run.json` records)."""
+
+    model: str = ""
+    task: str = "xnli"
+    train: str = ""  # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
+    dev: str | None = None  # English dev file: checkpoint selection; None selects the last checkpoint
+    max_seq_len: int | None = None
+    doc_stride: int = QA_DOC_STRIDE
+    max_query_length: int = QA_MAX_QUERY_LENGTH
+    epochs: float | None = None
+    max_steps: int | None = None  # type: ignore[assignment]
+    lr: float | None = None  # type: ignore[assignment]
+    warmup: float | None = None  # type: ignore[assignment]
+    weight_decay: float | None = None  # type: ignore[assignment]
+    batch_size: int = 32
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999  # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts)
+    adam_eps: float = 1e-8
+    save_every: int | None = None  # type: ignore[assignment]
+    eval_batch_size: int = 128  # dev evaluation
+    log_every: int = 10
+
+    def task_default(self, name: str):
+        value = getattr(self, name)
+        if value is None and self.task in TASK_DEFAULTS:
+            return getattr(TASK_DEFAULTS[self.task], name)
+        return value
+
+    def resolved(self, steps_per_epoch: int) -> "FinetuneConfig":
+        """Every None filled in: task defaults, `max_steps` from `epochs`, `save_every` once per epoch."""
+        values = {name: self.task_default(name) for name in _TASK_FIELDS}
+        if self.max_steps is None:
+            values["max_steps"] = max(1, math.ceil(values["epochs"] * steps_per_epoch))
+        else:  # --max-steps decides; record how many epochs that is
+            values["epochs"] = round(self.max_steps / steps_per_epoch, 4)
+        if self.save_every is None:
+            values["save_every"] = max(1, steps_per_epoch)
+        return dataclasses.replace(self, **values)
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        _choice(p, self.task, TASKS, "--task")
+        if not self.model:
+            p.append("--model is required (a hub id or a local model directory, e.g. a distilled student)")
+        if not self.train:
+            p.append("--train is required (a TSV / JSON lines / SQuAD JSON file, or hf:multi_nli / hf:squad)")
+        if self.epochs is not None and not self.epochs > 0:
+            p.append(f"--epochs must be positive (got {self.epochs})")
+        if self.eval_batch_size < 1:
+            p.append(f"--eval-batch-size must be at least 1 (got {self.eval_batch_size})")
+        _qa_window_problems(p, self.max_seq_len, self.doc_stride, self.max_query_length)
+        if self.weight_decay is not None and self.weight_decay < 0:
+            p.append(f"--weight-decay must be non-negative (got {self.weight_decay})")
+        # The shared training checks, on the values this config will run with.
+        probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        probe.update({name: self.task_default(name) for name in _TASK_FIELDS})
+        probe["max_steps"] = 1 if self.max_steps is None else self.max_steps
+        probe["save_every"] = 1 if self.save_every is None else self.save_every
+        if self.task in TASK_DEFAULTS:
+            p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]
+        _problems_to_error(p)
+
+
+class _Probe:
+    """Attribute access over a dict: lets TrainConfig's checks run on resolved values."""
+
+    def __init__(self, values: dict):
+        self.__dict__.update(values)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What both evaluation commands share. `out` None: report on the terminal only, write nothing."""
+
+    model: str = ""
+    data: str = ""
+    split: str = "test"
+    langs: tuple[str, ...] = ()  # empty: the benchmark's languages
+    out: Path | None = None
+    batch_size: int = 128
+    max_seq_len: int | None = None  # None: the fine-tuning run's (run.json in --model), else the task default
+    overwrite: bool = False
+    precision: str = "auto"
+    device: str = "auto"
+    quiet: bool = False
+
+    def _eval_problems(self) -> list[str]:
+        p: list[str] = []
+        if not self.data:
+            p.append("--data is required")
+        if self.batch_size < 1:
+            p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.max_seq_len is not None and self.max_seq_len < 8:
+            p.append(f"--max-seq-len must be at least 8 (got {self.max_seq_len})")
+        _choice(p, self.precision, PRECISIONS, "--precision")
+        _choice(p, self.device, DEVICES, "--device")
+        _unknown_langs(p, self.langs, "--langs")
+        return p
+
+
+@dataclass(frozen=True)
+class EvalXnliConfig(EvalConfig):
+    """`eval-xnli`: a sequence-classification model on every language's XNLI split."""
+
+    split: str = "test"
+
+    def __post_init__(self) -> None:
+        p = self._eval_problems()
+        if not self.model:
+            p.append("--model is required (a fine-tuned directory from `mlminilm finetune --task xnli`)")
+        _choice(p, self.split, ("dev", "test"), "--split")
+        _problems_to_error(p)
+
+
+@dataclass(frozen=True)
+class EvalMlqaConfig(EvalConfig):
+    """`eval-mlqa`: a span-extraction model (or existing predictions) on MLQA / XQuAD / TyDiQA-GoldP files."""
+
+    split: str = "dev"  # the MLQA test split is not public everywhere; dev is what ../shared/data has
+    gxlt: bool = False  # MLQA: all context x question pairs, not only the monolingual ones
+    lang: str | None = None  # the language of a --data file whose name does not carry it
+    predictions: Path | None = None  # score these prediction files instead of running a model
+    doc_stride: int | None = None  # None: the fine-tuning run's, else QA_DOC_STRIDE
+    max_query_length: int | None = None  # None: the fine-tuning run's, else QA_MAX_QUERY_LENGTH
+    n_best: int = QA_N_BEST
+    max_answer_length: int = QA_MAX_ANSWER_LENGTH
+
+    def __post_init__(self) -> None:
+        p = self._eval_problems()
+        if not self.model and self.predictions is None:
+            p.append("--model is required (a directory from `mlminilm finetune --task qa`), or --predictions DIR")
+        if self.model and self.predictions is not None:
+            p.append("--model and --predictions cannot be used together: --predictions scores existing files")
+        _choice(p, self.split, ("dev", "test"), "--split")
+        _qa_window_problems(p, None, self.doc_stride, self.max_query_length)
+        if self.n_best < 1:
+            p.append(f"--n-best must be at least 1 (got {self.n_best})")
+        if self.max_answer_length < 1:
+            p.append(f"--max-answer-length must be at least 1 (got {self.max_answer_length})")
+        if self.lang is not None:
+            _unknown_langs(p, (self.lang,), "--lang")
         _problems_to_error(p)

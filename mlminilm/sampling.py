@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def language_probabilities(counts: dict[str, int], alpha: float) -> dict[str, float]:
-    """q_i = p_i^alpha / sum_j p_j^alpha with p_i = counts_i / sum(counts) (XLM-R's sampling)."""
-    total = float(sum(counts.values()))
-    weights = {lang: (c / total) ** alpha if c > 0 else 0.0 for lang, c in counts.items()}
-    norm = sum(weights.values())
-    return {lang: w / norm for lang, w in weights.items()}
+from mlminilm.corpus.dataset import sampling_probabilities
 
 
 class BatchSampler:
     def __init__(self, counts: dict[str, int], alpha: float, seed: int):
         self.langs = sorted(lang for lang, c in counts.items() if c > 0)
-        probs = language_probabilities({lang: counts[lang] for lang in self.langs}, alpha)
+        probs = sampling_probabilities({lang: counts[lang] for lang in self.langs}, alpha)
         self.probs = np.array([probs[lang] for lang in self.langs], dtype=np.float64)
         self.counts = np.array([counts[lang] for lang in self.langs], dtype=np.int64)
         self.seed = seed

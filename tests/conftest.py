@@ -1,0 +1,120 @@
+"""Shared test set-up: offline Hub, no progress bars, markers, real-data location and tiny tokenizers.
+
+Tiny tokenizers are trained in-process on `SAMPLE_TEXT`, so no test needs the network.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+# Set before any test imports transformers / datasets / huggingface_hub, which read them at import time.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["MLMINILM_NO_PROGRESS"] = "1"
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A few sentences per script family; `sample_lines` recombines their words into as many lines as a test needs.
+SAMPLE_TEXT = {
+    "en": "The cat sat on the mat. A dog runs in the park every morning. She reads a book about old ships.",
+    "de": "Der Hund läuft jeden Morgen durch den Park. Das Haus des Mannes ist groß. Wir lesen ein Buch über Schiffe.",
+    "fr": "Le chat dort sur le tapis. Nous allons à la plage demain matin. Elle écrit une lettre à sa sœur.",
+    "ru": "Кошка спит на ковре. Мы идём в парк каждое утро. Она читает книгу о старых кораблях.",
+    "el": "Η γάτα κοιμάται στο χαλί. Πηγαίνουμε στο πάρκο κάθε πρωί. Διαβάζει ένα βιβλίο για πλοία.",
+    "ar": "القطة تنام على السجادة. نذهب إلى الحديقة كل صباح. تقرأ كتابا عن السفن القديمة.",
+    "hi": "बिल्ली चटाई पर सोती है। हम हर सुबह पार्क जाते हैं। वह पुराने जहाजों के बारे में किताब पढ़ती है।",
+    "zh": "猫 在 垫子 上 睡觉 。 我们 每天 早上 去 公园 。 她 在 读 一 本 关于 旧 船 的 书 。",
+}
+
+
+def sample_lines(lang: str, count: int, seed: int = 0) -> list[str]:
+    """`count` lines of 3-12 words drawn from `SAMPLE_TEXT[lang]`, reproducible for a given seed."""
+    words = SAMPLE_TEXT[lang].split()
+    rng = random.Random(f"{lang}-{seed}")
+    return [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(count)]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_realdata = pytest.mark.skip(reason=f"real data not found at {SHARED_DATA}")
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(skip_slow)
+        if "realdata" in item.keywords and not SHARED_DATA.is_dir():
+            item.add_marker(skip_realdata)
+
+
+@pytest.fixture
+def make_lines():
+    """`sample_lines` as a fixture: make_lines(lang, count, seed=0) -> list of lines."""
+    return sample_lines
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data`; tests using it should also carry the `realdata` marker."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def _training_lines() -> list[str]:
+    return [line for lang in SAMPLE_TEXT for line in sample_lines(lang, 60, seed=-1)]
+
+
+@pytest.fixture(scope="session")
+def tiny_wordpiece_dir(tmp_path_factory) -> Path:
+    """A cased multilingual WordPiece BERT tokenizer (~600 ids): [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4."""
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertTokenizer
+
+    trainer = BertWordPieceTokenizer(lowercase=False, strip_accents=False, handle_chinese_chars=True)
+    trainer.train_from_iterator(
+        _training_lines(), vocab_size=600,
+        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        show_progress=False,
+    )
+    tokenizer = BertTokenizer(vocab=trainer.get_vocab(), do_lower_case=False, strip_accents=False)
+    path = tmp_path_factory.mktemp("tiny-wordpiece")
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_sentencepiece_dir(tmp_path_factory) -> Path:
+    """An XLM-R-style Unigram tokenizer (~250 ids): <s>=0 <pad>=1 </s>=2 <unk>=3, pieces, then <mask> last."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import XLMRobertaTokenizer
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.train_from_iterator(
+        _training_lines(),
+        trainers.UnigramTrainer(vocab_size=500, special_tokens=specials, unk_token="<unk>", show_progress=False),
+    )
+    pieces = [tuple(entry) for entry in json.loads(unigram.to_str())["model"]["vocab"]]
+    assert [piece for piece, _ in pieces[:4]] == specials
+    tokenizer = XLMRobertaTokenizer(vocab=pieces + [("<mask>", 0.0)])
+    path = tmp_path_factory.mktemp("tiny-sentencepiece")
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus_dir(tmp_path_factory) -> Path:
+    """A corpus directory of `<lang>.txt` files (40 lines each) for en, de, ar, zh."""
+    path = tmp_path_factory.mktemp("tiny-corpus")
+    for lang in ("en", "de", "ar", "zh"):
+        (path / f"{lang}.txt").write_text("\n".join(sample_lines(lang, 40)) + "\n", encoding="utf-8")
+    return path

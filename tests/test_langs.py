@@ -1,0 +1,119 @@
+"""The language registry: every TOML file is well formed and the benchmark sets match the published ones."""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import resources
+
+import pytest
+
+from mlminilm import langs
+from mlminilm.errors import DataError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SCRIPTS = {"Latin", "Cyrillic", "Greek", "Arabic", "Devanagari", "Thai", "Han", "Bengali", "Hangul", "Telugu"}
+TOP_LEVEL_KEYS = {"code": str, "name": str, "script": str, "benchmarks": list, "mlqa": dict}
+MLQA_KEYS = {"article_pattern": str, "segmentation": str}
+
+XNLI = "ar bg de el en es fr hi ru sw th tr ur vi zh".split()
+MLQA = "ar de en es hi vi zh".split()
+XQUAD = "ar de el en es hi ro ru th tr vi zh".split()
+TYDIQA = "ar bn en fi id ko ru sw te".split()
+
+# The official MLQA scorer's article patterns (mlqa_evaluation_v1.py), verbatim.
+MLQA_ARTICLES = {
+    "en": r"\b(a|an|the)\b",
+    "es": r"\b(un|una|unos|unas|el|la|los|las)\b",
+    "de": r"\b(ein|eine|einen|einem|eines|einer|der|die|das|den|dem|des)\b",
+    "vi": r"\b(của|là|cái|chiếc|những)\b",
+    "ar": r"\sال^|ال",
+    "hi": None,
+    "zh": None,
+}
+
+
+def _toml_files():
+    return sorted(
+        (entry for entry in resources.files("mlminilm.langs").iterdir() if entry.name.endswith(".toml")),
+        key=lambda entry: entry.name,
+    )
+
+
+@pytest.mark.parametrize("entry", _toml_files(), ids=lambda entry: entry.name)
+def test_toml_file_is_well_formed(entry):
+    data = tomllib.loads(entry.read_text(encoding="utf-8"))
+    assert set(data) == set(TOP_LEVEL_KEYS)
+    for key, kind in TOP_LEVEL_KEYS.items():
+        assert isinstance(data[key], kind), key
+    assert data["code"] == entry.name.removesuffix(".toml")
+    assert data["script"] in SCRIPTS
+    assert data["benchmarks"] and set(data["benchmarks"]) <= set(langs.BENCHMARKS)
+    assert len(set(data["benchmarks"])) == len(data["benchmarks"])
+
+    mlqa = data["mlqa"]
+    assert set(mlqa) <= set(MLQA_KEYS) and "segmentation" in mlqa
+    for key, value in mlqa.items():
+        assert isinstance(value, MLQA_KEYS[key]), key
+    assert mlqa["segmentation"] in langs.SEGMENTATIONS
+    if "article_pattern" in mlqa:
+        re.compile(mlqa["article_pattern"])
+        assert "mlqa" in data["benchmarks"]
+
+
+def test_every_benchmark_language_is_registered():
+    assert len(_toml_files()) == len(langs.all_languages())
+    assert set(XNLI + MLQA + XQUAD + TYDIQA) <= set(langs.all_languages())
+
+
+@pytest.mark.parametrize(
+    "benchmark, expected", [("xnli", XNLI), ("mlqa", MLQA), ("xquad", XQUAD), ("tydiqa", TYDIQA)]
+)
+def test_benchmark_languages(benchmark, expected):
+    assert langs.benchmark_languages(benchmark) == sorted(expected)
+
+
+def test_mlqa_normalisation_rules_are_the_official_ones():
+    for code, pattern in MLQA_ARTICLES.items():
+        language = langs.get_language(code)
+        assert language.article_pattern == pattern, code
+        assert language.segmentation == ("mixed" if code == "zh" else "whitespace"), code
+    for code, language in langs.all_languages().items():
+        if code not in MLQA_ARTICLES:
+            assert language.article_pattern is None and language.segmentation == "whitespace", code
+
+
+def test_language_record():
+    de = langs.get_language("de")
+    assert de == langs.Language(
+        code="de",
+        name="German",
+        script="Latin",
+        benchmarks=("xnli", "mlqa", "xquad"),
+        article_pattern=MLQA_ARTICLES["de"],
+        segmentation="whitespace",
+    )
+    assert re.sub(de.article_pattern, " ", "das Haus des Mannes").split() == ["Haus", "Mannes"]
+
+
+def test_unknown_code_lists_the_known_ones():
+    with pytest.raises(DataError, match=r"unknown language 'xx'; known: ar, bg, bn, de, .*zh$"):
+        langs.get_language("xx")
+
+
+def test_validate_codes_reports_every_unknown_code_at_once():
+    langs.validate_codes(["de", "zh"])
+    with pytest.raises(DataError) as info:
+        langs.validate_codes(["de", "yy", "xx"])
+    message = str(info.value)
+    assert message.startswith("unknown languages 'xx', 'yy'; known: ar, bg")
+    assert "\n" not in message
+
+
+def test_unknown_benchmark():
+    with pytest.raises(DataError, match="known: xnli, mlqa, xquad, tydiqa"):
+        langs.benchmark_languages("squad")
