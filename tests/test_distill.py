@@ -215,3 +215,27 @@ def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_
     (out / "keep.txt").write_text("mine")
     assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out)), "not empty", "--resume", "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(wp_teacher, wp_data, tmp_path, monkeypatch):
+    from mlminilm import distill
+    from mlminilm.errors import TrainingDiverged
+
+    real_terms = distill.distill_terms
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        terms = real_terms(*args, **kwargs)
+        if calls["n"] >= 4:  # steps 1-3 are fine, step 4 diverges
+            terms["attention"] = terms["attention"] * float("nan")
+        return terms
+
+    monkeypatch.setattr(distill, "distill_terms", poisoned)
+    out = tmp_path / "nan"
+    with pytest.raises(TrainingDiverged) as info:
+        distill.run(config(wp_teacher, wp_data, out, save_every=2))
+    message = str(info.value)
+    assert "nan" in message and "step 4" in message and "step-2" in message
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2"]
+    assert not (out / "student").exists()
