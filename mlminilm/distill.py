@@ -60,6 +60,20 @@ class StudentQKV(nn.Module):
         return layer_qkv(self.student, input_ids, attention_mask, -1)
 
 
+def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
+                  mask: torch.Tensor, cfg: DistillConfig) -> dict[str, torch.Tensor]:
+    """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's.
+
+    A module-level function so that benchmarks/distill_step.py times exactly what `distill` runs.
+    """
+    with torch.no_grad():
+        t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
+    s_qkv = student_forward(input_ids, mask)
+    if cfg.objective == "minilm":
+        return minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
+    return minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+
+
 def check_compatibility(cfg: DistillConfig, teacher_config, data_tokenizer: dict, teacher_tokenizer: dict) -> None:
     """Everything that can be checked before loading weights, reported at once."""
     t = TeacherShape.of(teacher_config)
@@ -166,13 +180,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         ids = data.batch([(sampler.langs[l], int(i)) for l, i in zip(lang_idx, seq_idx)])
         input_ids = torch.from_numpy(ids).to(torch.long).to(rt.device, non_blocking=True)
         mask = (input_ids != pad_id).to(torch.long) if pad_id is not None else torch.ones_like(input_ids)
-        with torch.no_grad():
-            t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
-        s_qkv = model(input_ids, mask)
-        if cfg.objective == "minilm":
-            parts = minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
-        else:
-            parts = minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+        parts = distill_terms(teacher, teacher_layer, model, input_ids, mask, cfg)
         loss = sum(parts.values())
         langs = Counter(sampler.langs[l] for l in lang_idx)
         return train.StepOutput(loss, parts, int(mask.sum()), {f"lang:{k}": v for k, v in langs.items()})
