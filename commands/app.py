@@ -24,6 +24,9 @@ COMMANDS = [
     ("prepare", "prepare"),
     ("distill", "distill"),
     ("assist", "assist"),
+    ("finetune", "finetune"),
+    ("eval-xnli", "eval_xnli"),
+    ("eval-mlqa", "eval_mlqa"),
 ]
 
 

@@ -61,7 +61,7 @@ class TrainConfig:
     log_every: int = 10
     resume: bool = False
     overwrite: bool = False
-    precision: str = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    precision: str = "auto"  # auto: bf16 on CUDA and on CPUs with native bf16 (train.cpu_has_native_bf16), else fp32
     device: str = "auto"
     quiet: bool = False
 
@@ -281,6 +281,8 @@ class FinetuneConfig(TrainConfig):
     save_every: int | None = None  # type: ignore[assignment]
     eval_batch_size: int = 128  # dev evaluation
     log_every: int = 10
+    keep: int = 1  # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
+    group_by_length: bool = False  # batches of similar length (less padding); off: plain shuffling, as XTREME
 
     def task_default(self, name: str):
         value = getattr(self, name)
@@ -315,11 +317,12 @@ class FinetuneConfig(TrainConfig):
             p.append(f"--weight-decay must be non-negative (got {self.weight_decay})")
         # The shared training checks, on the values this config will run with.
         probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        probe.update({name: self.task_default(name) for name in _TASK_FIELDS})
+        task = TASK_DEFAULTS.get(self.task, TASK_DEFAULTS["xnli"])  # an unknown task is reported above
+        probe.update({name: getattr(task, name) if getattr(self, name) is None else getattr(self, name)
+                      for name in _TASK_FIELDS})
         probe["max_steps"] = 1 if self.max_steps is None else self.max_steps
         probe["save_every"] = 1 if self.save_every is None else self.save_every
-        if self.task in TASK_DEFAULTS:
-            p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]
+        p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]
         _problems_to_error(p)
 
 

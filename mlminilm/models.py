@@ -173,7 +173,7 @@ def freeze_unused(student: nn.Module, layer: int) -> int:
     return frozen
 
 
-def model_card(info: dict) -> str:
+def model_card(info: dict, summary: str | None = None) -> str:
     lines = [
         "---",
         "library_name: transformers",
@@ -182,7 +182,7 @@ def model_card(info: dict) -> str:
         "",
         f"# {info.get('title', 'mlminilm student')}",
         "",
-        "Distilled with mlminilm (MiniLM deep self-attention distillation).",
+        summary or "Distilled with mlminilm (MiniLM deep self-attention distillation).",
         "",
         "| field | value |",
         "|---|---|",
@@ -194,7 +194,7 @@ def model_card(info: dict) -> str:
     return "\n".join(lines)
 
 
-def export_model(model: nn.Module, tokenizer, out: Path, card: dict) -> Path:
+def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: str | None = None) -> Path:
     """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`."""
     out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
@@ -202,7 +202,7 @@ def export_model(model: nn.Module, tokenizer, out: Path, card: dict) -> Path:
         shutil.rmtree(tmp)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    (tmp / "README.md").write_text(model_card(card), encoding="utf-8")
+    (tmp / "README.md").write_text(model_card(card, summary), encoding="utf-8")
     (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
     if out.exists():
         shutil.rmtree(out)

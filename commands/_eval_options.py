@@ -1,0 +1,44 @@
+"""Option types shared by the evaluation commands (eval-xnli, eval-mlqa). Defaults come from mlminilm.config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Langs = Annotated[list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: all of the benchmark's).")]
+EvalOut = Annotated[Optional[Path], typer.Option(
+    "--out", help="Report directory: metrics.json/.csv/.md, chart.png, predictions/ (must be empty unless --overwrite).")]
+EvalBatch = Annotated[int, typer.Option("--batch-size", help="Inputs per forward pass (sorted by length).")]
+EvalMaxSeqLen = Annotated[Optional[int], typer.Option(
+    "--max-seq-len", help="Tokens per input (default: the fine-tuning run's, from run.json in --model).")]
+EvalOverwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing report in --out.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the metrics document as JSON on stdout, and nothing else.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+Precision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+
+
+def split_langs(langs: list[str]) -> tuple[str, ...]:
+    return tuple(code.strip() for item in langs for code in item.split(",") if code.strip())
+
+
+def render(doc: dict, as_json: bool) -> None:
+    """The metrics document: as JSON alone on stdout, or as a table on stdout (and where the files went on stderr)."""
+    import json
+
+    if as_json:
+        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        return
+    from rich.console import Console
+
+    from mlminilm import logging as mlog
+    from mlminilm.report import notes, rich_table
+
+    console = Console()
+    console.print(rich_table(doc))
+    console.print(notes(doc), highlight=False, markup=False)
+    if doc.get("report_dir"):
+        mlog.get("report").info("report written to %s", doc["report_dir"])

@@ -1,0 +1,42 @@
+"""`mlminilm eval-xnli`: the CLI translates options into an EvalXnliConfig and calls mlminilm.evaluation.xnli.run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
+from mlminilm.commands._eval_options import render, split_langs
+from mlminilm.config import EvalXnliConfig, default
+
+E = EvalXnliConfig
+
+
+def command(
+    model: Annotated[str, typer.Option("--model", help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")] = default(E, "model"),
+    data: Annotated[str, typer.Option(
+        "--data", help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.")] = default(E, "data"),
+    split: Annotated[str, typer.Option("--split", help="test or dev.")] = default(E, "split"),
+    langs: Langs = list(default(E, "langs")),
+    out: EvalOut = default(E, "out"),
+    batch_size: EvalBatch = default(E, "batch_size"),
+    max_seq_len: EvalMaxSeqLen = default(E, "max_seq_len"),
+    overwrite: EvalOverwrite = default(E, "overwrite"),
+    precision: Precision = default(E, "precision"),
+    device: Device = default(E, "device"),
+    json_out: Json = False,
+    quiet: Quiet = default(E, "quiet"),
+    verbose: Verbose = False,
+) -> None:
+    """Evaluate a sequence-classification model on XNLI, zero-shot, per language (accuracy, confusion matrix)."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=quiet, verbose=verbose)
+    cfg = EvalXnliConfig(
+        model=model, data=data, split=split, langs=split_langs(langs), out=out, batch_size=batch_size,
+        max_seq_len=max_seq_len, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+    )
+    from mlminilm.evaluation import xnli
+
+    render(xnli.run(cfg), json_out)

@@ -1,0 +1,1 @@
+"""Per-language evaluation: XNLI accuracy (`xnli.run`) and MLQA / XQuAD / TyDiQA-GoldP EM and F1 (`mlqa.run`)."""

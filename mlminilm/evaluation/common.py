@@ -1,0 +1,180 @@
+"""What both evaluations (and fine-tuning's dev evaluation) share: task heads, batching sorted by length,
+settings inherited from the fine-tuning run, and report directories that appear whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mlminilm.errors import CheckpointError, ConfigError
+from mlminilm.models import load_config
+
+# task -> (architecture suffix, what the head is called in messages)
+HEADS = {
+    "xnli": ("ForSequenceClassification", "sequence-classification"),
+    "qa": ("ForQuestionAnswering", "span-extraction (question-answering)"),
+}
+# Model types whose position ids start after the padding index (RoBERTa's offset of pad_token_id + 1).
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "xmod", "data2vec-text")
+
+
+def check_head(model: str, task: str):
+    """The model's config, after checking that the model carries the head `task` needs."""
+    config = load_config(model)
+    suffix, name = HEADS[task]
+    archs = list(config.architectures or [])
+    if not any(arch.endswith(suffix) for arch in archs):
+        found = ", ".join(archs) or "none recorded"
+        raise ConfigError(
+            f"model {model} has no {name} head (architectures: {found}); "
+            f"run `mlminilm finetune --task {task} --model {model} ...` first and evaluate its output"
+        )
+    if task == "qa" and config.num_labels != 2:
+        raise ConfigError(f"model {model}: a question-answering head has 2 outputs (start, end), this one {config.num_labels}")
+    return config
+
+
+def position_limit(config) -> int | None:
+    """The longest input (special tokens included) the model's position embeddings allow, if known."""
+    n = getattr(config, "max_position_embeddings", None)
+    if not n:
+        return None
+    if config.model_type in _OFFSET_POSITIONS:
+        n -= (config.pad_token_id if config.pad_token_id is not None else 1) + 1
+    return n
+
+
+def check_length(config, model: str, max_seq_len: int) -> None:
+    limit = position_limit(config)
+    if limit is not None and max_seq_len > limit:
+        raise ConfigError(
+            f"--max-seq-len {max_seq_len} is longer than model {model} allows ({limit} positions); "
+            f"use --max-seq-len {limit} or less"
+        )
+
+
+def run_settings(model: str) -> dict:
+    """The fine-tuning run's resolved config (run.json in a `finetune` output), or {} for any other model."""
+    path = Path(model) / "run.json"
+    if not path.is_file():
+        return {}
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")).get("config", {}))
+    except (OSError, ValueError):
+        return {}
+
+
+def read_selection(model: str | None) -> dict | None:
+    """The checkpoint-selection record (selection.json) of a `finetune` output directory, if any."""
+    if not model:
+        return None
+    path = Path(model) / "selection.json"
+    if not path.is_file():
+        return {"rule": "unknown: the model directory has no selection.json (not a `mlminilm finetune` output)"}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"rule": f"unknown: {path} is not readable JSON"}
+
+
+def device_name(rt) -> str:
+    """What ran the evaluation, for throughput figures: the GPU's name, or the CPU with its thread count."""
+    import platform
+
+    import torch
+
+    if rt.device.type == "cuda":
+        return torch.cuda.get_device_name(rt.device)
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+def length_order(lengths) -> np.ndarray:
+    """Indices from the longest to the shortest (stable): similar lengths share a batch, the first batch
+    shows the peak memory at once."""
+    return np.argsort(-np.asarray(lengths), kind="stable")
+
+
+def pad_batch(rows: dict[str, list], index, pad_id: int):
+    """Tensors of the model inputs of `rows` (lists of token lists) at `index`, padded to the batch's longest."""
+    import torch
+
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in rows]
+    width = max(len(rows["input_ids"][i]) for i in index)
+    batch = {}
+    for key in keys:
+        fill = pad_id if key == "input_ids" else 0
+        array = np.full((len(index), width), fill, dtype=np.int64)
+        for r, i in enumerate(index):
+            seq = rows[key][i]
+            array[r, : len(seq)] = seq
+        batch[key] = torch.from_numpy(array)
+    return batch
+
+
+def to_device(batch: dict, device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+# ------------------------------------------------------------------------------------ report directories
+
+
+@dataclass
+class ReportDir:
+    """A report written into a temporary sibling directory and renamed into place when complete, so an error
+    never leaves a partial report in --out. `path` None: nothing is written (terminal / --json only)."""
+
+    final: Path | None
+    overwrite: bool = False
+    path: Path | None = None
+
+    @classmethod
+    def open(cls, out: Path | None, overwrite: bool, protect: tuple[str | Path | None, ...] = ()) -> "ReportDir":
+        if out is None:
+            return cls(None)
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise CheckpointError(f"--out {out} exists and is not a directory")
+        resolved = out.resolve()
+        for other in protect:
+            if other and Path(other).exists():
+                p = Path(other).resolve()
+                if p == resolved or resolved in p.parents or p in resolved.parents:
+                    raise CheckpointError(f"--out {out} overlaps {other}; write the report to a directory of its own")
+        if out.exists() and any(out.iterdir()) and not overwrite:
+            raise CheckpointError(f"--out {out} exists and is not empty; add --overwrite to replace it")
+        return cls(out, overwrite)
+
+    def begin(self) -> Path | None:
+        if self.final is None:
+            return None
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.path = self.final.with_name(f".tmp-{self.final.name}-{os.getpid()}")
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        self.path.mkdir()
+        return self.path
+
+    def commit(self) -> None:
+        if self.final is None or self.path is None:
+            return
+        if self.final.exists():
+            shutil.rmtree(self.final)
+        os.replace(self.path, self.final)
+        self.path = None
+
+    def discard(self) -> None:
+        if self.path is not None and self.path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.path = None
+
+
+def write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

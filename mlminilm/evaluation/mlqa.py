@@ -1,0 +1,351 @@
+"""`eval-mlqa`: extractive QA on MLQA (and XQuAD / TyDiQA-GoldP) files, scored per file with the official
+MLQA scorer, or scoring existing prediction files without any model.
+
+Answers: every window's 20 best start and end logits paired (n-best 20), spans up to 30 tokens, cut from the
+original context by character offsets. Scoring: `mlminilm.metrics.mlqa.evaluate_dataset` with the CONTEXT
+language of each file (answers are context spans). Predictions are saved in the official format, one
+`{question_id: answer_text}` JSON file per data file, named like it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from mlminilm import __version__
+from mlminilm import logging as mlog
+from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
+from mlminilm.errors import ConfigError, DataError, MlminilmError
+from mlminilm.evaluation.common import (
+    ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings,
+    to_device, write_json,
+)
+from mlminilm.metrics.mlqa import evaluate_dataset
+from mlminilm.tasks.qa_features import postprocess_predictions, prepare_eval_features
+from mlminilm.tasks.squad import (
+    QAExample, QAFile, find_mlqa_files, find_tydiqa_files, find_xquad_files, qa_file_info, read_squad,
+)
+
+log = mlog.get(__name__)
+
+PROTOCOL = (
+    "zero-shot cross-lingual transfer: fine-tuned on English extractive QA only, evaluated on each {benchmark} "
+    "{split} file; official MLQA scorer (mlqa_evaluation_v1: max over gold answers, normalised with the context "
+    "language); exact_match and f1 in %, average = unweighted mean over {unit}"
+)
+PREDICTIONS_PROTOCOL = (
+    "scoring of given prediction files with the official MLQA scorer (mlqa_evaluation_v1: max over gold answers, "
+    "normalised with the context language); questions without a prediction score 0; exact_match and f1 in %"
+)
+_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def find_qa_files(
+    data: str | Path, split: str, gxlt: bool = False, langs: Sequence[str] | None = None, lang: str | None = None
+) -> tuple[str, dict[str, QAFile]]:
+    """(benchmark, {key: QAFile}) for --data: one SQuAD-format file, an MLQA directory (monolingual pairs keyed by
+    language, or with `gxlt` every pair keyed "C-Q"), or a directory of XQuAD / TyDiQA-GoldP files."""
+    path = Path(data)
+    if path.is_file():
+        info = qa_file_info(path, lang)
+        key = info.context_lang if info.context_lang == info.question_lang else f"{info.context_lang}-{info.question_lang}"
+        return _benchmark_of(path.name), {key: info}
+    if lang is not None:
+        raise ConfigError("--lang names the language of a single --data file; for a directory use --langs")
+    if not path.is_dir():
+        raise DataError(f"--data {path}: no such file or directory")
+    mlqa_pattern = f"{split}-context-*-question-*.json*"
+    if any(path.glob(mlqa_pattern)) or any((path / split).glob(mlqa_pattern)):
+        return "mlqa", find_mlqa_files(path, split, gxlt, langs)
+    if gxlt:
+        raise ConfigError(f"--gxlt needs the MLQA layout ({split}-context-C-question-Q.json files); none in {path}")
+    for benchmark, pattern, finder in (
+        ("xquad", "xquad.*.json*", lambda: find_xquad_files(path, langs)),
+        ("tydiqa", f"tydiqa.goldp.*.{split}.json*", lambda: find_tydiqa_files(path, split, langs)),
+    ):
+        present = sorted(path.glob(pattern))
+        if not present:
+            continue
+        if langs:
+            return benchmark, finder()
+        infos = [qa_file_info(p) for p in present]
+        return benchmark, {info.context_lang: info for info in infos}
+    raise DataError(
+        f"no QA files for split {split!r} in {path}: expected MLQA ({split}-context-C-question-Q.json, also in "
+        f"{path / split}), XQuAD (xquad.XX.json) or TyDiQA-GoldP (tydiqa.goldp.XX.{split}.json) files"
+    )
+
+
+def _benchmark_of(name: str) -> str:
+    if name.startswith(("dev-context-", "test-context-")):
+        return "mlqa"
+    if name.startswith("xquad."):
+        return "xquad"
+    if name.startswith("tydiqa."):
+        return "tydiqa"
+    return "squad-format"
+
+
+def prediction_name(path: Path) -> str:
+    """The prediction file answering a data file: the same name (without .gz)."""
+    return path.name[:-3] if path.name.endswith(".gz") else path.name
+
+
+def read_predictions(path: Path) -> dict[str, str]:
+    """An official-format prediction file: one JSON object {question_id: answer_text}."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such prediction file")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: not a JSON prediction file ({exc})") from None
+    if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
+        raise DataError(f"{path}: not an official prediction file: expected one JSON object {{question_id: answer_text}}")
+    return obj
+
+
+# ------------------------------------------------------------------------------------------- predict
+
+
+def predict_answers(
+    model, tokenizer, examples: Sequence[QAExample], *, max_seq_len: int, doc_stride: int, max_query_length: int,
+    batch_size: int, rt, n_best: int = 20, max_answer_length: int = 30,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, str], int]:
+    """({question id: answer text}, number of features): every window through the model, batches sorted by
+    length, answers mapped back to the context by offsets. `on_batch(features_done, features_total)`."""
+    import torch
+
+    features = prepare_eval_features(
+        examples, tokenizer, max_length=max_seq_len, doc_stride=doc_stride, max_query_length=max_query_length,
+        pad_to_max_length=False,
+    )
+    rows = {k: features[k] for k in _INPUT_KEYS if k in features}
+    lengths = [len(ids) for ids in rows["input_ids"]]
+    count, width = len(lengths), max(lengths)
+    starts = np.full((count, width), -1e9, dtype=np.float32)
+    ends = np.full((count, width), -1e9, dtype=np.float32)
+    order = length_order(lengths)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for first in range(0, count, batch_size):
+            index = order[first : first + batch_size]
+            batch = to_device(pad_batch(rows, index, pad_id), rt.device)
+            with rt.autocast():
+                output = model(**batch)
+            span = batch["input_ids"].shape[1]
+            starts[index, :span] = output.start_logits.float().cpu().numpy()
+            ends[index, :span] = output.end_logits.float().cpu().numpy()
+            if on_batch is not None:
+                on_batch(min(first + batch_size, count), count)
+    model.train(was_training)
+    answers = postprocess_predictions(examples, features, starts, ends, n_best=n_best, max_answer_length=max_answer_length)
+    return answers, count
+
+
+def load_qa_model(name: str, rt):
+    """The question-answering model (eval mode, on the device) and its fast tokenizer."""
+    from transformers import AutoModelForQuestionAnswering
+
+    from mlminilm.models import _load_error, load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"model {name}: QA needs a fast tokenizer (character offsets); its tokenizer.json is missing")
+    try:
+        model = AutoModelForQuestionAnswering.from_pretrained(name)
+    except Exception as exc:
+        raise _load_error("model", name, exc) from exc
+    return model.to(rt.device).eval(), tokenizer
+
+
+def qa_settings(cfg: EvalMlqaConfig) -> dict:
+    """Window settings: the options given, else the fine-tuning run's (run.json), else the QA defaults."""
+    run = run_settings(cfg.model) if cfg.model else {}
+
+    def pick(value, key, fallback):
+        return int(value if value is not None else (run.get(key) or fallback))
+
+    return {
+        "max_seq_len": pick(cfg.max_seq_len, "max_seq_len", TASK_DEFAULTS["qa"].max_seq_len),
+        "doc_stride": pick(cfg.doc_stride, "doc_stride", QA_DOC_STRIDE),
+        "max_query_length": pick(cfg.max_query_length, "max_query_length", QA_MAX_QUERY_LENGTH),
+        "n_best": cfg.n_best,
+        "max_answer_length": cfg.max_answer_length,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def run(cfg: EvalMlqaConfig) -> dict:
+    """Score every requested file (running `cfg.model`, or reading `cfg.predictions`); returns the metrics
+    document, and writes the report and the predictions into `cfg.out` when given."""
+    from mlminilm import report
+
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data, cfg.predictions))
+    problems: list[str] = []
+    data_problem = False
+    benchmark, files, datasets = "mlqa", {}, {}
+    try:
+        benchmark, files = find_qa_files(cfg.data, cfg.split, cfg.gxlt, list(cfg.langs) or None, cfg.lang)
+        datasets = {key: read_squad(info.path) for key, info in files.items()}
+        unlabelled = [key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)]
+        if unlabelled:
+            raise DataError(
+                f"every gold answer is empty in {', '.join(prediction_name(files[k].path) for k in unlabelled)} "
+                "(unlabelled files?): there is nothing to score against"
+            )
+    except MlminilmError as exc:
+        problems.append(str(exc))
+        data_problem = True
+    predictions: dict[str, dict[str, str]] = {}
+    settings = qa_settings(cfg)
+    if cfg.predictions is not None:
+        missing_files = []
+        for key, info in files.items():
+            path = Path(cfg.predictions) / prediction_name(info.path)
+            if not path.is_file():
+                missing_files.append(path.name)
+                continue
+            try:
+                predictions[key] = read_predictions(path)
+            except MlminilmError as exc:
+                problems.append(str(exc))
+        if missing_files:
+            shown = ", ".join(missing_files[:5]) + (f" and {len(missing_files) - 5} more" if len(missing_files) > 5 else "")
+            problems.append(f"--predictions {cfg.predictions}: no prediction file {shown} (named like the data files)")
+        data_problem = data_problem or bool(problems)
+    else:
+        try:
+            config = check_head(cfg.model, "qa")
+            check_length(config, cfg.model, settings["max_seq_len"])
+        except MlminilmError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise (DataError if data_problem else ConfigError)("; ".join(problems))
+
+    languages: dict[str, dict] = {}
+    throughput = None
+    t_all = time.perf_counter()
+    if cfg.predictions is None:
+        throughput = _run_model(cfg, files, datasets, settings, predictions, languages)
+    for key, info in files.items():
+        scores = evaluate_dataset(datasets[key].raw, predictions[key], info.context_lang)
+        known = {e.id for e in datasets[key].examples}
+        scores["unknown_ids"] = sum(1 for qid in predictions[key] if qid not in known)
+        if scores["missing"]:
+            log.warning("%s: %d of %d questions have no prediction in %s; they score 0", key, scores["missing"],
+                        scores["examples"], prediction_name(info.path))
+        languages[key] = {
+            **scores, **languages.get(key, {}),
+            "context_lang": info.context_lang, "question_lang": info.question_lang, "file": str(info.path),
+        }
+        log.info("%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"],
+                 f"{scores['examples']:,}")
+    doc = _document(cfg, benchmark, files, languages, settings, throughput, time.perf_counter() - t_all)
+    out = report_dir.begin()
+    try:
+        if out is not None:
+            pred_dir = out / "predictions"
+            pred_dir.mkdir()
+            for key, info in files.items():
+                write_json(pred_dir / prediction_name(info.path), predictions[key])
+            report.write_reports(doc, out)
+        report_dir.commit()
+    except BaseException:
+        report_dir.discard()
+        raise
+    if cfg.out is not None:
+        doc["report_dir"] = str(cfg.out)
+    return doc
+
+
+def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
+    from mlminilm import train
+
+    rt = train.setup_runtime(cfg.device, cfg.precision)
+    model, tokenizer = load_qa_model(cfg.model, rt)
+    total = sum(len(d.examples) for d in datasets.values())
+    log.info("%d files, %s questions; model %s on %s", len(files), f"{total:,}", cfg.model, rt.device)
+    t0 = time.perf_counter()
+    done_before = 0
+    feature_total = 0
+    with mlog.progress() as bar:
+        task = bar.add_task(f"qa {cfg.split}", total=total, rate="")
+        for key, info in files.items():
+            examples = datasets[key].examples
+            t_file = time.perf_counter()
+
+            def advance(done: int, count: int, n=len(examples)) -> None:
+                completed = done_before + n * done / count
+                rate = completed / max(time.perf_counter() - t0, 1e-9)
+                bar.update(task, completed=completed, rate=f"{rate:,.1f} questions/s")
+
+            answers, features = predict_answers(
+                model, tokenizer, examples, batch_size=cfg.batch_size, rt=rt, on_batch=advance,
+                max_seq_len=settings["max_seq_len"], doc_stride=settings["doc_stride"],
+                max_query_length=settings["max_query_length"], n_best=settings["n_best"],
+                max_answer_length=settings["max_answer_length"],
+            )
+            elapsed = time.perf_counter() - t_file
+            predictions[key] = answers
+            languages[key] = {"features": features, "examples_per_s": len(examples) / max(elapsed, 1e-9)}
+            done_before += len(examples)
+            feature_total += features
+    elapsed = time.perf_counter() - t0
+    return {
+        "examples_per_s": total / max(elapsed, 1e-9),
+        "features_per_s": feature_total / max(elapsed, 1e-9),
+        "elapsed_s": elapsed,
+        "device": device_name(rt),
+        "precision": str(rt.dtype).replace("torch.", ""),
+        "batch_size": cfg.batch_size,
+    }
+
+
+def _document(cfg, benchmark, files, languages, settings, throughput, elapsed) -> dict:
+    unit = "context-question pairs" if cfg.gxlt else "languages"
+    doc = {
+        "task": benchmark,
+        "split": cfg.split,
+        "protocol": (PREDICTIONS_PROTOCOL if cfg.predictions is not None
+                     else PROTOCOL.format(benchmark=benchmark.upper(), split=cfg.split, unit=unit)),
+        "model": cfg.model or None,
+        "predictions_from": str(cfg.predictions) if cfg.predictions is not None else None,
+        "selection": read_selection(cfg.model) if cfg.model else None,
+        "data": {"source": str(cfg.data), "files": {k: str(info.path) for k, info in files.items()}},
+        "metrics": ["exact_match", "f1"],
+        "languages": languages,
+        "average": {
+            "exact_match": float(np.mean([s["exact_match"] for s in languages.values()])),
+            "f1": float(np.mean([s["f1"] for s in languages.values()])),
+            "examples": int(sum(s["examples"] for s in languages.values())),
+            "missing": int(sum(s["missing"] for s in languages.values())),
+        },
+        "settings": settings if cfg.predictions is None else {},
+        "throughput": throughput,
+        "elapsed_s": elapsed,
+        "mlminilm": __version__,
+    }
+    if cfg.gxlt:
+        contexts = list(dict.fromkeys(info.context_lang for info in files.values()))
+        questions = list(dict.fromkeys(info.question_lang for info in files.values()))
+        doc["gxlt"] = {
+            "contexts": contexts,
+            "questions": questions,
+            **{
+                metric: [[languages[f"{c}-{q}"][metric] for q in questions] for c in contexts]
+                for metric in ("exact_match", "f1")
+            },
+        }
+    return doc

@@ -1,0 +1,235 @@
+"""`eval-xnli`: a sequence-classification model on every language's XNLI split, accuracy per language.
+
+Zero-shot cross-lingual transfer as in XTREME: the model was fine-tuned on English only; each language's test
+(or dev) set is classified as is. Batches are sorted by length, bf16 autocast on CUDA.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from mlminilm import __version__
+from mlminilm import logging as mlog
+from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
+from mlminilm.errors import ConfigError, DataError, MlminilmError
+from mlminilm.evaluation.common import (
+    ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings, to_device,
+)
+from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, load_xnli_split
+
+log = mlog.get(__name__)
+
+PROTOCOL = (
+    "zero-shot cross-lingual transfer (XTREME): fine-tuned on English only, evaluated on each language's XNLI "
+    "{split} set; accuracy in %, average = unweighted mean over languages"
+)
+
+
+def encode_pairs(tokenizer, examples: Sequence[NLIExample], max_seq_len: int) -> dict[str, list]:
+    """Premise/hypothesis pairs as unpadded token lists (longest_first truncation to `max_seq_len`)."""
+    encoded = tokenizer(
+        [e.premise for e in examples], [e.hypothesis for e in examples],
+        truncation=True, max_length=max_seq_len,
+    )
+    return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def nli_label_map(config, model: str) -> np.ndarray:
+    """Model output index -> NLI_LABELS index, read from the head's id2label names.
+
+    Heads trained here use NLI_LABELS order; other NLI models name their labels (in any order). Generic names
+    (LABEL_0...) are taken to be in NLI_LABELS order."""
+    n = config.num_labels
+    if n != len(NLI_LABELS):
+        raise ConfigError(
+            f"model {model} has a {n}-label classification head; XNLI needs 3 ({', '.join(NLI_LABELS)}): "
+            "fine-tune it with `mlminilm finetune --task xnli`"
+        )
+    names = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(n)]
+    try:
+        mapping = [label_id(name) for name in names]
+    except DataError:
+        return np.arange(n)
+    if sorted(mapping) != list(range(n)):
+        raise ConfigError(f"model {model} labels {names} do not name the three NLI classes once each")
+    return np.asarray(mapping)
+
+
+def predict(
+    model, rows: dict[str, list], *, batch_size: int, rt, pad_id: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Argmax class (the model's own index) of every encoded pair, in input order; batches sorted by length."""
+    import torch
+
+    order = length_order([len(ids) for ids in rows["input_ids"]])
+    predicted = np.empty(len(order), dtype=np.int64)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            batch = to_device(pad_batch(rows, index, pad_id), rt.device)
+            with rt.autocast():
+                logits = model(**batch).logits
+            predicted[index] = logits.float().argmax(-1).cpu().numpy()
+            if on_batch is not None:
+                on_batch(len(index))
+    model.train(was_training)
+    return predicted
+
+
+def confusion(gold: np.ndarray, predicted: np.ndarray, classes: int = 3) -> list[list[int]]:
+    """Rows: gold class, columns: predicted class (NLI_LABELS order)."""
+    matrix = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(matrix, (gold, predicted), 1)
+    return matrix.tolist()
+
+
+def language_scores(gold: np.ndarray, predicted: np.ndarray) -> dict:
+    matrix = confusion(gold, predicted)
+    per_class = {}
+    for k, name in enumerate(NLI_LABELS):
+        tp = matrix[k][k]
+        gold_k, pred_k = sum(matrix[k]), sum(row[k] for row in matrix)
+        precision = tp / pred_k if pred_k else 0.0
+        recall = tp / gold_k if gold_k else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[name] = {"precision": 100 * precision, "recall": 100 * recall, "f1": 100 * f1, "support": gold_k}
+    correct = int((gold == predicted).sum())
+    return {
+        "accuracy": 100.0 * correct / len(gold),
+        "examples": int(len(gold)),
+        "correct": correct,
+        "confusion": matrix,
+        "per_class": per_class,
+    }
+
+
+def resolve_max_seq_len(cfg_value: int | None, model: str) -> int:
+    if cfg_value is not None:
+        return cfg_value
+    return int(run_settings(model).get("max_seq_len") or TASK_DEFAULTS["xnli"].max_seq_len)
+
+
+def run(cfg: EvalXnliConfig) -> dict:
+    """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
+    into `cfg.out` when given)."""
+    from mlminilm import report, train
+
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
+    langs = list(cfg.langs) or None
+    # Everything cheap first, all problems at once: the data (parsed whole), the model's head and length.
+    problems: list[str] = []
+    data: dict[str, list[NLIExample]] = {}
+    files: dict[str, str] = {}
+    try:
+        data = load_xnli_split(cfg.data, cfg.split, langs)
+        if not str(cfg.data).startswith("hf:"):
+            files = {lang: str(src.path) for lang, src in find_xnli_files(cfg.data, cfg.split, langs).items()}
+    except MlminilmError as exc:
+        problems.append(str(exc))
+    data_ok = not problems
+    max_seq_len = resolve_max_seq_len(cfg.max_seq_len, cfg.model)
+    config = None
+    try:
+        config = check_head(cfg.model, "xnli")
+        label_map = nli_label_map(config, cfg.model)
+        check_length(config, cfg.model, max_seq_len)
+    except MlminilmError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise (ConfigError if data_ok else DataError)("; ".join(problems))
+
+    rt = train.setup_runtime(cfg.device, cfg.precision)
+    model, tokenizer = load_classifier(cfg.model, rt)
+    total = sum(len(v) for v in data.values())
+    log.info("XNLI %s: %d languages, %s examples; model %s on %s", cfg.split, len(data), f"{total:,}",
+             cfg.model, rt.device)
+    languages: dict[str, dict] = {}
+    predictions: dict[str, list[str]] = {}
+    t_all = time.perf_counter()
+    done = 0
+    with mlog.progress() as bar:
+        task = bar.add_task(f"xnli {cfg.split}", total=total, rate="")
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            rate = done / max(time.perf_counter() - t_all, 1e-9)
+            bar.update(task, completed=done, rate=f"{rate:,.0f} ex/s")
+
+        for lang, examples in data.items():
+            t0 = time.perf_counter()
+            rows = encode_pairs(tokenizer, examples, max_seq_len)
+            raw = predict(model, rows, batch_size=cfg.batch_size, rt=rt, pad_id=tokenizer.pad_token_id or 0,
+                          on_batch=advance)
+            predicted = label_map[raw]
+            gold = np.asarray([e.label for e in examples])
+            scores = language_scores(gold, predicted)
+            elapsed = time.perf_counter() - t0
+            scores["examples_per_s"] = len(examples) / max(elapsed, 1e-9)
+            if lang in files:
+                scores["file"] = files[lang]
+            languages[lang] = scores
+            predictions[lang] = [NLI_LABELS[k] for k in predicted]
+            log.info("%s: accuracy %.2f%% on %s examples (%s ex/s)", lang, scores["accuracy"],
+                     f"{len(examples):,}", f"{scores['examples_per_s']:,.0f}")
+    elapsed = time.perf_counter() - t_all
+    doc = {
+        "task": "xnli",
+        "split": cfg.split,
+        "protocol": PROTOCOL.format(split=cfg.split),
+        "model": cfg.model,
+        "selection": read_selection(cfg.model),
+        "data": {"source": str(cfg.data), "files": files},
+        "metrics": ["accuracy"],
+        "labels": list(NLI_LABELS),
+        "languages": languages,
+        "average": {
+            "accuracy": float(np.mean([s["accuracy"] for s in languages.values()])),
+            "examples": int(sum(s["examples"] for s in languages.values())),
+        },
+        "settings": {"max_seq_len": max_seq_len, "batch_size": cfg.batch_size, "sorted_by_length": True},
+        "throughput": {
+            "examples_per_s": total / max(elapsed, 1e-9),
+            "elapsed_s": elapsed,
+            "device": device_name(rt),
+            "precision": str(rt.dtype).replace("torch.", ""),
+            "batch_size": cfg.batch_size,
+        },
+        "mlminilm": __version__,
+    }
+    out = report_dir.begin()
+    try:
+        if out is not None:
+            pred_dir = out / "predictions"
+            pred_dir.mkdir()
+            for lang, labels in predictions.items():
+                # XTREME's submission format: one predicted label per line, in the order of the input file.
+                (pred_dir / f"{cfg.split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
+            report.write_reports(doc, out)
+        report_dir.commit()
+    except BaseException:
+        report_dir.discard()
+        raise
+    if cfg.out is not None:
+        doc["report_dir"] = str(cfg.out)
+    return doc
+
+
+def load_classifier(name: str, rt):
+    """The sequence-classification model (eval mode, on the device) and its tokenizer."""
+    from transformers import AutoModelForSequenceClassification
+
+    from mlminilm.models import _load_error, load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(name)
+    except Exception as exc:
+        raise _load_error("model", name, exc) from exc
+    return model.to(rt.device).eval(), tokenizer

@@ -1,0 +1,220 @@
+"""Per-language results as a terminal table (rich), JSON, CSV, Markdown and a chart.
+
+Input: the metrics document of `eval-xnli` / `eval-mlqa` (`languages`: key -> scores with `examples`;
+`metrics`: the score names, in %; `average`; optional `gxlt` matrix). Files written by `write_reports`:
+`metrics.json`, `metrics.csv`, `metrics.md`, `chart.png` (per-language bars with the average as a line; for
+G-XLT a context x question heatmap of F1).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+FILES = ("metrics.json", "metrics.csv", "metrics.md", "chart.png")
+_TITLES = {"accuracy": "accuracy", "exact_match": "EM", "f1": "F1"}
+
+
+def _language_name(key: str) -> str:
+    from mlminilm.langs import all_languages
+
+    known = all_languages()
+    if key in known:
+        return known[key].name
+    if "-" in key:
+        c, q = key.split("-", 1)
+        if c in known and q in known:
+            return f"{known[c].name} / {known[q].name}"
+    return ""
+
+
+def _title(doc: dict) -> str:
+    task = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP"}.get(doc["task"], doc["task"])
+    source = str(doc.get("model") or doc.get("predictions_from") or "")
+    if len(source) > 48:  # keep the last path components
+        source = "..." + source[-45:]
+    return f"{task} {doc.get('split', '')}{' G-XLT' if doc.get('gxlt') else ''}: {source}"
+
+
+def rows(doc: dict) -> list[dict]:
+    """One flat row per language and a last `average` row: language, name, examples, the metrics (+ missing)."""
+    metrics = doc["metrics"]
+    extra = ["missing"] if "exact_match" in metrics else []
+    out = []
+    for key, scores in doc["languages"].items():
+        row = {"language": key, "name": _language_name(key), "examples": scores["examples"]}
+        row.update({m: round(scores[m], 2) for m in metrics})
+        row.update({m: scores.get(m, 0) for m in extra})
+        out.append(row)
+    avg = doc["average"]
+    row = {"language": "average", "name": f"mean of {len(doc['languages'])}", "examples": avg["examples"]}
+    row.update({m: round(avg[m], 2) for m in metrics})
+    row.update({m: avg.get(m, 0) for m in extra})
+    out.append(row)
+    return out
+
+
+def rich_table(doc: dict):
+    """The per-language table for the terminal (the caller prints it on stdout)."""
+    from rich.table import Table
+
+    if doc.get("gxlt"):
+        return _matrix_table(doc)
+    data = rows(doc)
+    table = Table(title=_title(doc), show_footer=False)
+    columns = [c for c in data[0] if c != "name"]
+    for column in ["language", "name", *columns[1:]]:
+        label = _TITLES.get(column, column)
+        table.add_column(label, justify="left" if column in ("language", "name") else "right")
+    for i, row in enumerate(data):
+        cells = [row["language"], row["name"]]
+        for column in columns[1:]:
+            value = row[column]
+            cells.append(f"{value:,}" if isinstance(value, int) else f"{value:.2f}")
+        table.add_row(*cells, end_section=i == len(data) - 2, style="bold" if row["language"] == "average" else None)
+    return table
+
+
+def _matrix_table(doc: dict):
+    """G-XLT: F1 with context languages as rows and question languages as columns (EM in metrics.csv/md)."""
+    from rich.table import Table
+
+    g = doc["gxlt"]
+    table = Table(title=f"{_title(doc)}\nF1 (%), rows: context language, columns: question language")
+    table.add_column("context", justify="left")
+    for q in g["questions"]:
+        table.add_column(q, justify="right")
+    table.add_column("mean", justify="right", style="bold")
+    for c, values in zip(g["contexts"], g["f1"]):
+        table.add_row(c, *(f"{v:.1f}" for v in values), f"{sum(values) / len(values):.1f}")
+    columns = list(zip(*g["f1"]))
+    table.add_section()
+    avg = doc["average"]
+    table.add_row("mean", *(f"{sum(col) / len(col):.1f}" for col in columns), f"{avg['f1']:.1f}", style="bold")
+    table.caption = (f"average of {len(doc['languages'])} pairs: EM {avg['exact_match']:.2f}, F1 {avg['f1']:.2f} "
+                     f"on {avg['examples']:,} questions ({avg['missing']:,} without a prediction)")
+    return table
+
+
+def notes(doc: dict) -> str:
+    """What the table does not show: the selection rule and the throughput (printed under the table)."""
+    return _caption(doc)
+
+
+def _caption(doc: dict) -> str:
+    parts = []
+    if doc.get("selection") and doc["selection"].get("rule"):
+        parts.append(f"selection: {doc['selection']['rule']}")
+    tp = doc.get("throughput")
+    if tp:
+        parts.append(f"{tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})")
+    return "\n".join(parts)
+
+
+def to_csv(doc: dict) -> str:
+    data = rows(doc)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(data[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(data)
+    return buffer.getvalue()
+
+
+def to_markdown(doc: dict) -> str:
+    data = rows(doc)
+    columns = list(data[0])
+    lines = [f"# {_title(doc)}", ""]
+    lines.append(f"- protocol: {doc.get('protocol', '')}")
+    if doc.get("model"):
+        lines.append(f"- model: `{doc['model']}`")
+    if doc.get("predictions_from"):
+        lines.append(f"- predictions: `{doc['predictions_from']}`")
+    if doc.get("selection"):
+        lines.append(f"- checkpoint selection: {doc['selection'].get('rule', 'unknown')}")
+    lines.append(f"- data: `{doc.get('data', {}).get('source', '')}`")
+    if doc.get("throughput"):
+        tp = doc["throughput"]
+        lines.append(
+            f"- throughput: {tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})"
+        )
+    lines += ["", "| " + " | ".join(_TITLES.get(c, c) for c in columns) + " |"]
+    lines.append("|" + "|".join("---" if c in ("language", "name") else "---:" for c in columns) + "|")
+    for row in data:
+        cells = []
+        for c in columns:
+            v = row[c]
+            cell = f"{v:,}" if isinstance(v, int) else f"{v:.2f}" if isinstance(v, float) else str(v)
+            cells.append(f"**{cell}**" if row["language"] == "average" and cell else cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    if doc.get("gxlt"):
+        g = doc["gxlt"]
+        lines += ["", "G-XLT F1 (rows: context language, columns: question language)", ""]
+        lines.append("| context \\ question | " + " | ".join(g["questions"]) + " |")
+        lines.append("|---|" + "---:|" * len(g["questions"]))
+        for c, values in zip(g["contexts"], g["f1"]):
+            lines.append(f"| {c} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(doc: dict, path: Path) -> Path:
+    """Per-language bars with the average as a dashed line; a heatmap of F1 for G-XLT."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if doc.get("gxlt"):
+        g = doc["gxlt"]
+        fig, ax = plt.subplots(figsize=(1.0 * len(g["questions"]) + 2.5, 0.85 * len(g["contexts"]) + 2))
+        image = ax.imshow(g["f1"], cmap="viridis", vmin=0, vmax=max(100.0, max(max(r) for r in g["f1"])))
+        ax.set_xticks(range(len(g["questions"])), g["questions"])
+        ax.set_yticks(range(len(g["contexts"])), g["contexts"])
+        ax.set_xlabel("question language")
+        ax.set_ylabel("context language")
+        for i, values in enumerate(g["f1"]):
+            for j, v in enumerate(values):
+                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=9, color="white" if v < 60 else "black")
+        fig.colorbar(image, ax=ax, label="F1 (%)")
+        ax.set_title(f"{_title(doc)}\nF1, average {doc['average']['f1']:.1f}", fontsize=11)
+    else:
+        keys = list(doc["languages"])
+        metrics = doc["metrics"]
+        main = "f1" if "f1" in metrics else metrics[0]
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(keys) * len(metrics) + 2), 4.5))
+        width = 0.8 / len(metrics)
+        colors = {"accuracy": "#3b75af", "f1": "#3b75af", "exact_match": "#9ecae1"}
+        for n, metric in enumerate(metrics):
+            values = [doc["languages"][k][metric] for k in keys]
+            xs = [i + (n - (len(metrics) - 1) / 2) * width for i in range(len(keys))]
+            bars = ax.bar(xs, values, width, label=_TITLES[metric], color=colors.get(metric))
+            if len(keys) * len(metrics) <= 40:
+                ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+        avg = doc["average"][main]
+        if doc["task"] == "xnli":
+            ax.axhline(100 / 3, color="grey", linestyle=":", linewidth=1, label="chance 33.3")
+        ax.axhline(avg, color="#d62728", linestyle="--", linewidth=1.2, label=f"average {_TITLES[main]} {avg:.1f}")
+        ax.set_xticks(range(len(keys)), keys)
+        ax.set_ylabel(" / ".join(_TITLES[m] for m in metrics) + " (%)")
+        top = max([doc["languages"][k][m] for k in keys for m in metrics] + [avg])
+        ax.set_ylim(0, min(100.0, top * 1.15 + 5) if top <= 100 else top * 1.1)
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+        ax.set_title(_title(doc), fontsize=11)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_reports(doc: dict, out: Path) -> dict[str, Path]:
+    """metrics.json, metrics.csv, metrics.md and chart.png in `out` (which exists)."""
+    out = Path(out)
+    paths = {name: out / name for name in FILES}
+    paths["metrics.json"].write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    paths["metrics.csv"].write_text(to_csv(doc), encoding="utf-8")
+    paths["metrics.md"].write_text(to_markdown(doc), encoding="utf-8")
+    chart(doc, paths["chart.png"])
+    return paths
