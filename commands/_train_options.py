@@ -20,7 +20,7 @@ Keep = Annotated[int, typer.Option("--keep", help="Keep the last K checkpoints."
 LogEvery = Annotated[int, typer.Option("--log-every", help="Write a metrics.jsonl record every N steps.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its latest checkpoint.")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Start over, replacing a previous run in --out.")]
-Precision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16.")]
+Precision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]

@@ -1,0 +1,136 @@
+"""Data parallelism: 2 gloo processes with batch B train exactly like 1 process with batch 2B, and only rank 0 writes.
+
+Both runs go through a small launcher that records every checkpoint, JSON file and export each rank writes,
+then hands over to the real CLI (`torchrun ... launcher.py distill ...` is `torchrun -m mlminilm distill ...`
+with the recording added).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import REPO, prepare_data, save_tiny_teacher
+
+LAUNCHER = '''
+import json, os, sys
+from mlminilm import distill, train
+
+rank = os.environ.get("RANK", "0")
+log_path = os.path.join(os.environ["MLMINILM_WRITES_LOG"], f"rank{rank}.jsonl")
+
+def record(kind, what):
+    with open(log_path, "a", encoding="utf-8") as f:
+        f.write(json.dumps([kind, str(what)]) + "\\n")
+
+real_save, real_json, real_export = train.save_checkpoint, train.write_json_atomic, distill.export_model
+
+def save_checkpoint(out, step, *args, **kwargs):
+    record("checkpoint", step)
+    return real_save(out, step, *args, **kwargs)
+
+def write_json_atomic(path, obj):
+    record("json", os.path.basename(path))
+    return real_json(path, obj)
+
+def export_model(model, tokenizer, out, *args, **kwargs):
+    record("export", os.path.basename(out))
+    return real_export(model, tokenizer, out, *args, **kwargs)
+
+train.save_checkpoint, train.write_json_atomic, distill.export_model = save_checkpoint, write_json_atomic, export_model
+sys.argv = ["mlminilm", *sys.argv[1:]]
+from mlminilm.commands.app import main
+main()
+'''
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    # Dropout 0 (the student takes the teacher's): no random numbers differ between the two layouts.
+    teacher = save_tiny_teacher(tiny_wordpiece_dir, root / "teacher", dropout=0.0)
+    data = prepare_data(teacher, tiny_corpus_dir, root / "data")
+    launcher = root / "launcher.py"
+    launcher.write_text(LAUNCHER, encoding="utf-8")
+    return teacher, data, launcher
+
+
+def free_port() -> int:
+    # Other test sessions may run torchrun on this machine at the same time: never assume a port is free.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(launcher: Path, out: Path, teacher: Path, data: Path, batch: int, nproc: int) -> subprocess.CompletedProcess:
+    logs = out.parent / f"{out.name}-writes"
+    logs.mkdir()
+    args = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out),
+            "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
+            "--max-steps", "4", "--batch-size", str(batch), "--save-every", "2", "--log-every", "1",
+            "--lr", "1e-3", "--warmup", "0", "--precision", "fp32", "--device", "cpu", "--quiet"]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(launcher), *args]
+    else:
+        cmd = [sys.executable, str(launcher), *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MLMINILM_NO_PROGRESS": "1",
+           "MLMINILM_WRITES_LOG": str(logs), "PYTHONPATH": str(REPO)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
+
+
+def writes(out: Path) -> dict[str, list]:
+    logs = out.parent / f"{out.name}-writes"
+    return {p.stem: [tuple(json.loads(l)) for l in p.read_text().splitlines()] for p in sorted(logs.glob("*.jsonl"))}
+
+
+def losses(out: Path) -> list[tuple[int, float]]:
+    records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+
+
+def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
+    teacher, data, launcher = setup
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    proc = run(launcher, ddp, teacher, data, batch=2, nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run(launcher, single, teacher, data, batch=4, nproc=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # The same loss trajectory, step by step.
+    a, b = losses(ddp), losses(single)
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    for (step, la), (_, lb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-4), (step, la, lb)
+    assert a[-1][1] != a[0][1]  # it trained
+
+    # The same student at the end.
+    from safetensors.torch import load_file
+
+    wa = load_file(ddp / "student" / "model.safetensors")
+    wb = load_file(single / "student" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=1e-4, atol=1e-5, msg=key)
+
+    # Only rank 0 wrote anything: each checkpoint once, the run record once, one export.
+    w = writes(ddp)
+    assert set(w) == {"rank0"}, {k: v[:5] for k, v in w.items()}
+    rank0 = w["rank0"]
+    assert [x for x in rank0 if x[0] == "checkpoint"] == [("checkpoint", "2"), ("checkpoint", "4")]
+    assert [x for x in rank0 if x[0] == "export"] == [("export", "student")]
+    assert rank0.count(("json", "config.json")) == 1
+    assert sorted(p.name for p in (ddp / "checkpoints").iterdir()) == ["step-2", "step-4"]
+    leftovers = [p for p in ddp.rglob("*") if p.name.startswith(".tmp") or ".tmp-" in p.name]
+    assert not leftovers, leftovers
+    assert json.loads((ddp / "config.json").read_text())["world_size"] == 2
+    assert writes(single)["rank0"] == rank0  # and exactly what the single process writes
