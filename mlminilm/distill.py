@@ -158,18 +158,10 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
     )
 
-    forward = StudentQKV(student)
-    model: nn.Module = forward
-    if rt.distributed:
-        model = nn.parallel.DistributedDataParallel(
-            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
-        )
-    optimizer = train.make_optimizer(student, cfg, rt.device)
-    scheduler = train.linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
-    start = train.resume_point(out, cfg, student, optimizer, scheduler)
-    metrics = train.MetricsLog(out / "metrics.jsonl", enabled=rt.is_main)
-    if rt.is_main:
-        metrics.truncate_after(start)
+    state = train.setup_training(cfg, rt, StudentQKV(student), student, out)
+    model, optimizer, scheduler, start, metrics = (
+        state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
+    )
 
     sampler = BatchSampler(counts, cfg.alpha, cfg.seed)
     pad_id = data.tokenizer.get("pad_token_id")

@@ -294,17 +294,10 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
 
     raw_model = load_task_model(cfg.task, cfg.model, rcfg.seed).to(rt.device)
     label_to_model = _label_to_model(raw_model, cfg.task)
-    model: nn.Module = raw_model
-    if rt.distributed:
-        model = nn.parallel.DistributedDataParallel(
-            raw_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
-        )
-    optimizer = train.make_optimizer(raw_model, rcfg, rt.device)
-    scheduler = train.linear_schedule(optimizer, rcfg.warmup_steps(), rcfg.max_steps)
-    start = train.resume_point(out, rcfg, raw_model, optimizer, scheduler)
-    metrics = train.MetricsLog(out / "metrics.jsonl", enabled=rt.is_main)
-    if rt.is_main:
-        metrics.truncate_after(start)
+    state = train.setup_training(rcfg, rt, raw_model, raw_model, out)
+    model, optimizer, scheduler, start, metrics = (
+        state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
+    )
     log.info(
         "%s: %s training examples -> %s features; %d steps (%d per epoch, batch %d), lr %g, max length %d",
         cfg.task, f"{len(train_examples):,}", f"{n:,}", rcfg.max_steps, steps_per_epoch, global_batch, rcfg.lr,

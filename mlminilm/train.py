@@ -285,6 +285,31 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
         raise CheckpointError(f"checkpoint {path} cannot be loaded: {exc}; remove it to resume from an earlier one") from exc
 
 
+@dataclass
+class TrainingState:
+    model: nn.Module  # what forward runs through (DDP-wrapped when distributed)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    start_step: int
+    metrics: "MetricsLog"
+
+
+def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn.Module, out: Path) -> TrainingState:
+    """DDP wrapping, AdamW over `params`, the schedule, the resume point and the metrics log, as every loop needs."""
+    model: nn.Module = forward
+    if rt.distributed:
+        model = nn.parallel.DistributedDataParallel(
+            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
+        )
+    optimizer = make_optimizer(params, cfg, rt.device)
+    scheduler = linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
+    start = resume_point(out, cfg, params, optimizer, scheduler)
+    metrics = MetricsLog(Path(out) / "metrics.jsonl", enabled=rt.is_main)
+    if rt.is_main:
+        metrics.truncate_after(start)
+    return TrainingState(model, optimizer, scheduler, start, metrics)
+
+
 # ------------------------------------------------------------------------------------------ the loop
 
 
