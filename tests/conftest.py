@@ -118,3 +118,15 @@ def tiny_corpus_dir(tmp_path_factory) -> Path:
     for lang in ("en", "de", "ar", "zh"):
         (path / f"{lang}.txt").write_text("\n".join(sample_lines(lang, 40)) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: a second intra-op thread costs more hand-off than it saves, and on a busy 2-core machine
+    every hand-off waits for a time slice (10+ ms per op). Use with `pytest.mark.usefixtures`; restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

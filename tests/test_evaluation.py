@@ -11,16 +11,7 @@ import pytest
 from helpers import assert_one_line_error, cli, save_tiny_teacher
 from taskdata import LABELS, save_head_model, squad_doc, write_json, write_mlqa_dir, write_nli_tsv, write_xnli_dir
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: a second intra-op thread costs more hand-off than it saves, and on a busy 2-core machine
-    every hand-off waits for a time slice (10+ ms per op). Restored afterwards."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 PNG = b"\x89PNG\r\n\x1a\n"

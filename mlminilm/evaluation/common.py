@@ -175,6 +175,29 @@ class ReportDir:
             shutil.rmtree(self.path, ignore_errors=True)
         self.path = None
 
+    def publish(self, doc: dict, write_predictions) -> dict:
+        """Write `predictions/` (by `write_predictions(dir)`) and the report files, then rename into place.
+
+        With no --out nothing is written; on any error the temporary directory is removed. Returns `doc`,
+        with `report_dir` set when a report was written.
+        """
+        from mlminilm import report
+
+        out = self.begin()
+        try:
+            if out is not None:
+                pred_dir = out / "predictions"
+                pred_dir.mkdir()
+                write_predictions(pred_dir)
+                report.write_reports(doc, out)
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
+        if self.final is not None:
+            doc["report_dir"] = str(self.final)
+        return doc
+
 
 def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -190,7 +190,6 @@ def qa_settings(cfg: EvalMlqaConfig) -> dict:
 def run(cfg: EvalMlqaConfig) -> dict:
     """Score every requested file (running `cfg.model`, or reading `cfg.predictions`); returns the metrics
     document, and writes the report and the predictions into `cfg.out` when given."""
-    from mlminilm import report
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data, cfg.predictions))
     problems: list[str] = []
@@ -253,21 +252,12 @@ def run(cfg: EvalMlqaConfig) -> dict:
         log.info("%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"],
                  f"{scores['examples']:,}")
     doc = _document(cfg, benchmark, files, languages, settings, throughput, time.perf_counter() - t_all)
-    out = report_dir.begin()
-    try:
-        if out is not None:
-            pred_dir = out / "predictions"
-            pred_dir.mkdir()
-            for key, info in files.items():
-                write_json(pred_dir / prediction_name(info.path), predictions[key])
-            report.write_reports(doc, out)
-        report_dir.commit()
-    except BaseException:
-        report_dir.discard()
-        raise
-    if cfg.out is not None:
-        doc["report_dir"] = str(cfg.out)
-    return doc
+
+    def write_predictions(pred_dir: Path) -> None:
+        for key, info in files.items():
+            write_json(pred_dir / prediction_name(info.path), predictions[key])
+
+    return report_dir.publish(doc, write_predictions)
 
 
 def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:

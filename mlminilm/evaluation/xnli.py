@@ -7,6 +7,7 @@ Zero-shot cross-lingual transfer as in XTREME: the model was fine-tuned on Engli
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -118,7 +119,7 @@ def resolve_max_seq_len(cfg_value: int | None, model: str) -> int:
 def run(cfg: EvalXnliConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""
-    from mlminilm import report, train
+    from mlminilm import train
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
     langs = list(cfg.langs) or None
@@ -203,22 +204,13 @@ def run(cfg: EvalXnliConfig) -> dict:
         },
         "mlminilm": __version__,
     }
-    out = report_dir.begin()
-    try:
-        if out is not None:
-            pred_dir = out / "predictions"
-            pred_dir.mkdir()
-            for lang, labels in predictions.items():
-                # XTREME's submission format: one predicted label per line, in the order of the input file.
-                (pred_dir / f"{cfg.split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
-            report.write_reports(doc, out)
-        report_dir.commit()
-    except BaseException:
-        report_dir.discard()
-        raise
-    if cfg.out is not None:
-        doc["report_dir"] = str(cfg.out)
-    return doc
+
+    def write_predictions(pred_dir: Path) -> None:
+        for lang, labels in predictions.items():
+            # XTREME's submission format: one predicted label per line, in the order of the input file.
+            (pred_dir / f"{cfg.split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
+
+    return report_dir.publish(doc, write_predictions)
 
 
 def load_classifier(name: str, rt):
