@@ -2,14 +2,16 @@
 
 `*_qkv` are (q, k, v) tuples of [batch, seq, hidden] tensors, heads concatenated in the model's order;
 `attention_mask` is [batch, seq] with 1 for real tokens. Each loss is the batch mean of the per-sequence
-loss, a 0-dim tensor. The `*_terms` variants return the parts by name.
+loss, a 0-dim tensor. The `*_terms` variants return the parts by name. Each relation is computed by
+`relations.relation_loss`, `chunk` heads at a time (default: automatic, so that no [batch, heads, seq, seq]
+tensor is materialised at long sequences), in float32 even under bf16 autocast.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mlminilm.relations import relation_kl, relation_logits
+from mlminilm.relations import relation_loss
 
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -26,37 +28,41 @@ def _check(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor) -> 
         )
 
 
-def minilm_v1_terms(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int) -> dict:
+def minilm_v1_terms(
+    teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int, chunk: int | None = None
+) -> dict:
     """{"attention": L_AT, "value": L_VR}: per-head attention distributions and value relations."""
     _check(teacher_qkv, student_qkv, attention_mask)
     tq, tk, tv = teacher_qkv
     sq, sk, sv = student_qkv
     return {
-        "attention": relation_kl(
-            relation_logits(tq, tk, num_heads), relation_logits(sq, sk, num_heads), attention_mask
-        ),
-        "value": relation_kl(relation_logits(tv, tv, num_heads), relation_logits(sv, sv, num_heads), attention_mask),
+        "attention": relation_loss(tq, tk, sq, sk, attention_mask, num_heads, chunk),
+        "value": relation_loss(tv, tv, sv, sv, attention_mask, num_heads, chunk),
     }
 
 
-def minilm_v1_loss(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+def minilm_v1_loss(
+    teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, num_heads: int, chunk: int | None = None
+) -> torch.Tensor:
     """L_AT + L_VR of MiniLM v1; teacher and student must have `num_heads` attention heads."""
-    terms = minilm_v1_terms(teacher_qkv, student_qkv, attention_mask, num_heads)
+    terms = minilm_v1_terms(teacher_qkv, student_qkv, attention_mask, num_heads, chunk)
     return terms["attention"] + terms["value"]
 
 
-def minilm_v2_terms(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int) -> dict:
+def minilm_v2_terms(
+    teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int, chunk: int | None = None
+) -> dict:
     """{"qq": ..., "kk": ..., "vv": ...}: multi-head self-attention relations over `relation_heads` heads."""
     _check(teacher_qkv, student_qkv, attention_mask)
-    terms = {}
-    for name, t, s in zip(("qq", "kk", "vv"), teacher_qkv, student_qkv):
-        terms[name] = relation_kl(
-            relation_logits(t, t, relation_heads), relation_logits(s, s, relation_heads), attention_mask
-        )
-    return terms
+    return {
+        name: relation_loss(t, t, s, s, attention_mask, relation_heads, chunk)
+        for name, t, s in zip(("qq", "kk", "vv"), teacher_qkv, student_qkv)
+    }
 
 
-def minilm_v2_loss(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int) -> torch.Tensor:
+def minilm_v2_loss(
+    teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor, relation_heads: int, chunk: int | None = None
+) -> torch.Tensor:
     """Sum of the Q-Q, K-K and V-V relation losses of MiniLMv2; `relation_heads` must divide both hidden sizes."""
-    terms = minilm_v2_terms(teacher_qkv, student_qkv, attention_mask, relation_heads)
+    terms = minilm_v2_terms(teacher_qkv, student_qkv, attention_mask, relation_heads, chunk)
     return terms["qq"] + terms["kk"] + terms["vv"]

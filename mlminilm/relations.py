@@ -1,6 +1,16 @@
 """Self-attention relations and the masked KL between teacher and student relations.
 
-MiniLM v1 and v2 losses are compositions of these two functions (see `mlminilm.losses`).
+MiniLM v1 and v2 losses are compositions of these (see `mlminilm.losses`). Two forms of the same quantity:
+
+- `relation_loss(teacher_x, teacher_y, student_x, student_y, mask, heads)` goes from the Q/K/V-like inputs
+  straight to the loss, a chunk of heads at a time, and recomputes each chunk in the backward: it never holds
+  a whole [batch, heads, seq, seq] tensor when that would be large (seq 512 and up). The losses use it.
+- `relation_logits` + `relation_kl` materialise the logits; kept for inspection and as the reference.
+
+Everything is computed in float32 (float64 for float64 inputs) with autocast switched off, whatever the
+inputs' dtype and whatever autocast is active: METHOD.md section 1 wants the relation logits and the KL in
+float32 even under bf16 autocast, and autocast would otherwise run the matmuls (and the einsum of the KL,
+which lowers to a bmm) in bf16.
 """
 
 from __future__ import annotations
@@ -8,10 +18,16 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 # A large negative *finite* logit for masked keys: a bare -inf would turn a fully masked row into NaN.
 MASKED_LOGIT = -1e9
+# The automatic chunk holds at most this many elements per [batch, chunk, seq, seq] tensor. CPU: 8 MiB in fp32,
+# so a chunk's few tensors stay in a server CPU's last-level cache (batch 8 x seq 512, 1 thread: chunks of 1
+# head took 1.2 s against 2.1 s for chunks of 4 and 1.7 s materialised); batch 8 x seq 128 still fits all 12
+# heads in one chunk. Elsewhere (CUDA): 64 MiB, so each kernel has enough work and the number of launches stays
+# small (a guess, not yet measured on a GPU).
+CHUNK_ELEMENTS = {"cpu": 1 << 21}
+CHUNK_ELEMENTS_DEFAULT = 1 << 24
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -22,47 +38,95 @@ def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(b, s, heads, h // heads).transpose(1, 2)
 
 
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[batch, heads, seq, d] -> [batch, seq, heads * d], the inverse of `split_heads`."""
+    b, a, s, d = x.shape
+    return x.transpose(1, 2).reshape(b, s, a * d)
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for bf16 / fp16 / fp32 inputs, float64 for float64 ones (so gradcheck can run in float64)."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def no_autocast(device: torch.device):
+    """A context in which autocast leaves the matmuls in the dtype of their inputs."""
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def scaled_logits(xh: torch.Tensor, yh: torch.Tensor) -> torch.Tensor:
+    """x_a y_a^T / sqrt(d) for heads [batch, heads, seq, d] (d of x, the model's own head size)."""
+    return torch.matmul(xh * (1.0 / math.sqrt(xh.shape[-1])), yh.transpose(-1, -2))
+
+
 def relation_logits(x: torch.Tensor, y: torch.Tensor, heads: int) -> torch.Tensor:
     """Scaled dot-product relation logits x_a y_a^T / sqrt(d) per head a, in float32.
 
     x, y: [batch, seq, hidden]; returns [batch, heads, seq, seq]. Float32 even under bf16 autocast:
     the softmax of these logits is the distillation target, and bf16 logits lose too much of it.
     """
-    xh = split_heads(x, heads).float()
-    yh = split_heads(y, heads).float()
-    scale = 1.0 / math.sqrt(xh.shape[-1])
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        return torch.matmul(xh * scale, yh.transpose(-1, -2))
+    dtype = compute_dtype(x)
+    with no_autocast(x.device):
+        return scaled_logits(split_heads(x, heads).to(dtype), split_heads(y, heads).to(dtype))
+
+
+def key_padding(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(real-token mask [batch, seq] as bool, padded keys [batch, 1, 1, seq] or None when there are none)."""
+    mask = attention_mask.to(torch.bool)
+    if mask.device.type == "cpu" and bool(mask.all()):
+        # Packed batches rarely hold padding (only a language's last sequence): skip the masking passes. Not on
+        # CUDA, where the check would cost a host sync.
+        return mask, None
+    return mask, ~mask[:, None, None, :]
+
+
+def masked_log_softmax(logits: torch.Tensor, padded_keys: torch.Tensor | None) -> torch.Tensor:
+    """log_softmax over keys with padded keys at MASKED_LOGIT (a new tensor: `logits` are the caller's)."""
+    if padded_keys is not None:
+        logits = logits.masked_fill(padded_keys, MASKED_LOGIT)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def row_kl(log_p: torch.Tensor, log_q: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-row KL(P || Q) = sum_j P_j (log P_j - log Q_j) from log-probabilities (and P if the caller has it).
+
+    Overwrites `log_p`. Masked keys have P = Q = 0 and finite logs, so they add 0.
+    """
+    p = log_p.exp() if p is None else p
+    return torch.einsum("...j,...j->...", p, log_p.sub_(log_q))
+
+
+def reduce_rows(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Batch mean of 1/(heads |x|) sum over heads and real query rows of the per-row KL [batch, heads, seq]."""
+    per_row = torch.where(mask[:, None, :], per_row, 0.0)
+    heads = per_row.shape[1]
+    real_tokens = mask.sum(-1).clamp(min=1).to(per_row.dtype)
+    return (per_row.sum((1, 2)) / (heads * real_tokens)).mean()
 
 
 class _RowKL(torch.autograd.Function):
-    """Per-row KL(softmax(t) || softmax(s)) over the last dimension, with the gradient written out.
+    """Per-row KL(softmax(t) || softmax(s)) over the last dimension of materialised logits, gradient written out.
 
-    d KL_row / d s = softmax(s) - softmax(t), so the backward needs the two probability tensors and nothing
-    else; autograd through log_softmax + kl_div + where keeps and re-reads about twice as many [b, h, s, s]
-    tensors (both v1 relations at 8 x 128, 12 heads, forward + backward on 1 CPU thread: 54 -> 38 ms, and less
-    step memory; docs/BENCHMARKS.md). The teacher is a constant: it gets no gradient.
+    d KL_row / d s = softmax(s) - softmax(t): the backward needs that one difference and nothing else, where
+    autograd through log_softmax + kl_div + where keeps and re-reads several [b, h, s, s] tensors
+    (docs/BENCHMARKS.md). The teacher is a constant: it gets no gradient.
     """
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, s: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        if key_mask is not None:
-            t = torch.where(key_mask, t, MASKED_LOGIT)
-            s = torch.where(key_mask, s, MASKED_LOGIT)
-        log_p_t = F.log_softmax(t, dim=-1)
-        p_t = log_p_t.exp()
-        log_q = F.log_softmax(s, dim=-1)
-        q = log_q.exp()
-        # sum_j P_j (log P_j - log Q_j); masked keys have P = Q = 0 and finite logs, so they add 0.
-        per_row = torch.einsum("...j,...j->...", p_t, log_p_t.sub_(log_q))
-        ctx.save_for_backward(p_t, q)
+    def forward(ctx, t: torch.Tensor, s: torch.Tensor, padded_keys: torch.Tensor | None) -> torch.Tensor:
+        with no_autocast(s.device):
+            log_p = masked_log_softmax(t, padded_keys)
+            log_q = masked_log_softmax(s, padded_keys)
+            p = log_p.exp()
+            ctx.save_for_backward(log_q.exp().sub_(p))  # q - p
+            per_row = row_kl(log_p, log_q, p)
         return per_row
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_row: torch.Tensor):
-        p_t, q = ctx.saved_tensors
-        return None, (q - p_t).mul_(grad_row.unsqueeze(-1)), None
+        (difference,) = ctx.saved_tensors
+        return None, difference * grad_row.unsqueeze(-1), None
 
 
 def relation_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -70,17 +134,125 @@ def relation_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, atte
 
     Logits: [batch, heads, seq, seq]; attention_mask: [batch, seq] with 1 for real tokens. Padded keys get
     probability 0 on both sides, padded query rows are left out, and |x| counts the real tokens of each sequence.
+    The teacher is the target: no gradient flows to it. Float32 (float64 for float64 logits), even under autocast.
+    """
+    mask, padded_keys = key_padding(attention_mask)
+    dtype = compute_dtype(student_logits)
+    per_row = _RowKL.apply(teacher_logits.detach().to(dtype), student_logits.to(dtype), padded_keys)
+    return reduce_rows(per_row, mask)
+
+
+# ------------------------------------------------------------------------------ chunked, with recomputation
+
+
+def auto_chunk(batch: int, seq: int, heads: int, device: torch.device | str = "cpu") -> int:
+    """Heads per chunk so that one [batch, chunk, seq, seq] tensor holds at most the device's CHUNK_ELEMENTS."""
+    budget = CHUNK_ELEMENTS.get(torch.device(device).type, CHUNK_ELEMENTS_DEFAULT)
+    return max(1, min(heads, budget // max(1, batch * seq * seq)))
+
+
+def head_slices(heads: int, chunk: int) -> list[slice]:
+    """Consecutive slices of `chunk` heads (the last one shorter when chunk does not divide heads)."""
+    return [slice(lo, min(lo + chunk, heads)) for lo in range(0, heads, chunk)]
+
+
+def chunk_heads(x: torch.Tensor, heads: int, part: slice, dtype: torch.dtype) -> torch.Tensor:
+    return split_heads(x, heads)[:, part].to(dtype)
+
+
+def chunk_logits(x, y, heads, part, padded_keys, dtype) -> torch.Tensor:
+    """One chunk's relation logits [batch, chunk, seq, seq], padded keys at MASKED_LOGIT."""
+    logits = scaled_logits(chunk_heads(x, heads, part, dtype), chunk_heads(y, heads, part, dtype))
+    return logits if padded_keys is None else logits.masked_fill_(padded_keys, MASKED_LOGIT)
+
+
+def chunk_difference(tx, ty, sx, sy, heads, part, padded_keys, dtype) -> torch.Tensor:
+    """softmax(student) - softmax(teacher) of one chunk: the gradient of each row's KL w.r.t. the student logits."""
+    p = torch.softmax(chunk_logits(tx, ty, heads, part, padded_keys, dtype), dim=-1)
+    return torch.softmax(chunk_logits(sx, sy, heads, part, padded_keys, dtype), dim=-1).sub_(p)
+
+
+class _ChunkedRelationKL(torch.autograd.Function):
+    """Per-row KL(softmax(t_x t_y^T) || softmax(s_x s_y^T)) per head, [batch, heads, seq], a chunk of heads at a time.
+
+    With several chunks the forward saves only its inputs (the four [batch, seq, hidden] tensors and the key
+    mask) and the backward recomputes each chunk's two softmaxes, so the loss never holds more than a few
+    [batch, chunk, seq, seq] tensors. With one chunk (short sequences) recomputation would buy nothing, so the
+    forward keeps the single softmax difference the backward needs instead of recomputing it.
+    """
+
+    @staticmethod
+    def forward(ctx, tx, ty, sx, sy, padded_keys, heads: int, chunk: int) -> torch.Tensor:
+        dtype = compute_dtype(sx)
+        parts = head_slices(heads, chunk)
+        keep = len(parts) == 1 and (ctx.needs_input_grad[2] or ctx.needs_input_grad[3])
+        rows, difference = [], None
+        with no_autocast(sx.device):
+            for part in parts:
+                log_p = torch.log_softmax(chunk_logits(tx, ty, heads, part, padded_keys, dtype), dim=-1)
+                log_q = torch.log_softmax(chunk_logits(sx, sy, heads, part, padded_keys, dtype), dim=-1)
+                p = log_p.exp()
+                if keep:
+                    difference = log_q.exp().sub_(p)
+                rows.append(row_kl(log_p, log_q, p))
+                del log_p, log_q, p  # free this chunk before the next one is built
+        ctx.heads, ctx.chunk, ctx.dtype = heads, chunk, dtype
+        ctx.save_for_backward(tx, ty, sx, sy, padded_keys, difference)
+        return torch.cat(rows, dim=1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_row: torch.Tensor):
+        tx, ty, sx, sy, padded_keys, difference = ctx.saved_tensors
+        heads, dtype = ctx.heads, ctx.dtype
+        want_x, want_y = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+        b, s, _ = sx.shape
+        d = sx.shape[-1] // heads
+        scale = 1.0 / math.sqrt(d)
+        grad_x = sx.new_empty((b, heads, s, d), dtype=dtype) if want_x else None  # every chunk fills its part
+        grad_y = sy.new_empty((b, heads, s, d), dtype=dtype) if want_y else None
+        with no_autocast(sx.device):
+            for part in head_slices(heads, ctx.chunk):
+                if difference is None:
+                    g = chunk_difference(tx, ty, sx, sy, heads, part, padded_keys, dtype)
+                    g.mul_(grad_row[:, part, :, None].to(dtype))
+                else:
+                    g = difference * grad_row[:, part, :, None].to(dtype)
+                # logits = (x * scale) y^T, so d/dx = scale g y and d/dy = scale g^T x.
+                if want_x:
+                    grad_x[:, part] = torch.matmul(g, chunk_heads(sy, heads, part, dtype)).mul_(scale)
+                if want_y:
+                    g_t = g.transpose(-1, -2)
+                    grad_y[:, part] = torch.matmul(g_t, chunk_heads(sx, heads, part, dtype)).mul_(scale)
+                del g
+        return (
+            None, None,
+            merge_heads(grad_x).to(sx.dtype) if want_x else None,
+            merge_heads(grad_y).to(sy.dtype) if want_y else None,
+            None, None, None,
+        )
+
+
+def relation_loss(
+    teacher_x: torch.Tensor, teacher_y: torch.Tensor, student_x: torch.Tensor, student_y: torch.Tensor,
+    attention_mask: torch.Tensor, heads: int, chunk: int | None = None,
+) -> torch.Tensor:
+    """relation_kl(relation_logits(teacher_x, teacher_y), relation_logits(student_x, student_y)) without
+    materialising the [batch, heads, seq, seq] logits: `chunk` heads at a time (default: `auto_chunk`).
+
+    x, y: [batch, seq, hidden] (hidden may differ between teacher and student; `heads` must divide both).
+    Same value and gradients as the materialised form; float32 (float64 for float64 inputs) under autocast too.
     The teacher is the target: no gradient flows to it.
     """
-    mask = attention_mask.to(torch.bool)
-    key_mask = mask[:, None, None, :]
-    if mask.device.type == "cpu" and bool(mask.all()):
-        # Packed batches rarely hold padding (only a language's last sequence): skip two passes. Not on CUDA,
-        # where the check would cost a host sync.
-        key_mask = None
-    per_row = _RowKL.apply(teacher_logits.detach().float(), student_logits.float(), key_mask)  # [batch, heads, seq]
-    per_row = torch.where(mask[:, None, :], per_row, 0.0)
-    heads = teacher_logits.shape[1]
-    real_tokens = mask.sum(-1).clamp(min=1).to(per_row.dtype)
-    per_sequence = per_row.sum((1, 2)) / (heads * real_tokens)
-    return per_sequence.mean()
+    for name, x in (("teacher", teacher_x), ("student", student_x)):
+        if x.shape[-1] % heads:
+            raise ValueError(f"{heads} heads do not divide the {name}'s hidden size {x.shape[-1]}")
+    b, s, _ = student_x.shape
+    chunk = auto_chunk(b, s, heads, student_x.device) if chunk is None else chunk
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1 head, got {chunk}")
+    mask, padded_keys = key_padding(attention_mask)
+    per_row = _ChunkedRelationKL.apply(
+        teacher_x.detach(), teacher_y.detach(), student_x, student_y, padded_keys, heads, chunk
+    )
+    return reduce_rows(per_row, mask)

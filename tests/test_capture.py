@@ -1,10 +1,11 @@
-"""layer_qkv against the attention probabilities of the same tiny model run with eager attention."""
+"""layer_qkv against the attention probabilities of the same tiny model run with eager attention, and against
+the previous implementation (the model's own forward, stopped by an exception at the captured layer)."""
 
 import pytest
 import torch
 from transformers import AutoModel, BertConfig, XLMRobertaConfig
 
-from mlminilm.capture import layer_qkv, truncate_encoder
+from mlminilm.capture import encoder_layers, layer_qkv, resolve_layer, truncate_encoder
 from mlminilm.losses import minilm_v1_loss
 from mlminilm.models import freeze_unused
 
@@ -90,3 +91,118 @@ def test_gradients_reach_qkv_and_below_only():
     freeze_unused(student, -1)
     assert {n for n, p in student.named_parameters() if not p.requires_grad} == frozen
     assert top.attention.self.query.weight.requires_grad
+
+
+# ------------------------------------------------------------------ against the previous implementation
+
+
+class _Reached(Exception):
+    def __init__(self, hidden):
+        super().__init__()
+        self.hidden = hidden
+
+
+def hooked_layer_qkv(model, input_ids, attention_mask, layer):
+    """The implementation before the explicit loop: the model's forward, stopped by a pre-hook that raises."""
+    target = encoder_layers(model)[resolve_layer(model, layer)]
+
+    def stop(module, args, kwargs):
+        raise _Reached(args[0] if args else kwargs["hidden_states"])
+
+    handle = target.register_forward_pre_hook(stop, with_kwargs=True)
+    try:
+        getattr(model, "base_model", model)(input_ids=input_ids, attention_mask=attention_mask)
+    except _Reached as reached:
+        attn = target.attention.self
+        return attn.query(reached.hidden), attn.key(reached.hidden), attn.value(reached.hidden)
+    finally:
+        handle.remove()
+    raise AssertionError("never reached the layer")
+
+
+@pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
+@pytest.mark.parametrize("layer", [0, 1, -1])
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_layer_qkv_equals_the_hooked_forward(kind, layer, padded, attn):
+    config = tiny_config(kind)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config, attn_implementation=attn).eval()
+    ids, mask = inputs(config.pad_token_id)
+    if not padded:
+        ids, mask = ids[:1], mask[:1]
+    with torch.no_grad():
+        expected = hooked_layer_qkv(model, ids, mask, layer)
+        got = layer_qkv(model, ids, mask, layer)
+    for name, a, b in zip("qkv", got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_layer_qkv_equals_the_hooked_forward_in_train_mode():
+    """Dropout draws the same random numbers in the same order: same outputs under the same seed."""
+    model = AutoModel.from_config(tiny_config("xlm-roberta"), attn_implementation="sdpa").train()
+    ids, mask = inputs(1)
+    torch.manual_seed(1)
+    expected = hooked_layer_qkv(model, ids, mask, -1)
+    torch.manual_seed(1)
+    got = layer_qkv(model, ids, mask, -1)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_unpadded_batch_gives_the_layers_no_mask():
+    """No padding: the layers get attention_mask=None (sdpa's fast kernels), as None passed by the caller."""
+    model = AutoModel.from_config(tiny_config("bert"), attn_implementation="sdpa").eval()
+    ids, mask = inputs(0)
+    seen = []
+    model.encoder.layer[1].register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs.get("attention_mask", args[1] if len(args) > 1 else None)),
+        with_kwargs=True,
+    )
+    with torch.no_grad():
+        full = layer_qkv(model, ids[:1], mask[:1], -1)
+        none = layer_qkv(model, ids[:1], None, -1)
+        layer_qkv(model, ids, mask, -1)
+    assert seen[0] is None and seen[1] is None and seen[2] is not None
+    for a, b in zip(full, none):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_frozen_fused_weights_are_cached_and_follow_weight_changes():
+    model = AutoModel.from_config(tiny_config("bert"), attn_implementation="sdpa").eval().requires_grad_(False)
+    ids, mask = inputs(0)
+    first = layer_qkv(model, ids, mask, -1)
+    again = layer_qkv(model, ids, mask, -1)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    other = AutoModel.from_config(tiny_config("bert"), attn_implementation="sdpa").eval()
+    model.load_state_dict(other.state_dict())  # copies in place: the cached fused weight must not be reused
+    with torch.no_grad():
+        expected = hooked_layer_qkv(model, ids, mask, -1)
+    for a, b in zip(layer_qkv(model, ids, mask, -1), expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_trained_qkv_weights_are_used_live():
+    """A student's Q/K/V change under the optimizer (in place, no version bump): every call sees the new ones."""
+    student = AutoModel.from_config(tiny_config("bert"), attn_implementation="sdpa").eval()
+    ids, mask = inputs(0)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=0.1, fused=True)
+    sum(x.sum() for x in layer_qkv(student, ids, mask, -1)).backward()
+    optimizer.step()
+    with torch.no_grad():
+        expected = hooked_layer_qkv(student, ids, mask, -1)
+        got = layer_qkv(student, ids, mask, -1)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "no-mask"])
+def test_layer_qkv_compiles_as_one_graph(padded):
+    """No exception stops the forward any more, so torch.compile traces the capture without a graph break."""
+    model = AutoModel.from_config(tiny_config("xlm-roberta"), attn_implementation="sdpa").eval().requires_grad_(False)
+    ids, mask = inputs(1)
+    mask = mask if padded else None
+    compiled = torch.compile(lambda i, m: layer_qkv(model, i, m, 1), backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for a, b in zip(compiled(ids, mask), layer_qkv(model, ids, mask, 1)):
+            torch.testing.assert_close(a, b)
