@@ -27,6 +27,7 @@ COMMANDS = [
     ("finetune", "finetune"),
     ("eval-xnli", "eval_xnli"),
     ("eval-mlqa", "eval_mlqa"),
+    ("eval-tatoeba", "eval_tatoeba"),
 ]
 
 
@@ -40,7 +41,7 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa."""
+    """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa; eval-tatoeba needs no fine-tuning."""
 
 
 def _register() -> None:

@@ -32,6 +32,7 @@ class Language:
     benchmarks: tuple[str, ...]
     article_pattern: str | None  # MLQA `remove_articles` regex; None: the scorer removes nothing
     segmentation: str  # MLQA `white_space_fix`: "whitespace" or "mixed" (CJK characters split apart)
+    iso639_3: str | None = None  # the ISO 639-3 code Tatoeba (LASER / XTREME) files use: "deu", "cmn", "swh"
 
 
 def _parse(data: dict) -> Language:
@@ -43,6 +44,7 @@ def _parse(data: dict) -> Language:
         benchmarks=tuple(data["benchmarks"]),
         article_pattern=mlqa.get("article_pattern"),
         segmentation=mlqa.get("segmentation", "whitespace"),
+        iso639_3=data.get("iso639_3"),
     )
 
 
@@ -83,3 +85,22 @@ def validate_codes(codes) -> None:
         names = ", ".join(repr(code) for code in unknown)
         noun = "language" if len(unknown) == 1 else "languages"
         raise DataError(f"unknown {noun} {names}; known: {_known()}")
+
+
+def to_iso639_3(code: str) -> str:
+    """The ISO 639-3 code of a registered language, as Tatoeba file names spell it ("zh" -> "cmn")."""
+    iso = get_language(code).iso639_3
+    if iso is None:
+        having = ", ".join(c for c, lang in all_languages().items() if lang.iso639_3)
+        raise DataError(f"language {code!r} has no ISO 639-3 code in langs/{code}.toml; languages with one: {having}")
+    return iso
+
+
+def from_iso639_3(iso: str) -> str | None:
+    """The registered language whose ISO 639-3 code is `iso` ("cmn" -> "zh"), or None."""
+    return _by_iso639_3().get(iso)
+
+
+@functools.cache
+def _by_iso639_3() -> dict[str, str]:
+    return {lang.iso639_3: code for code, lang in all_languages().items() if lang.iso639_3}

@@ -18,6 +18,7 @@ CONFIG_OF = {
     "finetune": "FinetuneConfig",
     "eval-xnli": "EvalXnliConfig",
     "eval-mlqa": "EvalMlqaConfig",
+    "eval-tatoeba": "EvalTatoebaConfig",
 }
 
 

@@ -18,6 +18,10 @@ else:  # pragma: no cover - Python 3.10
 
 SCRIPTS = {"Latin", "Cyrillic", "Greek", "Arabic", "Devanagari", "Thai", "Han", "Bengali", "Hangul", "Telugu"}
 TOP_LEVEL_KEYS = {"code": str, "name": str, "script": str, "benchmarks": list, "mlqa": dict}
+# Tatoeba's ISO 639-3 file codes (LASER / XTREME spell Chinese "cmn" and Swahili "swh").
+ISO639_3 = {"ar": "ara", "bg": "bul", "bn": "ben", "de": "deu", "el": "ell", "en": "eng", "es": "spa", "fi": "fin",
+            "fr": "fra", "hi": "hin", "id": "ind", "ko": "kor", "ro": "ron", "ru": "rus", "sw": "swh", "te": "tel",
+            "th": "tha", "tr": "tur", "ur": "urd", "vi": "vie", "zh": "cmn"}
 MLQA_KEYS = {"article_pattern": str, "segmentation": str}
 
 XNLI = "ar bg de el en es fr hi ru sw th tr ur vi zh".split()
@@ -47,7 +51,8 @@ def _toml_files():
 @pytest.mark.parametrize("entry", _toml_files(), ids=lambda entry: entry.name)
 def test_toml_file_is_well_formed(entry):
     data = tomllib.loads(entry.read_text(encoding="utf-8"))
-    assert set(data) == set(TOP_LEVEL_KEYS)
+    assert set(data) == set(TOP_LEVEL_KEYS) | {"iso639_3"}
+    assert data["iso639_3"] == ISO639_3[data["code"]]
     for key, kind in TOP_LEVEL_KEYS.items():
         assert isinstance(data[key], kind), key
     assert data["code"] == entry.name.removesuffix(".toml")
@@ -96,6 +101,7 @@ def test_language_record():
         benchmarks=("xnli", "mlqa", "xquad"),
         article_pattern=MLQA_ARTICLES["de"],
         segmentation="whitespace",
+        iso639_3="deu",
     )
     assert re.sub(de.article_pattern, " ", "das Haus des Mannes").split() == ["Haus", "Mannes"]
 

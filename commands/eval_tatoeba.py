@@ -1,0 +1,62 @@
+"""`mlminilm eval-tatoeba`: the CLI translates options into an EvalTatoebaConfig and calls
+mlminilm.evaluation.tatoeba.run."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
+from mlminilm.commands._eval_options import render, split_langs
+from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig, default
+
+E = EvalTatoebaConfig
+
+
+def command(
+    model: Annotated[str, typer.Option(
+        "--model", help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers "
+                        "model).")] = default(E, "model"),
+    data: Annotated[str, typer.Option(
+        "--data", help="A directory of Tatoeba test files as LASER / XTREME distribute them: tatoeba.XXX-eng.XXX and "
+                       "tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i of the other)."
+    )] = default(E, "data"),
+    langs: Annotated[list[str], typer.Option(
+        "--langs", help="Only these languages (project codes: de, zh, sw, ...), comma-separated or repeated "
+                        "(default: every language found in --data).")] = list(default(E, "langs")),
+    out: EvalOut = default(E, "out"),
+    layer: Annotated[Optional[int], typer.Option(
+        "--layer", help="Hidden-states index to pool (0 = embedding output, N = output of layer N, -1 = last). "
+                        "Default: the last layer for sentence-transformers models, else XTREME's layers // 2 + 1 "
+                        "(7 of 12, 13 of 24, 4 of 6).")] = default(E, "layer"),
+    pooling: Annotated[str, typer.Option(
+        "--pooling", help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), "
+                          "mean, cls or max.")] = default(E, "pooling"),
+    prefix: Annotated[Optional[str], typer.Option(
+        "--prefix", help="Text put before every sentence on both sides, e.g. \"query: \" for e5 (default: the model's "
+                         "'query' prompt from config_sentence_transformers.json, else none; \"\" for none)."
+    )] = default(E, "prefix"),
+    max_length: Annotated[Optional[int], typer.Option(
+        "--max-length", help=f"Tokens per sentence, special tokens included (default: {TATOEBA_MAX_LENGTH}, or the "
+                             "model's position limit when smaller).")] = default(E, "max_length"),
+    batch_size: EvalBatch = default(E, "batch_size"),
+    overwrite: EvalOverwrite = default(E, "overwrite"),
+    precision: Precision = default(E, "precision"),
+    device: Device = default(E, "device"),
+    json_out: Json = False,
+    quiet: Quiet = default(E, "quiet"),
+    verbose: Verbose = False,
+) -> None:
+    """Tatoeba cross-lingual sentence retrieval, no fine-tuning: accuracy xx->en and en->xx per language."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=quiet, verbose=verbose)
+    cfg = EvalTatoebaConfig(
+        model=model, data=data, langs=split_langs(langs), out=out, layer=layer, pooling=pooling, prefix=prefix,
+        max_length=max_length, batch_size=batch_size, overwrite=overwrite, precision=precision, device=device,
+        quiet=quiet,
+    )
+    from mlminilm.evaluation import tatoeba
+
+    render(tatoeba.run(cfg), json_out)

