@@ -14,6 +14,10 @@ GradAccum = Annotated[int, typer.Option("--grad-accum", help="Micro-batches accu
 Lr = Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW).")]
 Warmup = Annotated[float, typer.Option("--warmup", help="Linear warmup: a fraction of --max-steps if below 1, else steps.")]
 WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (weight matrices only).")]
+MaxGradNorm = Annotated[float, typer.Option(
+    "--max-grad-norm", help="Clip the global gradient norm to this before each step; 0 = no clipping.")]
+FreezeEmbeddings = Annotated[bool, typer.Option(
+    "--freeze-embeddings", help="Keep the word embeddings fixed (with a 250k vocabulary most of a small model's parameters).")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed (init, data order, dropout).")]
 SaveEvery = Annotated[int, typer.Option("--save-every", help="Checkpoint every N steps (and at the end).")]
 Keep = Annotated[int, typer.Option("--keep", help="Keep the last K checkpoints.")]

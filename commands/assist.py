@@ -39,6 +39,7 @@ def command(
     lr: Lr = default(A, "lr"),
     warmup: Warmup = default(A, "warmup"),
     weight_decay: WeightDecay = default(A, "weight_decay"),
+    max_grad_norm: MaxGradNorm = default(A, "max_grad_norm"),
     seed: Seed = default(A, "seed"),
     save_every: SaveEvery = default(A, "save_every"),
     keep: Keep = default(A, "keep"),
@@ -60,8 +61,9 @@ def command(
         intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
         teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, assistant_steps=assistant_steps,
         student_steps=student_steps, force=force, batch_size=batch_size, grad_accum=grad_accum, lr=lr,
-        warmup=warmup, weight_decay=weight_decay, seed=seed, save_every=save_every, keep=keep,
-        log_every=log_every, resume=resume, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, save_every=save_every,
+        keep=keep, log_every=log_every, resume=resume, overwrite=overwrite, precision=precision, device=device,
+        quiet=quiet,
     )
     from mlminilm import assist
 

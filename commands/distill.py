@@ -29,6 +29,8 @@ def command(
     lr: Lr = default(D, "lr"),
     warmup: Warmup = default(D, "warmup"),
     weight_decay: WeightDecay = default(D, "weight_decay"),
+    max_grad_norm: MaxGradNorm = default(D, "max_grad_norm"),
+    freeze_embeddings: FreezeEmbeddings = default(D, "freeze_embeddings"),
     seed: Seed = default(D, "seed"),
     save_every: SaveEvery = default(D, "save_every"),
     keep: Keep = default(D, "keep"),
@@ -50,8 +52,8 @@ def command(
         intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
         teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, max_steps=max_steps,
         batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay,
-        seed=seed, save_every=save_every, keep=keep, log_every=log_every, resume=resume,
-        overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        max_grad_norm=max_grad_norm, freeze_embeddings=freeze_embeddings, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
+        resume=resume, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
     )
     from mlminilm import distill
 

@@ -35,6 +35,9 @@ def command(
         "--max-query-length", help="Question tokens kept (default: the fine-tuning run's, else 64).")] = default(E, "max_query_length"),
     n_best: Annotated[int, typer.Option("--n-best", help="Start and end candidates per window.")] = default(E, "n_best"),
     max_answer_length: Annotated[int, typer.Option("--max-answer-length", help="Longest answer, in tokens.")] = default(E, "max_answer_length"),
+    scorer: Annotated[str, typer.Option(
+        "--scorer", help="auto: MLQA's official scorer for MLQA files, the SQuAD v1.1 scorer for XQuAD, TyDiQA-GoldP "
+        "and other SQuAD-format files (as XTREME); squad or mlqa: that scorer for every file.")] = default(E, "scorer"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
     precision: Precision = default(E, "precision"),
     device: Device = default(E, "device"),
@@ -42,14 +45,14 @@ def command(
     quiet: Quiet = default(E, "quiet"),
     verbose: Verbose = False,
 ) -> None:
-    """Evaluate extractive QA on MLQA / XQuAD / TyDiQA-GoldP per language (official MLQA EM and F1)."""
+    """Evaluate extractive QA on MLQA / XQuAD / TyDiQA-GoldP per language (EM and F1, each benchmark's scorer)."""
     from mlminilm import logging as mlog
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = EvalMlqaConfig(
         model=model, data=data, predictions=predictions, split=split, langs=split_langs(langs), gxlt=gxlt,
         lang=lang, out=out, batch_size=batch_size, max_seq_len=max_seq_len, doc_stride=doc_stride,
-        max_query_length=max_query_length, n_best=n_best, max_answer_length=max_answer_length,
+        max_query_length=max_query_length, n_best=n_best, max_answer_length=max_answer_length, scorer=scorer,
         overwrite=overwrite, precision=precision, device=device, quiet=quiet,
     )
     from mlminilm.evaluation import mlqa

@@ -19,6 +19,10 @@ def command(
         "--data", help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.")] = default(E, "data"),
     split: Annotated[str, typer.Option("--split", help="test or dev.")] = default(E, "split"),
     langs: Langs = list(default(E, "langs")),
+    label_order: Annotated[list[str], typer.Option(
+        "--label-order", help="For a classifier whose config does not name its labels (LABEL_0...): the NLI class of "
+        "output 0, 1, 2, comma-separated, e.g. entailment,neutral,contradiction. Such a model is refused without "
+        "it.")] = list(default(E, "label_order")),
     out: EvalOut = default(E, "out"),
     batch_size: EvalBatch = default(E, "batch_size"),
     max_seq_len: EvalMaxSeqLen = default(E, "max_seq_len"),
@@ -34,8 +38,10 @@ def command(
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = EvalXnliConfig(
-        model=model, data=data, split=split, langs=split_langs(langs), out=out, batch_size=batch_size,
-        max_seq_len=max_seq_len, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        model=model, data=data, split=split, langs=split_langs(langs),
+        label_order=split_langs(label_order),  # comma-separated or repeated, as --langs
+        out=out, batch_size=batch_size, max_seq_len=max_seq_len, overwrite=overwrite, precision=precision,
+        device=device, quiet=quiet,
     )
     from mlminilm.evaluation import xnli
 

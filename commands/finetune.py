@@ -51,6 +51,8 @@ def command(
     lr: FtLr = default(F, "lr"),
     warmup: FtWarmup = default(F, "warmup"),
     weight_decay: FtWeightDecay = default(F, "weight_decay"),
+    max_grad_norm: MaxGradNorm = default(F, "max_grad_norm"),
+    freeze_embeddings: FreezeEmbeddings = default(F, "freeze_embeddings"),
     seed: Seed = default(F, "seed"),
     save_every: FtSaveEvery = default(F, "save_every"),
     keep: Keep = default(F, "keep"),
@@ -72,9 +74,11 @@ def command(
     cfg = FinetuneConfig(
         task=task, model=model, train=train, out=out, dev=dev, max_seq_len=max_seq_len, doc_stride=doc_stride,
         max_query_length=max_query_length, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
-        grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay, seed=seed, save_every=save_every,
-        keep=keep, log_every=log_every, group_by_length=group_by_length, eval_batch_size=eval_batch_size,
-        resume=resume, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+        freeze_embeddings=freeze_embeddings,
+        seed=seed, save_every=save_every, keep=keep, log_every=log_every, group_by_length=group_by_length,
+        eval_batch_size=eval_batch_size, resume=resume, overwrite=overwrite, precision=precision, device=device,
+        quiet=quiet,
     )
     from mlminilm import finetune
 

@@ -17,6 +17,7 @@ OBJECTIVES = ("minilm", "minilm-v2")
 INITS = ("random", "teacher")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
+QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
 
 
 def default(cls, name: str):
@@ -52,6 +53,13 @@ class TrainConfig:
     lr: float = 5e-4
     warmup: float = 0.06  # below 1: a fraction of max_steps; from 1: a number of steps
     weight_decay: float = 0.01
+    # Gradient clipping (max global L2 norm) before each optimizer step; 0 = off. Off for distill / assist: the
+    # distillation recipes on record do not clip (METHOD.md section 4). FinetuneConfig clips at 1.0, as XTREME.
+    max_grad_norm: float = 0.0
+    # Keep the word-embedding matrix fixed. With XLM-R's 250k vocabulary it is 96M of a 6x384 student's ~107M
+    # parameters: freezing it saves its gradient and AdamW state (memory, and much of a CPU step), and keeps the
+    # teacher's cross-lingual token space when the student starts from the teacher (--init teacher).
+    freeze_embeddings: bool = False
     adam_beta1: float = 0.9
     adam_beta2: float = 0.99
     adam_eps: float = 1e-6
@@ -77,6 +85,8 @@ class TrainConfig:
             p.append(f"--lr must be positive (got {self.lr})")
         if self.warmup < 0:
             p.append(f"--warmup must be non-negative (got {self.warmup})")
+        if not self.max_grad_norm >= 0:
+            p.append(f"--max-grad-norm must be non-negative, 0 to turn clipping off (got {self.max_grad_norm})")
         if self.save_every < 1:
             p.append(f"--save-every must be at least 1 (got {self.save_every})")
         if self.keep < 1:
@@ -136,6 +146,8 @@ class DistillConfig(TrainConfig):
             p.append("--teacher is required (a hub id or a local model directory)")
         p += self.shape.problems()
         _choice(p, self.init, INITS, "--init")
+        if self.freeze_embeddings and self.init != "teacher":
+            p.append("--freeze-embeddings needs --init teacher: randomly initialised embeddings must be trained")
         _choice(p, self.objective, OBJECTIVES, "--objective")
         if self.objective == "minilm-v2":
             if self.relation_heads < 1:
@@ -275,6 +287,7 @@ class FinetuneConfig(TrainConfig):
     warmup: float | None = None  # type: ignore[assignment]
     weight_decay: float | None = None  # type: ignore[assignment]
     batch_size: int = 32
+    max_grad_norm: float = 1.0  # XTREME (HF run_* scripts): clip the global gradient norm at 1.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999  # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts)
     adam_eps: float = 1e-8
@@ -368,13 +381,33 @@ class EvalXnliConfig(EvalConfig):
     """`eval-xnli`: a sequence-classification model on every language's XNLI split."""
 
     split: str = "test"
+    # The NLI class of each classifier output (output 0, 1, 2), for heads whose config does not name its labels
+    # (id2label LABEL_0...); empty: the names in the model's id2label, and such a head is refused.
+    label_order: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         p = self._eval_problems()
         if not self.model:
             p.append("--model is required (a fine-tuned directory from `mlminilm finetune --task xnli`)")
         _choice(p, self.split, ("dev", "test"), "--split")
+        if self.label_order:
+            _label_order_problems(p, self.label_order)
         _problems_to_error(p)
+
+
+def _label_order_problems(p: list[str], order: tuple[str, ...]) -> None:
+    from mlminilm.errors import DataError
+    from mlminilm.tasks.xnli import NLI_LABELS, label_id
+
+    try:
+        ids = sorted(label_id(name) for name in order)
+    except DataError:
+        ids = None
+    if ids != list(range(len(NLI_LABELS))):
+        p.append(
+            f"--label-order must name {', '.join(NLI_LABELS)} once each, in the order of the model's outputs "
+            f"(got {','.join(order)!r}), e.g. --label-order {','.join(NLI_LABELS)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -389,9 +422,11 @@ class EvalMlqaConfig(EvalConfig):
     max_query_length: int | None = None  # None: the fine-tuning run's, else QA_MAX_QUERY_LENGTH
     n_best: int = QA_N_BEST
     max_answer_length: int = QA_MAX_ANSWER_LENGTH
+    scorer: str = "auto"  # QA_SCORERS: auto = mlqa for MLQA files, squad (SQuAD v1.1, as XTREME) for the others
 
     def __post_init__(self) -> None:
         p = self._eval_problems()
+        _choice(p, self.scorer, QA_SCORERS, "--scorer")
         if not self.model and self.predictions is None:
             p.append("--model is required (a directory from `mlminilm finetune --task qa`), or --predictions DIR")
         if self.model and self.predictions is not None:
@@ -404,4 +439,58 @@ class EvalMlqaConfig(EvalConfig):
             p.append(f"--max-answer-length must be at least 1 (got {self.max_answer_length})")
         if self.lang is not None:
             _unknown_langs(p, (self.lang,), "--lang")
+        _problems_to_error(p)
+
+
+# ------------------------------------------------------------------------------------------- Tatoeba retrieval
+
+TATOEBA_MAX_LENGTH = 512  # XTREME's max length for Tatoeba (capped at the model's position limit)
+TATOEBA_POOLINGS = ("auto", "mean", "cls", "max")
+
+
+@dataclass(frozen=True)
+class EvalTatoebaConfig:
+    """`eval-tatoeba`: cross-lingual sentence retrieval with an encoder as it is (no fine-tuning).
+
+    `layer` is a hidden-states index (0 = the embedding output, N = the output of layer N, negative from the
+    end); None: the model's own (the last layer of a sentence-transformers model) or XTREME's rule for base
+    encoders, layers // 2 + 1 (7 of 12, 13 of 24). `pooling` auto: the sentence-transformers Pooling module's
+    mode, else mean. `prefix` None: the model's "query" prompt (config_sentence_transformers.json), else none.
+    `max_length` None: TATOEBA_MAX_LENGTH, or the model's position limit when that is smaller."""
+
+    model: str = ""
+    data: str = ""
+    langs: tuple[str, ...] = ()  # empty: every language found in `data`
+    out: Path | None = None
+    layer: int | None = None
+    pooling: str = "auto"
+    prefix: str | None = None
+    max_length: int | None = None
+    batch_size: int = 128
+    overwrite: bool = False
+    precision: str = "auto"
+    device: str = "auto"
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        from mlminilm.langs import from_iso639_3
+
+        p: list[str] = []
+        if not self.model:
+            p.append("--model is required (an encoder directory or hub id, e.g. a distilled student)")
+        if not self.data:
+            p.append("--data is required (a directory of tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng files)")
+        if self.batch_size < 1:
+            p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.max_length is not None and self.max_length < 2:
+            p.append(f"--max-length must be at least 2 (got {self.max_length})")
+        _choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
+        _choice(p, self.precision, PRECISIONS, "--precision")
+        _choice(p, self.device, DEVICES, "--device")
+        # A Tatoeba file code given where a project code is expected: name the project code.
+        iso = [code for code in self.langs if from_iso639_3(code)]
+        if iso:
+            p.append(f"--langs takes project language codes, not Tatoeba file codes: use "
+                     f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}")
+        _unknown_langs(p, tuple(code for code in self.langs if code not in iso), "--langs")
         _problems_to_error(p)

@@ -19,7 +19,8 @@ from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.losses import minilm_v1_terms, minilm_v2_terms
 from mlminilm.models import (
-    TeacherShape, build_student, check_encoder_config, export_model, freeze_unused, init_from_teacher,
+    TeacherShape, build_student, check_encoder_config, export_model, freeze_unused, freeze_word_embeddings,
+    init_from_teacher,
     load_config, load_teacher, load_tokenizer, student_config,
 )
 from mlminilm.sampling import BatchSampler
@@ -30,7 +31,7 @@ ARTIFACTS = ("config.json", "metrics.jsonl", train.CHECKPOINTS, "student")
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
-    "teacher_layer", "alpha", "batch_size", "grad_accum", "lr", "warmup", "seed", "max_steps",
+    "teacher_layer", "alpha", "batch_size", "grad_accum", "lr", "warmup", "seed", "max_steps", "freeze_embeddings",
 )
 
 
@@ -151,6 +152,8 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         picked = init_from_teacher(student, cfg.teacher)
         log.info("student initialised from teacher layers %s", picked)
     frozen = freeze_unused(student, -1)
+    if cfg.freeze_embeddings:
+        frozen += freeze_word_embeddings(student)
     student.to(rt.device)
     log.info(
         "teacher %s: distilling layer %d; student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused by the loss, frozen)",
@@ -213,7 +216,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
             "seq_len": data.seq_len,
             "final_loss": result.last_loss,
         }
-        export_model(student, tokenizer, export_dir, card)
+        export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher)
         log.info("student exported to %s", export_dir)
     rt.barrier()
     return DistillResult(

@@ -30,7 +30,9 @@ from mlminilm import train
 from mlminilm.config import FinetuneConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
-from mlminilm.models import _load_error, export_model, load_config, load_tokenizer
+from mlminilm.models import (
+    _load_error, export_model, freeze_word_embeddings, load_config, load_tokenizer, resolve_model,
+)
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, label_id, read_nli
 
 log = mlog.get(__name__)
@@ -49,7 +51,7 @@ ARTIFACTS = (RUN_RECORD, "metrics.jsonl", SELECTION, train.CHECKPOINTS, *MODEL_F
 RESUME_KEYS = (
     "model", "task", "train", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs", "max_steps",
     "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed",
-    "save_every", "group_by_length",
+    "save_every", "group_by_length", "max_grad_norm", "freeze_embeddings",
 )
 # Hub datasets accepted as bare names (any other Hub dataset: hf:NAME[:SPLIT]).
 HUB_NAMES = ("multi_nli", "nyu-mll/multi_nli", "xnli", "facebook/xnli", "squad", "rajpurkar/squad")
@@ -209,8 +211,12 @@ def load_task_model(task: str, name: str, seed: int) -> nn.Module:
             if not _has_nli_head(config):
                 kwargs = dict(num_labels=len(NLI_LABELS), id2label=dict(enumerate(NLI_LABELS)),
                               label2id={label: i for i, label in enumerate(NLI_LABELS)})
-            return AutoModelForSequenceClassification.from_pretrained(name, ignore_mismatched_sizes=True, **kwargs)
-        return AutoModelForQuestionAnswering.from_pretrained(name, ignore_mismatched_sizes=True)
+            return AutoModelForSequenceClassification.from_pretrained(
+                resolve_model(name), ignore_mismatched_sizes=True, dtype=torch.float32, **kwargs
+            )
+        # fp32 weights whatever the checkpoint stores: the run's --precision decides the compute dtype.
+        return AutoModelForQuestionAnswering.from_pretrained(resolve_model(name), ignore_mismatched_sizes=True,
+                                                             dtype=torch.float32)
     except MlminilmError:
         raise
     except Exception as exc:
@@ -293,6 +299,8 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     rt.barrier()
 
     raw_model = load_task_model(cfg.task, cfg.model, rcfg.seed).to(rt.device)
+    if cfg.freeze_embeddings:
+        log.info("word embeddings frozen: %.1fM parameters not trained", freeze_word_embeddings(raw_model) / 1e6)
     label_to_model = _label_to_model(raw_model, cfg.task)
     state = train.setup_training(rcfg, rt, raw_model, raw_model, out)
     model, optimizer, scheduler, start, metrics = (
@@ -493,6 +501,7 @@ def _export(model, tokenizer, path: Path, cfg: FinetuneConfig, selection: Select
         "steps": cfg.max_steps,
         "epochs": cfg.epochs,
         "lr": cfg.lr,
+        "max_grad_norm": cfg.max_grad_norm,
         "batch": f"{cfg.batch_size} x {cfg.grad_accum} accumulation x {record.get('world_size', 1)} processes",
         "max_seq_len": cfg.max_seq_len,
         **({"doc_stride": cfg.doc_stride, "max_query_length": cfg.max_query_length} if cfg.task == "qa" else {}),

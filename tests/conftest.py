@@ -45,9 +45,18 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
     skip_realdata = pytest.mark.skip(reason=f"real data not found at {SHARED_DATA}")
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    has_cuda = None
     for item in items:
         if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
+        if "gpu" in item.keywords:
+            if has_cuda is None:
+                import torch
+
+                has_cuda = torch.cuda.is_available()
+            if not has_cuda:
+                item.add_marker(skip_gpu)
         if "realdata" in item.keywords and not SHARED_DATA.is_dir():
             item.add_marker(skip_realdata)
 

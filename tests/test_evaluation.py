@@ -101,9 +101,11 @@ def test_eval_xnli_table_and_xnli10_layout(xnli_model, tmp_path):
     header = "language\tgold_label\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1\tsentence2"
     rows = [f"{lang}\t{label}\tx\ty\tThe cat sat.\tA dog runs."
             for lang in ("en", "de", "fr") for label in ("entailment", "neutral", "contradictory") * 2]
+    rows.append("fr\t-\tx\ty\tThe cat sat.\tA dog runs.")  # no gold label: skipped, counted for fr only
     (folder / "xnli.dev.tsv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
     doc = xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(folder), split="dev", langs=("de", "fr")))
     assert {k: v["examples"] for k, v in doc["languages"].items()} == {"de": 6, "fr": 6}
+    assert {k: v["skipped"] for k, v in doc["languages"].items()} == {"de": 0, "fr": 1}
     assert [sum(r) for r in doc["languages"]["fr"]["confusion"]] == [2, 2, 2]
     assert "report_dir" not in doc  # no --out: nothing written
     from rich.console import Console
@@ -114,6 +116,85 @@ def test_eval_xnli_table_and_xnli10_layout(xnli_model, tmp_path):
     console.print(rich_table(doc))
     text = console.export_text()
     assert "French" in text and "average" in text
+
+
+def _generic_label_copy(model_dir: Path, out: Path, perm: list[int]) -> Path:
+    """`model_dir` with its head's outputs permuted (new output i = old output perm[i]) and its label names
+    replaced by LABEL_0..2: the same classifier, saved in another order without saying which."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight[perm].clone())
+        model.classifier.bias.copy_(model.classifier.bias[perm].clone())
+    model.config.id2label = {i: f"LABEL_{i}" for i in range(3)}
+    model.config.label2id = {f"LABEL_{i}": i for i in range(3)}
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
+    return out
+
+
+def test_eval_xnli_refuses_unnamed_labels_without_label_order(xnli_model, tmp_path):
+    from mlminilm.config import EvalXnliConfig
+    from mlminilm.errors import ConfigError
+    from mlminilm.evaluation import xnli
+
+    data = write_xnli_dir(tmp_path / "xnli", ("en", "de"), count=12)
+    on_data = ("--data", str(data), "--langs", "en,de")
+
+    def run(model, out=None, **kw):
+        return xnli.run(EvalXnliConfig(model=str(model), data=str(data), langs=("en", "de"), out=out, **kw))
+
+    def predictions(out):
+        return {lang: (out / "predictions" / f"test-{lang}.tsv").read_text().split() for lang in ("en", "de")}
+
+    named = run(xnli_model, tmp_path / "named")
+    assert named["label_order"] == {"source": "model config (id2label)", "model_labels": list(LABELS),
+                                    "outputs": list(LABELS)}
+    # Output 0 of the copy is the original's contradiction, 1 its entailment, 2 its neutral.
+    generic = _generic_label_copy(xnli_model, tmp_path / "generic", [2, 0, 1])
+    assert_one_line_error(cli("eval-xnli", "--model", str(generic), *on_data),
+                          "does not name its labels", "LABEL_0, LABEL_1, LABEL_2",
+                          "--label-order entailment,neutral,contradiction")
+    # The true order: the same predictions, example for example, as the named original.
+    out = tmp_path / "ordered"
+    proc = cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "contradiction,entailment,neutral",
+               "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["label_order"] == {"source": "--label-order", "model_labels": ["LABEL_0", "LABEL_1", "LABEL_2"],
+                                  "outputs": ["contradiction", "entailment", "neutral"]}
+    assert predictions(out) == predictions(tmp_path / "named")
+    for lang in ("en", "de"):
+        assert doc["languages"][lang]["confusion"] == named["languages"][lang]["confusion"]
+    # Assuming NLI order (what eval-xnli did before) reads every output as another class: no prediction agrees.
+    run(generic, tmp_path / "wrong", label_order=tuple(LABELS))
+    for lang, right in predictions(tmp_path / "named").items():
+        wrong = predictions(tmp_path / "wrong")[lang]
+        assert len(wrong) == len(right) == 12 and all(w != r for w, r in zip(wrong, right))
+    # A named model with an order that contradicts its names; an order that is not the three classes.
+    with pytest.raises(ConfigError, match="contradicts the labels"):
+        run(xnli_model, label_order=("neutral", "entailment", "contradiction"))
+    assert_one_line_error(cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "entailment,neutral"),
+                          "--label-order must name entailment, neutral, contradiction")
+
+
+def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
+    data = write_xnli_dir(tmp_path / "xnli", ("en", "de"), count=6)
+    with (data / "test-de.tsv").open("a", encoding="utf-8") as f:
+        f.write("Ein Satz.\tNoch einer.\t-\nDer dritte.\tDer vierte.\t\n")  # gold "-" and an empty gold label
+    out = tmp_path / "report"
+    proc = cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,de", "--out", str(out),
+               env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped: 2 rows without a gold label" in proc.stdout
+    doc = check_report(out)
+    assert {k: (v["examples"], v["skipped"]) for k, v in doc["languages"].items()} == {"en": (6, 0), "de": (6, 2)}
+    assert doc["average"]["skipped"] == 2 and "'-'" in doc["skipped_rule"]
+    assert (out / "metrics.csv").read_text().splitlines()[0] == "language,name,examples,accuracy,skipped"
+    markdown = (out / "metrics.md").read_text()
+    assert "| de | German | 6 |" in markdown and "skipped and not scored: 2" in markdown
 
 
 def test_eval_mlqa_model_gxlt(qa_model, tmp_path):
@@ -157,6 +238,58 @@ def test_predictions_gold_scores_100_and_missing_ids_score_0(tmp_path):
     assert (de["exact_match"], de["f1"], de["missing"], de["examples"]) == (75.0, 75.0, 1, 4)
     assert doc["average"]["missing"] == 1 and doc["model"] is None and doc["predictions_from"] == str(preds)
     assert "1 of 4 questions have no prediction" in proc.stderr
+    assert doc["scorer"]["name"] == "mlqa" and doc["scorer"]["chosen"] == "auto (MLQA files)"
+    assert "official MLQA scorer" in doc["protocol"]
+
+
+def _xquad_file(context: str, questions: list[tuple[str, str]]) -> dict:
+    """One SQuAD-format article: `questions` as (id, gold answer), each answer found in `context`."""
+    qas = [{"id": qid, "question": "?", "answers": [{"text": gold, "answer_start": context.index(gold)}]}
+           for qid, gold in questions]
+    return {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+
+
+def test_xquad_files_are_scored_with_squad_v1_and_the_report_names_it(tmp_path):
+    """XTREME scores XQuAD with the SQuAD v1.1 script; on these answers MLQA's rules would score much higher."""
+    from mlminilm.config import EvalMlqaConfig
+    from mlminilm.evaluation import mlqa
+
+    data, preds = tmp_path / "xquad", tmp_path / "preds"
+    data.mkdir()
+    preds.mkdir()
+    write_json(data / "xquad.zh.json",
+               _xquad_file("北京大学位于北京。", [("zh-1", "北京大学"), ("zh-2", "北京")]))
+    write_json(preds / "xquad.zh.json", {"zh-1": "北京", "zh-2": "北京。"})
+    write_json(data / "xquad.es.json", _xquad_file("Visitamos el museo del «Prado».",
+                                                   [("es-1", "el museo del «Prado»"), ("es-2", "Prado")]))
+    write_json(preds / "xquad.es.json", {"es-1": "museo del Prado", "es-2": "«Prado»"})
+    # Hand-worked, SQuAD v1.1 (whitespace tokens, ASCII punctuation and English articles only):
+    #   zh-1 ["北京"] vs ["北京大学"]: 0 / 0; zh-2 ["北京。"] vs ["北京"]: 0 / 0 -> zh EM 0, F1 0.
+    #   es-1 [museo del prado] vs [el museo del «prado»]: 2 shared, P 2/3, R 1/2 -> F1 4/7, EM 0;
+    #   es-2 ["«prado»"] vs ["prado"]: 0 / 0 -> es EM 0, F1 100 * (4/7) / 2.
+    out = tmp_path / "report"
+    proc = cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--out", str(out),
+               env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "XQuAD dev (SQuAD v1.1 scorer)" in proc.stdout  # the terminal table's header
+    doc = check_report(out)
+    assert doc["task"] == "xquad"
+    assert doc["scorer"]["name"] == "squad" and doc["scorer"]["chosen"] == "auto (XQuAD files)"
+    assert "SQuAD v1.1 scorer" in doc["protocol"] and "MLQA" not in doc["protocol"]
+    zh, es = doc["languages"]["zh"], doc["languages"]["es"]
+    assert (zh["exact_match"], zh["f1"]) == (0.0, 0.0)
+    assert es["exact_match"] == 0.0 and es["f1"] == pytest.approx(100 * (4 / 7) / 2)
+    markdown = (out / "metrics.md").read_text(encoding="utf-8")
+    assert markdown.startswith("# XQuAD dev (SQuAD v1.1 scorer)")
+    assert "- scorer: SQuAD v1.1 (auto (XQuAD files))" in markdown
+    # --scorer mlqa overrides. MLQA rules (context language), hand-worked:
+    #   zh-1 [北 京] vs [北 京 大 学]: P 1, R 1/2 -> F1 2/3, EM 0; zh-2 "。" is punctuation: EM 1, F1 1.
+    #   es-1 "el" is a Spanish article and «» are punctuation: EM 1, F1 1; es-2 likewise: EM 1, F1 1.
+    doc = mlqa.run(EvalMlqaConfig(data=str(data), predictions=preds, scorer="mlqa"))
+    assert doc["scorer"]["name"] == "mlqa" and doc["scorer"]["chosen"] == "--scorer mlqa"
+    zh, es = doc["languages"]["zh"], doc["languages"]["es"]
+    assert zh["exact_match"] == 50.0 and zh["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
+    assert (es["exact_match"], es["f1"]) == (100.0, 100.0)
 
 
 def test_qa_layouts_and_prediction_files(tmp_path):

@@ -169,6 +169,26 @@ def test_resume_is_bit_exact(wp_encoder, nli_data, tmp_path, monkeypatch):
         finetune.run(replace(cut, resume=True, lr=5e-4))
 
 
+def test_finetune_names_the_labels_of_a_generic_head_and_clips_by_default(tiny_wordpiece_dir, nli_data, tmp_path):
+    """A 3-way head saved with generic labels (LABEL_0..2) comes out with the NLI names, so eval-xnli never has to
+    guess its order; fine-tuning clips gradients at 1.0 unless told otherwise, and records it."""
+    from transformers import AutoConfig
+
+    from mlminilm import finetune
+    from taskdata import save_head_model
+
+    start = save_head_model(tiny_wordpiece_dir, tmp_path / "generic", "xnli", max_positions=64)
+    config = AutoConfig.from_pretrained(start)
+    config.id2label, config.label2id = {i: f"LABEL_{i}" for i in range(3)}, {f"LABEL_{i}": i for i in range(3)}
+    config.save_pretrained(start)
+    out = tmp_path / "ft"
+    finetune.run(xnli_config(start, nli_data, out, dev=None, max_steps=1, save_every=1))
+    assert AutoConfig.from_pretrained(out).id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["max_grad_norm"] == 1.0
+    assert json.loads((out / "mlminilm.json").read_text())["max_grad_norm"] == 1.0
+
+
 def test_stream_order_is_a_permutation_per_epoch_and_groups_lengths():
     import numpy as np
 

