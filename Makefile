@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TEACHER ?=
+PRECISION ?=
 
 .PHONY: venv demo test test-all bench clean
 
@@ -17,7 +18,7 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 demo: venv
-	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER))
+	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER)) $(if $(PRECISION),--precision $(PRECISION))
 
 test: venv
 	$(BIN)/python -m pytest -q
