@@ -7,18 +7,21 @@ from typing import Annotated, Optional
 
 import typer
 
+from mlminilm.commands._params import Device as DeviceChoice
+from mlminilm.commands._params import Precision as PrecisionChoice
+
 Langs = Annotated[list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: all of the benchmark's).")]
 EvalOut = Annotated[Optional[Path], typer.Option(
     "--out", help="Report directory: metrics.json/.csv/.md, chart.png, predictions/ (must be empty unless --overwrite).")]
-EvalBatch = Annotated[int, typer.Option("--batch-size", help="Inputs per forward pass (sorted by length).")]
+EvalBatch = Annotated[int, typer.Option("--batch-size", min=1, help="Inputs per forward pass (sorted by length).")]
 EvalMaxSeqLen = Annotated[Optional[int], typer.Option(
-    "--max-seq-len", help="Tokens per input (default: the fine-tuning run's, from run.json in --model).")]
+    "--max-seq-len", min=8, help="Tokens per input (default: the fine-tuning run's, from run.json in --model).")]
 EvalOverwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing report in --out.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the metrics document as JSON on stdout, and nothing else.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
-Precision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+Precision = Annotated[PrecisionChoice, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
+Device = Annotated[DeviceChoice, typer.Option("--device", help="auto, cpu or cuda.")]
 
 
 def split_langs(langs: list[str]) -> tuple[str, ...]:

@@ -7,41 +7,58 @@ from typing import Annotated, Optional
 
 import typer
 
+from mlminilm.commands._params import ALPHA, DROPOUT, NON_NEGATIVE, POSITIVE
+from mlminilm.commands._params import Device as DeviceChoice
+from mlminilm.commands._params import Init as InitChoice
+from mlminilm.commands._params import Objective as ObjectiveChoice
+from mlminilm.commands._params import Precision as PrecisionChoice
+
 Out = Annotated[Path, typer.Option("--out", help="Output directory (created; must be empty unless --resume/--overwrite).")]
-MaxSteps = Annotated[int, typer.Option("--max-steps", help="Optimizer steps.")]
-BatchSize = Annotated[int, typer.Option("--batch-size", help="Sequences per process per micro-batch.")]
-GradAccum = Annotated[int, typer.Option("--grad-accum", help="Micro-batches accumulated per optimizer step.")]
-Lr = Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW).")]
-Warmup = Annotated[float, typer.Option("--warmup", help="Linear warmup: a fraction of --max-steps if below 1, else steps.")]
-WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (weight matrices only).")]
+MaxSteps = Annotated[int, typer.Option("--max-steps", min=1, help="Optimizer steps.")]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per process per micro-batch.")]
+GradAccum = Annotated[int, typer.Option("--grad-accum", min=1, help="Micro-batches accumulated per optimizer step.")]
+Lr = Annotated[float, typer.Option(
+    "--lr", callback=POSITIVE, help="Peak learning rate (AdamW). With --resume it may change (recorded in run.json).")]
+Warmup = Annotated[float, typer.Option(
+    "--warmup", callback=NON_NEGATIVE,
+    help="Linear warmup: a fraction of --max-steps if below 1, else steps. With --resume it may change.")]
+WeightDecay = Annotated[float, typer.Option(
+    "--weight-decay", callback=NON_NEGATIVE, help="AdamW weight decay (weight matrices only).")]
 MaxGradNorm = Annotated[float, typer.Option(
-    "--max-grad-norm", help="Clip the global gradient norm to this before each step; 0 = no clipping.")]
+    "--max-grad-norm", callback=NON_NEGATIVE, help="Clip the global gradient norm to this before each step; 0 = no clipping.")]
 FreezeEmbeddings = Annotated[bool, typer.Option(
     "--freeze-embeddings", help="Keep the word embeddings fixed (with a 250k vocabulary most of a small model's parameters).")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed (init, data order, dropout).")]
-SaveEvery = Annotated[int, typer.Option("--save-every", help="Checkpoint every N steps (and at the end).")]
-Keep = Annotated[int, typer.Option("--keep", help="Keep the last K checkpoints.")]
-LogEvery = Annotated[int, typer.Option("--log-every", help="Write a metrics.jsonl record every N steps.")]
-Resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its latest checkpoint.")]
+SaveEvery = Annotated[int, typer.Option("--save-every", min=1, help="Checkpoint every N steps (and at the end).")]
+Keep = Annotated[int, typer.Option("--keep", min=1, help="Keep the last K checkpoints.")]
+LogEvery = Annotated[int, typer.Option(
+    "--log-every", min=1, help="Write a metrics.jsonl record every N steps (and a log line, when no progress bar shows).")]
+Resume = Annotated[bool, typer.Option(
+    "--resume", help="Continue the run in --out from its latest checkpoint (--lr and --warmup may change).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Start over, replacing a previous run in --out.")]
-Precision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+Precision = Annotated[PrecisionChoice, typer.Option(
+    "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
+Device = Annotated[DeviceChoice, typer.Option("--device", help="auto, cpu or cuda.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
 
 Teacher = Annotated[str, typer.Option("--teacher", help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory.")]
 Data = Annotated[Path, typer.Option("--data", help="Output directory of `mlminilm prepare`.")]
-Layers = Annotated[int, typer.Option("--layers", help="Student layers.")]
-Hidden = Annotated[int, typer.Option("--hidden", help="Student hidden size.")]
-Heads = Annotated[int, typer.Option("--heads", help="Student attention heads (minilm: must equal the teacher's).")]
-Intermediate = Annotated[int, typer.Option("--intermediate", help="Student FFN size.")]
-Init = Annotated[str, typer.Option("--init", help="random, or teacher (every k-th teacher layer; widths must match).")]
-Objective = Annotated[str, typer.Option("--objective", help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).")]
-RelationHeads = Annotated[int, typer.Option("--relation-heads", help="minilm-v2: relation heads (must divide both hidden sizes).")]
+Layers = Annotated[int, typer.Option("--layers", min=1, help="Student layers.")]
+Hidden = Annotated[int, typer.Option("--hidden", min=1, help="Student hidden size.")]
+Heads = Annotated[int, typer.Option("--heads", min=1, help="Student attention heads (minilm: must equal the teacher's).")]
+Intermediate = Annotated[int, typer.Option("--intermediate", min=1, help="Student FFN size.")]
+Init = Annotated[InitChoice, typer.Option("--init", help="random, or teacher (every k-th teacher layer; widths must match).")]
+Objective = Annotated[ObjectiveChoice, typer.Option(
+    "--objective", help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).")]
+RelationHeads = Annotated[int, typer.Option(
+    "--relation-heads", min=1, help="minilm-v2: relation heads (must divide both hidden sizes).")]
 TeacherLayer = Annotated[int, typer.Option("--teacher-layer", help="Teacher layer to distil, 0-based; -1 = last.")]
-Alpha = Annotated[float, typer.Option("--alpha", help="Language sampling exponent: q_i proportional to p_i^alpha.")]
-Dropout = Annotated[Optional[float], typer.Option("--dropout", help="Student dropout (default: the teacher's).")]
+Alpha = Annotated[float, typer.Option(
+    "--alpha", callback=ALPHA, help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha.")]
+Dropout = Annotated[Optional[float], typer.Option(
+    "--dropout", callback=DROPOUT, help="Student dropout in [0, 1) (default: the teacher's).")]
 
 
 def emit(result: dict, as_json: bool, summary: str) -> None:
@@ -52,3 +69,10 @@ def emit(result: dict, as_json: bool, summary: str) -> None:
         print(json.dumps(result, indent=2, default=str))
     else:
         print(summary)
+
+
+def loss_summary(result) -> str:
+    """"first -> last" loss of a run, or what happened when this call trained no step (a finished run resumed)."""
+    if result.first_loss is None or result.last_loss is None:
+        return "no step trained (the run had already finished)"
+    return f"{result.first_loss:.4f} -> {result.last_loss:.4f}"

@@ -6,19 +6,32 @@ from typing import Annotated
 
 import typer
 
+from mlminilm.commands._params import NON_NEGATIVE, value
 from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._train_options import emit
 from mlminilm.config import AssistConfig, default
 
 A = AssistConfig
 
-AssistantSteps = Annotated[int, typer.Option("--assistant-steps", help="Optimizer steps of the teacher -> assistant stage.")]
-StudentSteps = Annotated[int, typer.Option("--student-steps", help="Optimizer steps of the assistant -> student stage.")]
+EXAMPLES = """\b
+Examples:
+  mlminilm assist --teacher xlm-roberta-base --data data/ --layers 6 --hidden 384 --out runs/l6h384-ta/
+  mlminilm assist --teacher xlm-roberta-base --data data/ --out runs/l6h384-ta/ --resume
+"""
+
+AssistantSteps = Annotated[int, typer.Option(
+    "--assistant-steps", min=1, help="Optimizer steps of the teacher -> assistant stage.")]
+StudentSteps = Annotated[int, typer.Option(
+    "--student-steps", min=1, help="Optimizer steps of the assistant -> student stage.")]
+AssistWarmup = Annotated[float, typer.Option(
+    "--warmup", callback=NON_NEGATIVE,
+    help="Linear warmup of each stage: a fraction of its steps (--assistant-steps, --student-steps) if below 1, "
+         "else steps. With --resume it may change.")]
 Force = Annotated[bool, typer.Option("--force", help="Use an assistant even when the rule (M <= L/2, d' <= d/2) does not apply.")]
 
 
 def command(
-    teacher: Teacher = default(A, "teacher"),
+    teacher: Teacher = ...,
     data: Data = default(A, "data"),
     out: Out = ...,
     layers: Layers = default(A, "layers"),
@@ -37,7 +50,7 @@ def command(
     batch_size: BatchSize = default(A, "batch_size"),
     grad_accum: GradAccum = default(A, "grad_accum"),
     lr: Lr = default(A, "lr"),
-    warmup: Warmup = default(A, "warmup"),
+    warmup: AssistWarmup = default(A, "warmup"),
     weight_decay: WeightDecay = default(A, "weight_decay"),
     max_grad_norm: MaxGradNorm = default(A, "max_grad_norm"),
     seed: Seed = default(A, "seed"),
@@ -58,11 +71,12 @@ def command(
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = AssistConfig(
         teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
-        intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
+        intermediate=intermediate, init=value(init), objective=value(objective), relation_heads=relation_heads,
         teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, assistant_steps=assistant_steps,
         student_steps=student_steps, force=force, batch_size=batch_size, grad_accum=grad_accum, lr=lr,
         warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, save_every=save_every,
-        keep=keep, log_every=log_every, resume=resume, overwrite=overwrite, precision=precision, device=device,
+        keep=keep, log_every=log_every, resume=resume, overwrite=overwrite, precision=value(precision),
+        device=value(device),
         quiet=quiet,
     )
     from mlminilm import assist

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from mlminilm.commands._params import value
 from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
-from mlminilm.commands._train_options import emit
+from mlminilm.commands._train_options import emit, loss_summary
 from mlminilm.config import DistillConfig, default
 
 D = DistillConfig
 
+EXAMPLES = """\b
+Examples:
+  mlminilm distill --teacher xlm-roberta-base --data data/ --layers 6 --hidden 384 --out runs/l6h384/
+  mlminilm distill --teacher xlm-roberta-base --data data/ --out runs/l6h384/ --resume --lr 2e-4
+"""
+
 
 def command(
-    teacher: Teacher = default(D, "teacher"),
+    teacher: Teacher = ...,
     data: Data = default(D, "data"),
     out: Out = ...,
     layers: Layers = default(D, "layers"),
@@ -49,11 +56,11 @@ def command(
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = DistillConfig(
         teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
-        intermediate=intermediate, init=init, objective=objective, relation_heads=relation_heads,
+        intermediate=intermediate, init=value(init), objective=value(objective), relation_heads=relation_heads,
         teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, max_steps=max_steps,
         batch_size=batch_size, grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay,
         max_grad_norm=max_grad_norm, freeze_embeddings=freeze_embeddings, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
-        resume=resume, overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        resume=resume, overwrite=overwrite, precision=value(precision), device=value(device), quiet=quiet,
     )
     from mlminilm import distill
 
@@ -61,6 +68,6 @@ def command(
     if mlog.is_main_process():
         emit(
             result.to_dict(), json_out,
-            f"student: {result.student}\nsteps: {result.steps}  loss: {result.first_loss:.4f} -> {result.last_loss:.4f}"
+            f"student: {result.student}\nsteps: {result.steps}  loss: {loss_summary(result)}"
             f"  tokens/s: {result.tokens_per_s:,.0f}",
         )

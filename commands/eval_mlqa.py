@@ -9,20 +9,27 @@ import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._eval_options import render, split_langs
+from mlminilm.commands._params import EvalSplit, QaScorer, value
 from mlminilm.config import EvalMlqaConfig, default
 
 E = EvalMlqaConfig
+
+EXAMPLES = """\b
+Examples:
+  mlminilm eval-mlqa --model ft/qa --data MLQA_V1/ --split dev --out reports/mlqa
+  mlminilm eval-mlqa --data MLQA_V1/ --split dev --predictions preds/ --json
+"""
 
 
 def command(
     data: Annotated[str, typer.Option(
         "--data", help="An MLQA directory ({split}-context-C-question-Q.json, also under {split}/), a directory of "
-        "xquad.XX.json or tydiqa.goldp.XX.{split}.json files, or one SQuAD-format file.")] = default(E, "data"),
+        "xquad.XX.json or tydiqa.goldp.XX.{split}.json files, or one SQuAD-format file.")] = ...,
     model: Annotated[str, typer.Option("--model", help="A fine-tuned directory (`mlminilm finetune --task qa`) or hub id.")] = default(E, "model"),
     predictions: Annotated[Optional[Path], typer.Option(
         "--predictions", help="Score these official-format prediction files ({question_id: answer}, named like the "
         "data files) instead of running a model.")] = default(E, "predictions"),
-    split: Annotated[str, typer.Option("--split", help="dev or test.")] = default(E, "split"),
+    split: Annotated[EvalSplit, typer.Option("--split", help="dev or test.")] = default(E, "split"),
     langs: Langs = list(default(E, "langs")),
     gxlt: Annotated[bool, typer.Option("--gxlt", help="MLQA: every context x question language pair (7x7).")] = default(E, "gxlt"),
     lang: Annotated[Optional[str], typer.Option("--lang", help="Language of a --data file whose name does not tell it.")] = default(E, "lang"),
@@ -30,12 +37,12 @@ def command(
     batch_size: EvalBatch = default(E, "batch_size"),
     max_seq_len: EvalMaxSeqLen = default(E, "max_seq_len"),
     doc_stride: Annotated[Optional[int], typer.Option(
-        "--doc-stride", help="Context tokens shared by consecutive windows (default: the fine-tuning run's, else 128).")] = default(E, "doc_stride"),
+        "--doc-stride", min=1, help="Context tokens shared by consecutive windows (default: the fine-tuning run's, else 128).")] = default(E, "doc_stride"),
     max_query_length: Annotated[Optional[int], typer.Option(
-        "--max-query-length", help="Question tokens kept (default: the fine-tuning run's, else 64).")] = default(E, "max_query_length"),
-    n_best: Annotated[int, typer.Option("--n-best", help="Start and end candidates per window.")] = default(E, "n_best"),
-    max_answer_length: Annotated[int, typer.Option("--max-answer-length", help="Longest answer, in tokens.")] = default(E, "max_answer_length"),
-    scorer: Annotated[str, typer.Option(
+        "--max-query-length", min=1, help="Question tokens kept (default: the fine-tuning run's, else 64).")] = default(E, "max_query_length"),
+    n_best: Annotated[int, typer.Option("--n-best", min=1, help="Start and end candidates per window.")] = default(E, "n_best"),
+    max_answer_length: Annotated[int, typer.Option("--max-answer-length", min=1, help="Longest answer, in tokens.")] = default(E, "max_answer_length"),
+    scorer: Annotated[QaScorer, typer.Option(
         "--scorer", help="auto: MLQA's official scorer for MLQA files, the SQuAD v1.1 scorer for XQuAD, TyDiQA-GoldP "
         "and other SQuAD-format files (as XTREME); squad or mlqa: that scorer for every file.")] = default(E, "scorer"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
@@ -50,10 +57,10 @@ def command(
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = EvalMlqaConfig(
-        model=model, data=data, predictions=predictions, split=split, langs=split_langs(langs), gxlt=gxlt,
+        model=model, data=data, predictions=predictions, split=value(split), langs=split_langs(langs), gxlt=gxlt,
         lang=lang, out=out, batch_size=batch_size, max_seq_len=max_seq_len, doc_stride=doc_stride,
-        max_query_length=max_query_length, n_best=n_best, max_answer_length=max_answer_length, scorer=scorer,
-        overwrite=overwrite, precision=precision, device=device, quiet=quiet,
+        max_query_length=max_query_length, n_best=n_best, max_answer_length=max_answer_length,
+        scorer=value(scorer), overwrite=overwrite, precision=value(precision), device=value(device), quiet=quiet,
     )
     from mlminilm.evaluation import mlqa
 

@@ -9,19 +9,26 @@ import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._eval_options import render, split_langs
+from mlminilm.commands._params import Pooling, value
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig, default
 
 E = EvalTatoebaConfig
+
+EXAMPLES = """\b
+Examples:
+  mlminilm eval-tatoeba --model runs/l6h384/student --data tatoeba/ --out reports/tatoeba
+  mlminilm eval-tatoeba --model intfloat/multilingual-e5-small --data tatoeba/ --langs de,zh --prefix "query: "
+"""
 
 
 def command(
     model: Annotated[str, typer.Option(
         "--model", help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers "
-                        "model).")] = default(E, "model"),
+                        "model).")] = ...,
     data: Annotated[str, typer.Option(
         "--data", help="A directory of Tatoeba test files as LASER / XTREME distribute them: tatoeba.XXX-eng.XXX and "
                        "tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i of the other)."
-    )] = default(E, "data"),
+    )] = ...,
     langs: Annotated[list[str], typer.Option(
         "--langs", help="Only these languages (project codes: de, zh, sw, ...), comma-separated or repeated "
                         "(default: every language found in --data).")] = list(default(E, "langs")),
@@ -30,7 +37,7 @@ def command(
         "--layer", help="Hidden-states index to pool (0 = embedding output, N = output of layer N, -1 = last). "
                         "Default: the last layer for sentence-transformers models, else XTREME's layers // 2 + 1 "
                         "(7 of 12, 13 of 24, 4 of 6).")] = default(E, "layer"),
-    pooling: Annotated[str, typer.Option(
+    pooling: Annotated[Pooling, typer.Option(
         "--pooling", help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), "
                           "mean, cls or max.")] = default(E, "pooling"),
     prefix: Annotated[Optional[str], typer.Option(
@@ -38,7 +45,7 @@ def command(
                          "'query' prompt from config_sentence_transformers.json, else none; \"\" for none)."
     )] = default(E, "prefix"),
     max_length: Annotated[Optional[int], typer.Option(
-        "--max-length", help=f"Tokens per sentence, special tokens included (default: {TATOEBA_MAX_LENGTH}, or the "
+        "--max-length", min=2, help=f"Tokens per sentence, special tokens included (default: {TATOEBA_MAX_LENGTH}, or the "
                              "model's position limit when smaller).")] = default(E, "max_length"),
     batch_size: EvalBatch = default(E, "batch_size"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
@@ -53,8 +60,9 @@ def command(
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = EvalTatoebaConfig(
-        model=model, data=data, langs=split_langs(langs), out=out, layer=layer, pooling=pooling, prefix=prefix,
-        max_length=max_length, batch_size=batch_size, overwrite=overwrite, precision=precision, device=device,
+        model=model, data=data, langs=split_langs(langs), out=out, layer=layer, pooling=value(pooling), prefix=prefix,
+        max_length=max_length, batch_size=batch_size, overwrite=overwrite, precision=value(precision),
+        device=value(device),
         quiet=quiet,
     )
     from mlminilm.evaluation import tatoeba

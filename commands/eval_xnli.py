@@ -8,16 +8,23 @@ import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._eval_options import render, split_langs
+from mlminilm.commands._params import EvalSplit, value
 from mlminilm.config import EvalXnliConfig, default
 
 E = EvalXnliConfig
 
+EXAMPLES = """\b
+Examples:
+  mlminilm eval-xnli --model ft/xnli --data XNLI-1.0/ --split test --out reports/xnli
+  mlminilm eval-xnli --model ft/xnli --data xtreme/xnli/ --langs de,zh --json
+"""
+
 
 def command(
-    model: Annotated[str, typer.Option("--model", help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")] = default(E, "model"),
+    model: Annotated[str, typer.Option("--model", help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")] = ...,
     data: Annotated[str, typer.Option(
-        "--data", help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.")] = default(E, "data"),
-    split: Annotated[str, typer.Option("--split", help="test or dev.")] = default(E, "split"),
+        "--data", help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.")] = ...,
+    split: Annotated[EvalSplit, typer.Option("--split", help="test or dev.")] = default(E, "split"),
     langs: Langs = list(default(E, "langs")),
     label_order: Annotated[list[str], typer.Option(
         "--label-order", help="For a classifier whose config does not name its labels (LABEL_0...): the NLI class of "
@@ -38,10 +45,10 @@ def command(
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = EvalXnliConfig(
-        model=model, data=data, split=split, langs=split_langs(langs),
+        model=model, data=data, split=value(split), langs=split_langs(langs),
         label_order=split_langs(label_order),  # comma-separated or repeated, as --langs
-        out=out, batch_size=batch_size, max_seq_len=max_seq_len, overwrite=overwrite, precision=precision,
-        device=device, quiet=quiet,
+        out=out, batch_size=batch_size, max_seq_len=max_seq_len, overwrite=overwrite, precision=value(precision),
+        device=value(device), quiet=quiet,
     )
     from mlminilm.evaluation import xnli
 

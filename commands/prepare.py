@@ -12,6 +12,12 @@ from mlminilm.config import PrepareConfig, default
 
 P = PrepareConfig
 
+EXAMPLES = """\b
+Examples:
+  mlminilm prepare --teacher xlm-roberta-base --input corpus/ --out data/
+  mlminilm prepare --teacher xlm-roberta-base --input de=de.txt.gz --input fr=fr.jsonl --langs de,fr --out data/
+"""
+
 
 def command(
     teacher: Annotated[
@@ -26,14 +32,14 @@ def command(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output directory (created; must be empty unless --overwrite).")],
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence, specials included.")] = default(
+    seq_len: Annotated[int, typer.Option("--seq-len", min=3, help="Tokens per sequence, specials included.")] = default(
         P, "seq_len"
     ),
-    workers: Annotated[int, typer.Option("--workers", help="Tokenizer processes; 0 = all cores.")] = default(
+    workers: Annotated[int, typer.Option("--workers", min=0, help="Tokenizer processes; 0 = all cores.")] = default(
         P, "workers"
     ),
     shard_sequences: Annotated[
-        int, typer.Option("--shard-sequences", help="Sequences per shard file.")
+        int, typer.Option("--shard-sequences", min=1, help="Sequences per shard file.")
     ] = default(P, "shard_sequences"),
     text_field: Annotated[
         str, typer.Option("--text-field", help="Text key of JSON lines and Hub dataset rows.")
@@ -42,7 +48,7 @@ def command(
         list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: all).")
     ] = default(P, "langs"),
     max_docs: Annotated[
-        Optional[int], typer.Option("--max-docs", help="At most this many documents per language.")
+        Optional[int], typer.Option("--max-docs", min=1, help="At most this many documents per language.")
     ] = default(P, "max_docs"),
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace prepared data already in --out.")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlminilm import distill
+from mlminilm import distill, train
 from mlminilm import logging as mlog
 from mlminilm.config import AssistConfig, DistillConfig
+from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.models import TeacherShape, check_encoder_config, load_config
+from mlminilm.models import TeacherShape, check_encoder_config, load_config, student_config
+from mlminilm.stale import clean_stale
 
 log = mlog.get(__name__)
 
@@ -59,7 +62,9 @@ def _stage_done(export: Path, steps: int) -> bool:
     return card.exists() and json.loads(card.read_text(encoding="utf-8")).get("steps") == steps
 
 
-def run(cfg: AssistConfig) -> AssistResult:
+def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
+    """Every check of both stages that can run before anything is written: the rule, the data, the teacher and
+    its tokenizer, both stages' shapes and the output directory. Returns the stage configs."""
     teacher_config = load_config(cfg.teacher)
     check_encoder_config(teacher_config, cfg.teacher)
     teacher = TeacherShape.of(teacher_config)
@@ -70,18 +75,36 @@ def run(cfg: AssistConfig) -> AssistResult:
             f"here {why_not}: use `mlminilm distill` directly, or add --force"
         )
     out = Path(cfg.out)
-    if out.exists() and any(out.iterdir()) and not (cfg.resume or cfg.overwrite):
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
+    first, second = stage_configs(replace(cfg, overwrite=False), teacher)
+    data, _, tokenizer = distill.validate(first)
+    # The second stage's teacher (the assistant) does not exist yet: check the student against its shape.
+    assistant_config = student_config(teacher_config, first.shape)
+    distill.check_compatibility(second, assistant_config, data, tokenizer_identity(tokenizer))
+    clean_stale(out, prefix=tuple(f".tmp-{stage}-" for stage in STAGES))  # exports of a run that died
+    if out.is_dir() and any(out.iterdir()) and not (cfg.resume or cfg.overwrite or _failed_stages(out)):
         raise CheckpointError(
             f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
         )
-    if cfg.overwrite:
+    return first, second
+
+
+def _failed_stages(out: Path) -> bool:
+    """Whether `out` holds only stage run directories that a failed run left before any checkpoint."""
+    entries = list(out.iterdir())
+    return all(e.name in ("assistant-run", "student-run") and train.failed_run_leftovers(e) for e in entries)
+
+
+def run(cfg: AssistConfig) -> AssistResult:
+    first, second = validate(cfg)
+    out = Path(cfg.out)
+    # Only now, with every input checked, is a previous run replaced.
+    if cfg.overwrite or (not cfg.resume and out.is_dir() and any(out.iterdir())):
         for name in ("assistant-run", "assistant", "student-run", "student"):
             target = out / name
             if target.exists():
-                import shutil
-
                 shutil.rmtree(target)
-    first, second = stage_configs(replace(cfg, overwrite=False), teacher)
     stages = {}
     for name, stage in zip(STAGES, (first, second)):
         export = out / name

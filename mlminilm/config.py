@@ -18,6 +18,7 @@ INITS = ("random", "teacher")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
+EVAL_SPLITS = ("dev", "test")  # eval-xnli / eval-mlqa --split
 
 
 def default(cls, name: str):
@@ -81,12 +82,16 @@ class TrainConfig:
             p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
         if self.grad_accum < 1:
             p.append(f"--grad-accum must be at least 1 (got {self.grad_accum})")
-        if not self.lr > 0:
-            p.append(f"--lr must be positive (got {self.lr})")
-        if self.warmup < 0:
-            p.append(f"--warmup must be non-negative (got {self.warmup})")
-        if not self.max_grad_norm >= 0:
-            p.append(f"--max-grad-norm must be non-negative, 0 to turn clipping off (got {self.max_grad_norm})")
+        # `not x >= 0` and math.isfinite: NaN fails every comparison, and inf would pass a plain one.
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            p.append(f"--lr must be positive and finite (got {self.lr})")
+        if not (self.warmup >= 0 and math.isfinite(self.warmup)):
+            p.append(f"--warmup must be non-negative and finite (got {self.warmup})")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            p.append(f"--weight-decay must be non-negative and finite (got {self.weight_decay})")
+        if not (self.max_grad_norm >= 0 and math.isfinite(self.max_grad_norm)):
+            p.append(f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off "
+                     f"(got {self.max_grad_norm})")
         if self.save_every < 1:
             p.append(f"--save-every must be at least 1 (got {self.save_every})")
         if self.keep < 1:
@@ -156,7 +161,7 @@ class DistillConfig(TrainConfig):
                 p.append(
                     f"--relation-heads ({self.relation_heads}) must divide the student's --hidden ({self.hidden})"
                 )
-        if not 0 < self.alpha <= 1:
+        if not 0 < self.alpha <= 1:  # also false for NaN
             p.append(f"--alpha must be in (0, 1] (got {self.alpha})")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             p.append(f"--dropout must be in [0, 1) (got {self.dropout})")
@@ -321,13 +326,11 @@ class FinetuneConfig(TrainConfig):
             p.append("--model is required (a hub id or a local model directory, e.g. a distilled student)")
         if not self.train:
             p.append("--train is required (a TSV / JSON lines / SQuAD JSON file, or hf:multi_nli / hf:squad)")
-        if self.epochs is not None and not self.epochs > 0:
-            p.append(f"--epochs must be positive (got {self.epochs})")
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            p.append(f"--epochs must be positive and finite (got {self.epochs})")
         if self.eval_batch_size < 1:
             p.append(f"--eval-batch-size must be at least 1 (got {self.eval_batch_size})")
         _qa_window_problems(p, self.max_seq_len, self.doc_stride, self.max_query_length)
-        if self.weight_decay is not None and self.weight_decay < 0:
-            p.append(f"--weight-decay must be non-negative (got {self.weight_decay})")
         # The shared training checks, on the values this config will run with.
         probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         task = TASK_DEFAULTS.get(self.task, TASK_DEFAULTS["xnli"])  # an unknown task is reported above
@@ -389,7 +392,7 @@ class EvalXnliConfig(EvalConfig):
         p = self._eval_problems()
         if not self.model:
             p.append("--model is required (a fine-tuned directory from `mlminilm finetune --task xnli`)")
-        _choice(p, self.split, ("dev", "test"), "--split")
+        _choice(p, self.split, EVAL_SPLITS, "--split")
         if self.label_order:
             _label_order_problems(p, self.label_order)
         _problems_to_error(p)
@@ -431,7 +434,7 @@ class EvalMlqaConfig(EvalConfig):
             p.append("--model is required (a directory from `mlminilm finetune --task qa`), or --predictions DIR")
         if self.model and self.predictions is not None:
             p.append("--model and --predictions cannot be used together: --predictions scores existing files")
-        _choice(p, self.split, ("dev", "test"), "--split")
+        _choice(p, self.split, EVAL_SPLITS, "--split")
         _qa_window_problems(p, None, self.doc_stride, self.max_query_length)
         if self.n_best < 1:
             p.append(f"--n-best must be at least 1 (got {self.n_best})")
@@ -493,4 +496,52 @@ class EvalTatoebaConfig:
             p.append(f"--langs takes project language codes, not Tatoeba file codes: use "
                      f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}")
         _unknown_langs(p, tuple(code for code in self.langs if code not in iso), "--langs")
+        _problems_to_error(p)
+
+
+# ------------------------------------------------------------------------------------------ vocabulary trimming
+
+
+@dataclass(frozen=True)
+class TrimConfig:
+    """`trim`: keep the part of a model's vocabulary that a corpus uses (mlminilm.vocab).
+
+    Token counts come from `data` (a `prepare` output: token_counts.npy, made with the model's own tokenizer) or
+    are counted in `corpus` (<lang>.txt files, only `langs` when given) with the model's tokenizer. Kept: every
+    special and added token, and the most frequent other ids that occur at least `min_count` times, until they
+    cover `coverage` of the corpus's other tokens, at most `max_vocab` ids in all (None: no limit)."""
+
+    model: str = ""
+    out: Path | None = None
+    data: Path | None = None
+    corpus: Path | None = None
+    langs: tuple[str, ...] = ()
+    min_count: int = 1
+    coverage: float = 1.0
+    max_vocab: int | None = None
+    workers: int = 0  # tokenizer processes counting --corpus; 0 = all cores
+    overwrite: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        if not self.model:
+            p.append("--model is required (a model directory or hub id: a teacher, a student or a fine-tuned model)")
+        if self.out is None:
+            p.append("--out is required (the directory to write the trimmed model to)")
+        if (self.data is None) == (self.corpus is None):
+            p.append("give exactly one of --data (a `mlminilm prepare` output) and --corpus (a directory of "
+                     "<lang>.txt files)")
+        if self.langs and self.corpus is None:
+            p.append("--langs chooses files of --corpus; the counts of a --data directory cover all its languages "
+                     "(prepare it with --langs instead)")
+        if self.min_count < 1:
+            p.append(f"--min-count must be at least 1 (got {self.min_count})")
+        if not 0.0 < self.coverage <= 1.0:  # also false for NaN
+            p.append(f"--coverage must be in (0, 1], a fraction of the corpus tokens (got {self.coverage})")
+        if self.max_vocab is not None and self.max_vocab < 1:
+            p.append(f"--max-vocab must be at least 1 (got {self.max_vocab})")
+        if self.workers < 0:
+            p.append(f"--workers must be 0 (all cores) or more (got {self.workers})")
+        _unknown_langs(p, self.langs, "--langs")
         _problems_to_error(p)

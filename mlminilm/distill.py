@@ -27,7 +27,8 @@ from mlminilm.sampling import BatchSampler
 
 log = mlog.get(__name__)
 
-ARTIFACTS = ("config.json", "metrics.jsonl", train.CHECKPOINTS, "student")
+# OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
+ARTIFACTS = (train.RUN_RECORD, train.LEGACY_RUN_RECORD, train.METRICS, train.CHECKPOINTS, "student")
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
@@ -75,16 +76,19 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
     return minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
 
 
-def check_compatibility(cfg: DistillConfig, teacher_config, data_tokenizer: dict, teacher_tokenizer: dict) -> None:
+def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, teacher_tokenizer: dict) -> None:
     """Everything that can be checked before loading weights, reported at once."""
     t = TeacherShape.of(teacher_config)
     problems = []
-    if data_tokenizer.get("vocab_sha256") != teacher_tokenizer.get("vocab_sha256"):
+    mismatch = vocabulary_mismatch(data.tokenizer, teacher_tokenizer)
+    if mismatch:
         problems.append(
-            f"--data {cfg.data} was prepared with tokenizer '{data_tokenizer.get('name_or_path')}' "
-            f"({data_tokenizer.get('vocab_size')} ids), not the tokenizer of teacher '{cfg.teacher}' "
-            f"({teacher_tokenizer.get('vocab_size')} ids); run `mlminilm prepare --teacher {cfg.teacher}` again"
+            f"--data {cfg.data} was prepared with another tokenizer than the one of teacher '{cfg.teacher}' "
+            f"({mismatch}); "
+            f"run `mlminilm prepare --teacher {cfg.teacher}` again"
         )
+    else:
+        problems += _embedding_problems(cfg, teacher_config, data)
     layer = cfg.teacher_layer + t.layers if cfg.teacher_layer < 0 else cfg.teacher_layer
     if not 0 <= layer < t.layers:
         problems.append(f"--teacher-layer {cfg.teacher_layer} is out of range for a {t.layers}-layer teacher")
@@ -110,6 +114,66 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data_tokenizer: dict
         raise ConfigError("; ".join(problems))
 
 
+def vocabulary_mismatch(data_tokenizer: dict, teacher_tokenizer: dict) -> str | None:
+    """How the tokenizer recorded in a prepared-data manifest differs from the teacher's, or None when they agree."""
+    if data_tokenizer.get("vocab_sha256") == teacher_tokenizer.get("vocab_sha256"):
+        return None
+    a, b = data_tokenizer.get("vocab_size"), teacher_tokenizer.get("vocab_size")
+    if a != b:
+        return f"the data's has {a} ids, the teacher's {b}"
+    specials = [f"{name} {data_tokenizer.get(name)} vs {teacher_tokenizer.get(name)}"
+                for name in sorted(set(data_tokenizer) | set(teacher_tokenizer))
+                if name.endswith("_token_id") and data_tokenizer.get(name) != teacher_tokenizer.get(name)]
+    detail = f"; special ids differ: {', '.join(specials)}" if specials else ""
+    return (f"both have {a} ids, but different tokens or ids (vocabulary sha256 "
+            f"{str(data_tokenizer.get('vocab_sha256'))[:12]} vs {str(teacher_tokenizer.get('vocab_sha256'))[:12]}){detail}")
+
+
+def _embedding_problems(cfg: DistillConfig, teacher_config, data: PreparedData) -> list[str]:
+    """The data's token ids must index the teacher's embedding rows, and its sequences fit its positions."""
+    from mlminilm.evaluation.common import position_limit
+
+    problems = []
+    rows = getattr(teacher_config, "vocab_size", None)
+    highest = data.highest_token_id()
+    if rows is not None and highest is not None and highest >= rows:
+        problems.append(
+            f"--data {cfg.data} holds token id {highest}, but teacher '{cfg.teacher}' has only {rows} embedding rows "
+            "(its config's vocab_size does not cover its tokenizer); use a teacher whose embeddings fit its tokenizer"
+        )
+    limit = position_limit(teacher_config)
+    if limit is not None and data.seq_len > limit:
+        problems.append(
+            f"--data {cfg.data} holds sequences of {data.seq_len} tokens, but teacher '{cfg.teacher}' has only "
+            f"{limit} positions; run `mlminilm prepare --seq-len {limit}` (or less) again"
+        )
+    return problems
+
+
+def student_size_warning(cfg: DistillConfig, teacher_config) -> str | None:
+    """A student deeper or wider than its teacher works, but compresses nothing: say so."""
+    t = TeacherShape.of(teacher_config)
+    larger = [f"{name} {mine} > {theirs}" for name, mine, theirs in (
+        ("layers", cfg.layers, t.layers), ("hidden", cfg.hidden, t.hidden), ("intermediate", cfg.intermediate, t.intermediate))
+        if mine > theirs]
+    if not larger:
+        return None
+    return (f"the student is larger than teacher '{cfg.teacher}' ({', '.join(larger)}): it will not be smaller or "
+            "faster than the teacher; check --layers / --hidden / --intermediate")
+
+
+def validate(cfg: DistillConfig):
+    """Every cheap check of a run, before anything is written or loaded: (data, teacher config, tokenizer)."""
+    data = PreparedData.open(cfg.data)
+    teacher_config = load_config(cfg.teacher)
+    check_encoder_config(teacher_config, cfg.teacher)
+    tokenizer = load_tokenizer(cfg.teacher)
+    check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer))
+    if sum(data.num_sequences(lang) for lang in data.languages) == 0:
+        raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
+    return data, teacher_config, tokenizer
+
+
 def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "student") -> DistillResult:
     """Distil `cfg.teacher` into a new student on the `prepare` output in `cfg.data`; export it."""
 
@@ -117,15 +181,16 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
     export_dir = Path(export_to) if export_to is not None else out / "student"
 
     # Validate everything cheap before anything is written or loaded.
-    data = PreparedData.open(cfg.data)
-    teacher_config = load_config(cfg.teacher)
-    check_encoder_config(teacher_config, cfg.teacher)
-    tokenizer = load_tokenizer(cfg.teacher)
-    check_compatibility(cfg, teacher_config, data.tokenizer, tokenizer_identity(tokenizer))
+    data, teacher_config, tokenizer = validate(cfg)
     train.prepare_output_dir(out, cfg, ARTIFACTS)
+    if export_dir.parent != out:
+        from mlminilm.stale import clean_stale
+
+        clean_stale(export_dir.parent, prefix=f".tmp-{export_dir.name}-")  # an export's temporary sits beside it
+    warning = student_size_warning(cfg, teacher_config)
+    if warning:
+        log.warning(warning)
     counts = {lang: data.num_sequences(lang) for lang in data.languages}
-    if sum(counts.values()) == 0:
-        raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
 
     rt = train.setup_runtime(cfg.device, cfg.precision)
     try:
@@ -137,12 +202,7 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title) -> DistillResult:
     record = train.run_record(cfg, rt, {"teacher_model_type": teacher_config.model_type, "data_manifest": data.manifest.get("tokenizer")})
     if cfg.resume:
-        train.check_resume_compatible(out, record, RESUME_KEYS)
-    if rt.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if not (out / "config.json").exists():
-            train.write_json_atomic(out / "config.json", record)
-    rt.barrier()
+        train.check_resume_compatible(out, record, RESUME_KEYS, write=rt.is_main)
 
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward.
     teacher, teacher_layer = load_teacher(cfg.teacher, cfg.teacher_layer, rt.dtype, rt.device)
@@ -160,6 +220,12 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         cfg.teacher, teacher_layer, cfg.layers, cfg.hidden, cfg.heads,
         sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
     )
+    # The run record, once the inputs have loaded: a run that fails before this leaves nothing to block its retry.
+    if rt.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / train.RUN_RECORD).exists():
+            train.write_json_atomic(out / train.RUN_RECORD, record)
+    rt.barrier()
 
     state = train.setup_training(cfg, rt, StudentQKV(student), student, out)
     model, optimizer, scheduler, start, metrics = (

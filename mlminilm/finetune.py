@@ -109,10 +109,15 @@ def load_examples(task: str, source: str, role: str) -> list:
 
 
 def _load_hub(task: str, spec: str, role: str) -> list:
-    name, _, split = spec.partition(":")
-    try:
-        import datasets
+    from mlminilm import hub
 
+    name, _, split = spec.partition(":")
+    local = "an XNLI/MultiNLI TSV or JSON lines file" if task == "xnli" else "a SQuAD v1.1 JSON file"
+    datasets = hub.import_datasets()
+    if datasets is None:
+        raise DataError(f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
+                        f"{hub.HUB_EXTRA}, or pass {local} instead")
+    try:
         if task == "xnli":
             bare = name.split("/")[-1]
             split = split or ("train" if role == "train" else "validation_matched" if bare == "multi_nli" else "validation")
@@ -136,8 +141,8 @@ def _load_hub(task: str, spec: str, role: str) -> list:
         raise
     except Exception as exc:  # offline, unknown dataset or split: all end the same way for the user
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        local = "an XNLI/MultiNLI TSV or JSON lines file" if task == "xnli" else "a SQuAD v1.1 JSON file"
-        raise DataError(f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {reason}; pass {local} instead") from None
+        raise DataError(f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {reason} ({hub.unreachable_hint()}); "
+                        f"pass {local} instead") from None
 
 
 class StreamOrder:
@@ -291,7 +296,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
         "dev_examples": len(dev_examples) if dev_examples is not None else 0,
     })
     if cfg.resume:
-        train.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD)
+        train.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD, write=rt.is_main)
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         if not (out / RUN_RECORD).exists():

@@ -28,12 +28,33 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
     root = logging.getLogger("mlminilm")
     root.handlers.clear()
-    handler = RichHandler(console=stderr_console, show_path=False, show_time=False, markup=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    if stderr_console.is_terminal:
+        handler: logging.Handler = RichHandler(console=stderr_console, show_path=False, show_time=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        # A log file or a pipe: whole lines, never wrapped at rich's default 80 columns (which would cut paths and
+        # numbers in two), with a time stamp, since nobody watches them as they come.
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-8s %(message)s", "%H:%M:%S"))
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False
     _quiet_libraries()
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A plain stream handler on whatever `sys.stderr` is at the time of each record (tests swap it)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ sets it; the property always reads sys.stderr
+        pass
 
 
 def _quiet_libraries() -> None:

@@ -22,7 +22,9 @@ _DECODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 
 def _load_error(what: str, name: str, exc: Exception) -> ConfigError:
-    hint = "check the path" if os.path.exists(name) else "check the name, or pass a local directory (no network?)"
+    from mlminilm.hub import unreachable_hint
+
+    hint = "check the path" if os.path.exists(name) else f"check the name, or pass a local directory; {unreachable_hint()}"
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ConfigError(f"could not load {what} '{name}': {first} ({hint})")
 
@@ -198,44 +200,40 @@ def freeze_word_embeddings(model: nn.Module) -> int:
     return weight.numel()
 
 
-def model_card(info: dict, summary: str | None = None) -> str:
-    lines = [
-        "---",
-        "library_name: transformers",
-        "tags: [mlminilm, minilm, distillation, multilingual]",
-        "---",
-        "",
-        f"# {info.get('title', 'mlminilm student')}",
-        "",
-        summary or "Distilled with mlminilm (MiniLM deep self-attention distillation).",
-        "",
-        "| field | value |",
-        "|---|---|",
-    ]
-    for key, value in info.items():
-        if key != "title":
-            lines.append(f"| {key} | {value} |")
-    lines += ["", "Load it with `AutoModel.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)`.", ""]
-    return "\n".join(lines)
+def model_card(info: dict, summary: str | None = None, data=None) -> str:
+    """The README.md text of an export: `data` (a huggingface_hub ModelCardData; default: inferred from `info`
+    by mlminilm.cards.infer_card_data) as front matter, then the title, `summary` and the `info` table."""
+    from mlminilm import cards
+
+    return str(cards.render_card(info, data if data is not None else cards.infer_card_data(info), summary))
 
 
 def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: str | None = None,
-                 sentence_teacher: str | None = None) -> Path:
+                 sentence_teacher: str | None = None, card_fields: dict | None = None) -> Path:
     """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`.
 
     With `sentence_teacher`, a teacher whose directory carries sentence-transformers files, the student gets
-    them too (mlminilm.sentence_encoder), so it also loads as a SentenceTransformer."""
+    them too (mlminilm.sentence_encoder), so it also loads as a SentenceTransformer.
+
+    The model card (README.md, huggingface_hub's ModelCard) takes its front matter from `card`: `base_model` or
+    `teacher` names the base model (whose licence is inherited), `languages` the languages, `task` the pipeline;
+    `card_fields` (base_model, language, license, pipeline_tag, library_name, tags) override any of them."""
     out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    sentence_encoder = False
     if sentence_teacher is not None:
         from mlminilm.sentence_encoder import copy_sentence_transformers_files
 
-        copy_sentence_transformers_files(resolve_model(sentence_teacher), tmp, model.config.hidden_size)
-    (tmp / "README.md").write_text(model_card(card, summary), encoding="utf-8")
+        sentence_encoder = copy_sentence_transformers_files(
+            resolve_model(sentence_teacher), tmp, model.config.hidden_size)
+    from mlminilm.cards import infer_card_data
+
+    data = infer_card_data(card, sentence_encoder, getattr(model.config, "architectures", None), **(card_fields or {}))
+    (tmp / "README.md").write_text(model_card(card, summary, data), encoding="utf-8")
     (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
     if out.exists():
         shutil.rmtree(out)

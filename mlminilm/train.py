@@ -29,6 +29,12 @@ from mlminilm.errors import CheckpointError, TrainingDiverged
 log = mlog.get(__name__)
 
 CHECKPOINTS = "checkpoints"
+RUN_RECORD = "run.json"  # the run record: not config.json, which from_pretrained(OUT) would take for a model's
+LEGACY_RUN_RECORD = "config.json"  # where distill and assist wrote it in earlier versions; still read on --resume
+METRICS = "metrics.jsonl"
+# Options that --resume may change (the advice after a divergence: lower --lr, longer --warmup), recorded in the run
+# record; any other option a command lists as defining its run must stay the same.
+RESUME_CHANGEABLE = ("lr", "warmup")
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -149,23 +155,58 @@ def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -
 # ----------------------------------------------------------------------------------------- output dirs
 
 
-def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...]) -> None:
-    """Refuse a non-empty output directory unless resuming or overwriting; on overwrite remove only our artifacts."""
+def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], record_file: str = RUN_RECORD) -> None:
+    """Refuse a non-empty output directory unless resuming or overwriting; on overwrite remove only our artifacts.
+
+    Temporaries of dead processes are removed first, and a directory that holds only what a failed run left before
+    its first checkpoint (its run record and metrics log) is started over: there is nothing to resume in it."""
+    from mlminilm.stale import clean_stale
+
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise CheckpointError(f"output path {out} exists and is not a directory")
+        raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
+    # Our names only at OUT's root (it may be a directory of the user's, refused below); all in checkpoints/.
+    clean_stale(out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json"))))
+    clean_stale(out / CHECKPOINTS)
     existing = [p for p in out.iterdir()] if out.exists() else []
-    if existing and not (cfg.resume or cfg.overwrite):
+    failed = bool(existing) and not cfg.resume and failed_run_leftovers(out, record_file)
+    if existing and not (cfg.resume or cfg.overwrite or failed):
         raise CheckpointError(
             f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
         )
-    if cfg.overwrite:
-        for name in artifacts:
+    if failed and not cfg.overwrite:
+        log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
+    if cfg.overwrite or failed:
+        for name in artifacts:  # every torchrun process does this: another may have removed a file first
             target = out / name
             if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+
+
+def failed_run_leftovers(out: Path, record_file: str = RUN_RECORD) -> bool:
+    """Whether `out` holds nothing but what a run that died before its first checkpoint leaves: its run record,
+    its metrics log, and a checkpoints/ directory without a whole checkpoint."""
+    out = Path(out)
+    if not out.is_dir() or checkpoint_dirs(out):
+        return False
+    allowed = {record_file, METRICS, CHECKPOINTS}
+    names = {p.name for p in out.iterdir()}
+    if not names or not names <= allowed | {LEGACY_RUN_RECORD}:
+        return False
+    if LEGACY_RUN_RECORD in names and LEGACY_RUN_RECORD != record_file and not _is_run_record(out / LEGACY_RUN_RECORD):
+        return False  # a model's config.json: this is not a failed run's directory
+    root = out / CHECKPOINTS
+    return not root.exists() or (root.is_dir() and not any(root.iterdir()))
+
+
+def _is_run_record(path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "command" in record and "config" in record
 
 
 def git_revision() -> str | None:
@@ -221,10 +262,29 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop records past the checkpoint so the log reads like the uninterrupted run."""
+        """On resume, drop records past the checkpoint so the log reads like the uninterrupted run.
+
+        A half-written last line (the process died while appending it) is dropped; a damaged line before it is an
+        error that names the line."""
         if not self.enabled or not self.path.exists():
             return
-        kept = [l for l in self.path.read_text(encoding="utf-8").splitlines() if l.strip() and json.loads(l).get("step", 0) <= step]
+        lines = [l for l in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()]
+        kept = []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError:
+                if number == len(lines):
+                    log.warning("%s: dropped a half-written last line (the run stopped while writing it)", self.path)
+                    break
+                raise CheckpointError(
+                    f"{self.path}:{number}: not a metrics record (the log is damaged); delete that line, or the "
+                    "whole file, to resume"
+                ) from None
+            if record.get("step", 0) <= step:
+                kept.append(line)
         self.path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
 
 
@@ -271,11 +331,26 @@ def save_checkpoint(out: Path, step: int, model: nn.Module, optimizer, scheduler
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
-    """Restore model, optimizer, schedule and RNG from `path`; returns its state.json."""
+    """Restore model, optimizer, schedule and RNG from `path`; returns its state.json. Every tensor of the model
+    must be in the checkpoint (and nothing else): a checkpoint of another shape is an error, never a partial load."""
     from safetensors.torch import load_model
 
+    advice = f"remove {path} to resume from an earlier checkpoint, or start over with --overwrite"
     try:
-        load_model(model, str(path / "model.safetensors"), strict=False)
+        missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    except Exception as exc:  # noqa: BLE001 - unreadable file or a shape that does not fit
+        raise CheckpointError(f"checkpoint {path}: model.safetensors cannot be loaded ({_reason(exc)}); {advice}") from exc
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} tensor(s) of the model missing (e.g. {sorted(missing)[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (e.g. {sorted(unexpected)[0]})")
+        raise CheckpointError(
+            f"checkpoint {path} does not match this model: {', '.join(parts)}; it is damaged or from another "
+            f"run: {advice}"
+        )
+    try:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"))
         trainer = torch.load(path / "trainer.pt", weights_only=True, map_location="cpu")
         scheduler.load_state_dict(trainer["scheduler"])
@@ -283,8 +358,27 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
         if trainer["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(trainer["cuda_rng"])
         return json.loads((path / "state.json").read_text(encoding="utf-8"))
-    except Exception as exc:
-        raise CheckpointError(f"checkpoint {path} cannot be loaded: {exc}; remove it to resume from an earlier one") from exc
+    except Exception as exc:  # noqa: BLE001 - missing or damaged files: one remedy
+        raise CheckpointError(f"checkpoint {path} cannot be loaded ({_reason(exc)}); {advice}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of an error, without torch's advice to unpickle with weights_only=False (never safe here)."""
+    import pickle
+
+    if isinstance(exc, pickle.UnpicklingError):
+        return "it holds Python objects other than tensors, which a safe load refuses; it was not written by mlminilm"
+    if isinstance(exc, FileNotFoundError):
+        return f"{Path(exc.filename).name if exc.filename else 'a file'} is missing"
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(" weights_only")[0].rstrip(" ,;:(") if "weights_only" in first else first
+
+
+def weights_finite(model: nn.Module) -> bool:
+    """Whether every parameter is finite (one device sync for the whole model)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 @dataclass
@@ -376,6 +470,8 @@ def train_loop(
     window_parts: dict[str, float] = {}
     window_steps = 0
     last_saved = start_step if checkpoint_dirs(out) else None
+    # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
+    log_lines = rt.is_main and not mlog.progress_enabled()
 
     with mlog.progress() as bar:
         task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
@@ -399,12 +495,7 @@ def train_loop(
                     window_info[k] = window_info.get(k, 0) + v
             global_loss = _reduce_mean(step_loss, rt)
             if not torch.isfinite(global_loss):
-                saved = checkpoint_dirs(out)
-                where = f"the last good checkpoint is {saved[-1][1]}" if saved else "no checkpoint was saved yet"
-                raise TrainingDiverged(
-                    f"loss became {global_loss.item()} at step {step + 1}; stopped, {where}; "
-                    "try a lower --lr or longer --warmup (add --resume to continue from the checkpoint)"
-                )
+                raise _diverged(out, f"loss became {global_loss.item()} at step {step + 1}")
             if cfg.max_grad_norm > 0:
                 # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
                 # every parameter the optimizer steps.
@@ -440,11 +531,22 @@ def train_loop(
                 history.append(record)
                 metrics.write(record)
                 bar.update(task, completed=done, rate=f"loss {record['loss']:.4f} · {rate:,.0f} tok/s")
-                log.debug("step %d loss %.5f", done, record["loss"])
+                if log_lines:
+                    per_step = (now - t_start) / max(done - start_step, 1)
+                    log.info(
+                        "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s", description, done, cfg.max_steps,
+                        record["loss"], record["lr"], f"{rate:,.0f}", _duration(per_step * (cfg.max_steps - done)),
+                    )
+                else:
+                    log.debug("step %d loss %.5f", done, record["loss"])
                 t_window, window_tokens, window_info = now, 0, {}
                 window_loss, window_parts, window_steps = torch.zeros(()), {}, 0
 
             if done % cfg.save_every == 0 or done == cfg.max_steps:
+                # A finite loss does not prove finite weights (an inf or NaN gradient, an overflowing update):
+                # never save, and never call "good", a checkpoint that holds NaN.
+                if not weights_finite(raw_model):
+                    raise _diverged(out, f"the weights became NaN or infinite at step {done} (the loss was still finite)")
                 state = checkpoint_state(done) if checkpoint_state else {}
                 if rt.is_main:
                     save_checkpoint(out, done, raw_model, optimizer, scheduler, state, cfg.keep)
@@ -462,8 +564,25 @@ def train_loop(
     )
 
 
+def _diverged(out: Path, what: str) -> TrainingDiverged:
+    saved = checkpoint_dirs(out)
+    if saved:
+        where = (f"the last good checkpoint is {saved[-1][1]}: rerun the same command with --resume and a lower --lr "
+                 "or a longer --warmup to continue from it")
+    else:
+        where = "no checkpoint was saved yet: rerun with a lower --lr or a longer --warmup"
+    return TrainingDiverged(f"{what}; stopped, {where}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 def resume_point(out: Path, cfg: TrainConfig, raw_model, optimizer, scheduler) -> int:
-    """The step to start from: 0, or the latest whole checkpoint's when --resume."""
+    """The step to start from: 0, or the latest whole checkpoint's when --resume. The peak learning rate and the
+    warmup are this run's (`cfg`), so --resume may change them; unchanged, the schedule continues exactly."""
     if not cfg.resume:
         return 0
     found = checkpoint_dirs(out)
@@ -474,22 +593,85 @@ def resume_point(out: Path, cfg: TrainConfig, raw_model, optimizer, scheduler) -
     if step > cfg.max_steps:
         raise CheckpointError(f"checkpoint {path} is past --max-steps {cfg.max_steps}; raise --max-steps")
     load_checkpoint(path, raw_model, optimizer, scheduler)
+    _set_peak_lr(optimizer, scheduler, cfg.lr)
     log.info("resumed from %s", path)
     return step
 
 
-def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], record_file: str = "config.json") -> None:
-    """On --resume, the run's defining options must equal those recorded in OUT/<record_file>."""
-    path = Path(out) / record_file
-    if not path.exists():
-        return
-    old = json.loads(path.read_text(encoding="utf-8")).get("config", {})
+def _set_peak_lr(optimizer, scheduler, lr: float) -> None:
+    """After loading a schedule's state (which holds the saved run's peak), make `lr` the peak and recompute the
+    current rate with this run's warmup: the same numbers LambdaLR computes, so an unchanged run is bit-exact."""
+    scheduler.base_lrs = [lr for _ in optimizer.param_groups]
+    rates = [base * factor(scheduler.last_epoch) for factor, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["initial_lr"] = lr
+        group["lr"] = rate
+    scheduler._last_lr = rates
+
+
+def read_run_record(out: Path, record_file: str = RUN_RECORD) -> tuple[Path, dict] | None:
+    """The run record of the run in `out` (`record_file`, or the name distill used before, config.json, when it
+    holds a run record), or None when there is none. A damaged record is an error that says what to do."""
+    out = Path(out)
+    candidates = [out / record_file]
+    if record_file != LEGACY_RUN_RECORD:
+        candidates.append(out / LEGACY_RUN_RECORD)
+    for path in candidates:
+        if not path.exists():
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(record, dict) or not isinstance(record.get("config", {}), dict):
+                raise ValueError("not a run record object")
+        except FileNotFoundError:  # another torchrun process moved the old name to the new one just now
+            continue
+        except (UnicodeDecodeError, ValueError) as exc:
+            if path.name == LEGACY_RUN_RECORD and path.name != record_file:
+                continue  # a model's config.json, say: not ours
+            raise CheckpointError(
+                f"run record {path} is damaged ({str(exc).splitlines()[0]}): it cannot tell which options made this "
+                f"run; delete it to resume without that check (it is written again), or start over with --overwrite"
+            ) from None
+        if path.name == LEGACY_RUN_RECORD and path.name != record_file and "command" not in record:
+            continue
+        return path, record
+    return None
+
+
+def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], record_file: str = RUN_RECORD,
+                            write: bool = True) -> dict:
+    """On --resume, the run's defining options (`keys`) must equal those recorded in OUT/<record_file>.
+
+    Options in RESUME_CHANGEABLE may differ: each change is logged and recorded (the record's "config" takes the
+    new value, "resumes" keeps what changed and when), when `write` (the main process). Returns the changes."""
+    found = read_run_record(out, record_file)
+    if found is None:
+        return {}
+    path, old_record = found
+    old = old_record.get("config", {})
     new = record["config"]
-    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+            if k not in RESUME_CHANGEABLE and old.get(k) != new.get(k)]
     if diff:
         raise CheckpointError(
-            f"--resume with options that differ from the run in {out} ({'; '.join(diff)}); use the same options or a new --out"
+            f"--resume with options that differ from the run in {out} ({'; '.join(diff)}); use the same options "
+            f"(only {', '.join('--' + k for k in RESUME_CHANGEABLE)} may change) or a new --out"
         )
+    changes = {k: [old[k], new.get(k)] for k in RESUME_CHANGEABLE if k in old and old[k] != new.get(k)}
+    if changes:
+        log.warning("--resume with %s (recorded in %s)",
+                    ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
+                    Path(out) / record_file)
+    if write and (changes or path.name != record_file):
+        updated = dict(old_record)
+        updated["config"] = {**old, **{k: b for k, (a, b) in changes.items()}}
+        if changes:
+            updated["resumes"] = [*old_record.get("resumes", []),
+                                  {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}]
+        write_json_atomic(Path(out) / record_file, updated)
+        if path.name != record_file:  # the old name: the record moves to its new one
+            path.unlink(missing_ok=True)
+    return changes
 
 
 def is_finite(x: float | None) -> bool:

@@ -58,3 +58,53 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     assert "Traceback" not in proc.stderr, proc.stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
+
+
+def run_main(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[int, str, str]:
+    """`mlminilm ARGS` in this process (no interpreter start, torch already imported), as `cli` but about 3 s
+    faster per call: exit code, stdout, stderr. `env` sets (or with None values unsets) environment variables."""
+    import logging
+
+    import pytest
+
+    from mlminilm.commands.app import main
+
+    monkeypatch.setattr(sys, "argv", ["mlminilm", *args])
+    monkeypatch.delenv("MLMINILM_DEBUG", raising=False)
+    for name, value in (env or {}).items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    logger = logging.getLogger("mlminilm")  # the command sets up its own handler: restore the test's afterwards
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as info:
+            main()
+            raise SystemExit(0)
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+    captured = capsys.readouterr()
+    code = info.value.code
+    return (0 if code is None else code), captured.out, captured.err
+
+
+def assert_error(result: tuple[int, str, str], *needles: str) -> str:
+    """A known error: exit 1, exactly one `Error:` line on stderr holding every needle, nothing on stdout, no
+    traceback. Returns the error line."""
+    code, out, err = result
+    assert code == 1, (code, out, err)
+    errors = [l for l in err.splitlines() if l.startswith("Error:")]
+    assert len(errors) == 1, err
+    assert "Traceback" not in err and out == "", (out, err)
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def assert_usage_error(result: tuple[int, str, str], option: str) -> None:
+    """A bad option value: exit 2 with click's usage error naming the option, nothing on stdout, no traceback."""
+    code, out, err = result
+    assert code == 2, (code, out, err)
+    assert "Usage:" in err and option in err and "Traceback" not in err and out == "", (out, err)

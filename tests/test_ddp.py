@@ -128,9 +128,9 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     rank0 = w["rank0"]
     assert [x for x in rank0 if x[0] == "checkpoint"] == [("checkpoint", "2"), ("checkpoint", "4")]
     assert [x for x in rank0 if x[0] == "export"] == [("export", "student")]
-    assert rank0.count(("json", "config.json")) == 1
+    assert rank0.count(("json", "run.json")) == 1
     assert sorted(p.name for p in (ddp / "checkpoints").iterdir()) == ["step-2", "step-4"]
     leftovers = [p for p in ddp.rglob("*") if p.name.startswith(".tmp") or ".tmp-" in p.name]
     assert not leftovers, leftovers
-    assert json.loads((ddp / "config.json").read_text())["world_size"] == 2
+    assert json.loads((ddp / "run.json").read_text())["world_size"] == 2
     assert writes(single)["rank0"] == rank0  # and exactly what the single process writes

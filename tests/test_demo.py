@@ -104,3 +104,5 @@ def test_demo_end_to_end_on_a_tiny_teacher(tiny_sentencepiece_dir, tmp_path, cap
     assert sorted(rows) == sorted(LANGS)
     assert (tmp_path / "out" / "report-nli-student" / "metrics.json").is_file()
     assert (tmp_path / "out" / "report-retrieval-teacher" / "metrics.json").is_file()
+    # The demo never resumes, so it keeps no checkpoints (each holds the whole embedding matrix).
+    assert not list((tmp_path / "out").glob("*/checkpoints"))

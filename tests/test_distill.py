@@ -59,7 +59,8 @@ def test_distill_exports_a_loadable_student(wp_teacher, wp_data, tmp_path):
     last = sum(r["loss"] for r in records[-5:]) / 5
     assert last < first  # the student learns the teacher's relations
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-10", "step-20", "step-30"]
-    assert json.loads((out / "config.json").read_text())["config"]["teacher"] == str(wp_teacher)
+    assert json.loads((out / "run.json").read_text())["config"]["teacher"] == str(wp_teacher)
+    assert not (out / "config.json").exists()  # from_pretrained(OUT) must not take the run record for a model
 
 
 def test_resume_is_bit_exact(wp_teacher, wp_data, tmp_path, monkeypatch):
@@ -174,7 +175,7 @@ def test_torchrun_two_gloo_processes(wp_teacher, wp_data, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "student" / "model.safetensors").exists()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2", "step-3"]
-    assert json.loads((out / "config.json").read_text())["world_size"] == 2
+    assert json.loads((out / "run.json").read_text())["world_size"] == 2
 
 
 # ------------------------------------------------------------------------------------------- bad input
@@ -202,7 +203,7 @@ def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_
     # Data prepared with another tokenizer than the teacher's.
     sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp-teacher", kind="xlm-roberta")
     sp_data = prepare_data(sp_teacher, tiny_corpus_dir, tmp_path / "sp-data")
-    assert_one_line_error(cli(*distill_args(wp_teacher, sp_data, out)), "prepared with tokenizer", "prepare --teacher")
+    assert_one_line_error(cli(*distill_args(wp_teacher, sp_data, out)), "prepared with another tokenizer", "prepare --teacher")
     # A decoder-only teacher.
     from transformers import GPT2Config, GPT2Model
 

@@ -327,7 +327,9 @@ def test_cli_errors(encoder, tmp_path, monkeypatch, capsys):
         return errors[0]
 
     assert "use de for deu" in error_line("--langs", "deu")
-    assert "--pooling must be one of auto, mean, cls, max" in error_line("--pooling", "sum")
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
+                                    "--pooling", "sum")
+    assert code == 2 and "'--pooling'" in stderr and "'auto', 'mean', 'cls', 'max'" in stderr  # a usage error
     write_pair(data, "fra", ["Salut.", "Non."], ["Hi."])
     line = error_line("--layer", "9", "--out", str(tmp_path / "o"))  # data and model problems at once
     assert "tatoeba.fra-eng.fra has 2 lines but tatoeba.fra-eng.eng has 1" in line and "--layer 9 is out of range" in line

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.corpus.manifest import FORMAT_VERSION, MANIFEST
+from mlminilm.corpus.manifest import FORMAT_VERSION, MANIFEST, shard_digest
 from mlminilm.corpus.packing import DTYPE
 from mlminilm.errors import DataError
 
@@ -46,6 +46,8 @@ class PreparedData:
 
     @classmethod
     def open(cls, path: str | Path) -> PreparedData:
+        """Read and check `path/manifest.json` and every shard it names (existence, size, digest), all problems at
+        once. The manifest is not trusted: its paths must stay inside `path`, its values must have their types."""
         root = Path(path)
         manifest = _read_manifest(root)
         problems = []
@@ -55,13 +57,26 @@ class PreparedData:
                 expected = shard["sequences"] * manifest["seq_len"] * DTYPE.itemsize
                 if not file.is_file():
                     problems.append(f"shard {shard['file']} is missing")
-                elif file.stat().st_size != expected:
-                    problems.append(f"shard {shard['file']} has {file.stat().st_size} bytes, expected {expected}")
+                    continue
+                size = file.stat().st_size
+                if size != expected or shard.get("bytes", size) != size:
+                    problems.append(f"shard {shard['file']} has {size} bytes, expected {expected}")
+                elif "digest" in shard and shard_digest(file) != shard["digest"]:
+                    problems.append(f"shard {shard['file']} does not match its digest (changed since prepare)")
         if not (root / manifest["token_counts"]).is_file():
             problems.append(f"{manifest['token_counts']} is missing")
         if problems:
             raise DataError(f"{root}: {'; '.join(problems)}; run `mlminilm prepare` again")
         return cls(root, manifest)
+
+    def highest_token_id(self) -> int | None:
+        """The largest token id stored in the shards (from token_counts.npy), or None when it cannot be read."""
+        try:
+            counts = self.token_counts()
+        except (OSError, ValueError):
+            return None
+        used = np.flatnonzero(counts)
+        return int(used[-1]) if len(used) else None
 
     def num_sequences(self, lang: str) -> int:
         try:
@@ -123,4 +138,60 @@ def _read_manifest(root: Path) -> dict:
     missing = [k for k in ("seq_len", "tokenizer", "languages", "token_counts") if k not in manifest]
     if missing or manifest.get("dtype") != "int32":
         raise DataError(f"{path} is incomplete or not int32 (missing: {missing}); run `mlminilm prepare` again")
+    problems = _manifest_problems(root, manifest)
+    if problems:
+        raise DataError(f"{path} is not a valid manifest ({'; '.join(problems[:5])}"
+                        f"{f'; and {len(problems) - 5} more' if len(problems) > 5 else ''}); run `mlminilm prepare` again")
     return manifest
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _inside(root: Path, relative) -> bool:
+    """Whether `relative` is a relative path that stays inside `root` (no absolute path, no way out by ..)."""
+    if not isinstance(relative, str) or not relative or Path(relative).is_absolute():
+        return False
+    base = root.resolve()
+    return (base / relative).resolve().is_relative_to(base)
+
+
+def _manifest_problems(root: Path, manifest: dict) -> list[str]:
+    """Type and path checks of a manifest: what PreparedData relies on."""
+    p = []
+    if not _is_int(manifest["seq_len"]) or manifest["seq_len"] < 3:
+        p.append(f"seq_len must be an integer of at least 3 (got {manifest['seq_len']!r})")
+    tokenizer = manifest["tokenizer"]
+    if not isinstance(tokenizer, dict):
+        p.append("tokenizer must be an object")
+    else:
+        if not _is_int(tokenizer.get("vocab_size")) or tokenizer["vocab_size"] < 1:
+            p.append(f"tokenizer.vocab_size must be a positive integer (got {tokenizer.get('vocab_size')!r})")
+        pad = tokenizer.get("pad_token_id")
+        if pad is not None and not _is_int(pad):
+            p.append(f"tokenizer.pad_token_id must be an integer or null (got {pad!r})")
+    if not _inside(root, manifest["token_counts"]):
+        p.append(f"token_counts must be a file inside the data directory (got {manifest['token_counts']!r})")
+    languages = manifest["languages"]
+    if not isinstance(languages, dict):
+        return p + ["languages must be an object of language -> shards"]
+    for lang, info in languages.items():
+        shards = info.get("shards") if isinstance(info, dict) else None
+        if not isinstance(shards, list):
+            p.append(f"languages.{lang}.shards must be a list")
+            continue
+        for i, shard in enumerate(shards):
+            where = f"languages.{lang}.shards[{i}]"
+            if not isinstance(shard, dict):
+                p.append(f"{where} must be an object")
+                continue
+            if not _inside(root, shard.get("file")):
+                p.append(f"{where}.file must be a file inside the data directory (got {shard.get('file')!r})")
+            if not _is_int(shard.get("sequences")) or shard["sequences"] < 0:
+                p.append(f"{where}.sequences must be a non-negative integer (got {shard.get('sequences')!r})")
+            if "bytes" in shard and not _is_int(shard["bytes"]):
+                p.append(f"{where}.bytes must be an integer (got {shard['bytes']!r})")
+            if "digest" in shard and not isinstance(shard["digest"], str):
+                p.append(f"{where}.digest must be a string (got {shard['digest']!r})")
+    return p

@@ -94,6 +94,11 @@ class PrepareResult:
 def run(config: PrepareConfig) -> PrepareResult:
     """Validate everything, tokenize and pack every language into `config.out`, then write the manifest."""
     out = Path(config.out)
+    if out.is_dir():
+        from mlminilm.stale import clean_stale
+
+        # A .tmp-prepare-<pid> of a run that died would otherwise make --out look taken.
+        clean_stale(out, prefix=(".tmp-prepare-", f".{MANIFEST}.tmp-"))
     sources, tokenizer = _validate(config, out)
     created_out = not out.exists()
     work = out / f".tmp-prepare-{os.getpid()}"
@@ -144,11 +149,16 @@ def _load_tokenizer(teacher: str):
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(teacher))
+    except MlminilmError:
+        raise
     except Exception as exc:  # noqa: BLE001 - missing files, offline Hub, bad name: one remedy
+        from mlminilm import hub
+
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        where = "check the path" if Path(teacher).exists() else f"or a hub id with the network on ({hub.unreachable_hint()})"
         raise ConfigError(
             f"cannot load a tokenizer from --teacher {teacher} ({reason}); pass a local model or tokenizer "
-            "directory, or a hub id with the network on"
+            f"directory, {where}"
         ) from None
     missing = [name for name in ("cls_token_id", "sep_token_id", "pad_token_id") if getattr(tokenizer, name) is None]
     if missing:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,14 @@ class FileSource:
                     text = _json_text(line, text_field, self.path, number) if json_lines else line.rstrip("\r\n")
                     if text.strip():
                         yield text
-        except (OSError, UnicodeDecodeError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
+            if self.path.name.endswith(".gz") and not isinstance(exc, FileNotFoundError | PermissionError):
+                raise DataError(
+                    f"cannot read {self.path}: it is not a whole gzip file ({exc}); download or compress it again"
+                ) from None
             raise DataError(f"cannot read {self.path}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"cannot read {self.path}: not UTF-8 text ({exc.reason}); convert it to UTF-8") from None
 
     def check(self, text_field: str) -> None:
         """Fail unless the file holds at least one document (reads only up to the first one)."""
@@ -76,15 +83,24 @@ class HubSource:
         return f"{HUB_PREFIX}{self.dataset}" + (f":{self.config}" if self.config else "")
 
     def _rows(self):
-        try:
-            import datasets
+        from mlminilm import hub
 
+        instead = "download the text and pass it as --input LANG=PATH"
+        datasets = hub.import_datasets()
+        if datasets is None:
+            raise DataError(f"cannot stream Hub dataset {self.name} ({hub.MISSING_DATASETS}): {hub.HUB_EXTRA}, or {instead}")
+        if hub.offline():  # streaming always asks the Hub: fail before any request is tried
+            raise DataError(
+                f"cannot stream Hub dataset {self.name} (HF_HUB_OFFLINE=1 is set and streaming needs the network); "
+                f"unset it, or {instead}"
+            )
+        try:
             return iter(datasets.load_dataset(self.dataset, self.config, split="train", streaming=True))
         except Exception as exc:  # noqa: BLE001 - any failure (offline, unknown name, auth) has one remedy
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise DataError(
-                f"cannot stream Hub dataset {self.name} ({reason}); check the network and the dataset name, "
-                "or download the text and pass it as --input LANG=PATH"
+                f"cannot stream Hub dataset {self.name} ({reason}); check the network and the dataset name "
+                f"({hub.unreachable_hint()}), or {instead}"
             ) from None
 
     def documents(self, text_field: str) -> Iterator[str]:
@@ -165,8 +181,10 @@ def resolve_inputs(specs: tuple[str, ...], wanted: tuple[str, ...], text_field: 
     """
     problems: list[str] = []
     by_lang: dict[str, list[Source]] = {}
+    found: set[str] = set()  # every language the inputs hold, wanted or not (for the message below)
     for spec in specs:
         for source in _spec_sources(spec, wanted, problems):
+            found.add(source.lang)
             if not wanted or source.lang in wanted:
                 by_lang.setdefault(source.lang, []).append(source)
     try:
@@ -175,8 +193,8 @@ def resolve_inputs(specs: tuple[str, ...], wanted: tuple[str, ...], text_field: 
         problems.append(str(exc))
     missing = sorted(set(wanted) - set(by_lang))
     if missing and not problems:
-        found = ", ".join(sorted(by_lang))
-        problems.append(f"--langs {','.join(missing)}: no input holds these languages (found: {found})")
+        problems.append(f"--langs {','.join(missing)}: no input holds these languages "
+                        f"(the inputs hold: {', '.join(sorted(found)) or 'no language files'})")
     if not problems:
         for sources in by_lang.values():
             for source in sources:

@@ -22,7 +22,7 @@ class ShardWriter:
 
     def __init__(self, root: Path, lang: str, shard_sequences: int):
         self.root, self.lang, self.shard_sequences = root, lang, shard_sequences
-        self.shards: list[dict] = []  # [{"file": "shards/de-00000.bin", "sequences": n}]
+        self.shards: list[dict] = []  # [{"file": "shards/de-00000.bin", "sequences": n, "bytes": b, "digest": h}]
         self._file = None
         (root / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
 
@@ -38,7 +38,14 @@ class ShardWriter:
             start += len(part)
 
     def close(self) -> list[dict]:
+        """Close the last file; returns the shards, each with its size in bytes and digest (verified at open)."""
+        from mlminilm.corpus.manifest import shard_digest
+
         self._close_current()
+        for shard in self.shards:
+            path = self.root / shard["file"]
+            shard["bytes"] = path.stat().st_size
+            shard["digest"] = shard_digest(path)
         return self.shards
 
     def _open_next(self) -> None:

@@ -142,6 +142,7 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
         save_every=steps, log_every=max(1, steps // 6), overwrite=True, precision=precision,
     ))
     mark = lap("distill", mark)
+    _drop_checkpoints(out / "distill")
 
     models = {"teacher": teacher_dir, "student": str(distilled.student)}
     nli_langs = _langs(NLI, "test-*.tsv")
@@ -155,6 +156,7 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
             max_seq_len=NLI_MAX_LENGTH, freeze_embeddings=True, overwrite=True, precision=precision,
         ))
         mark = lap(f"finetune {name}", mark)
+        _drop_checkpoints(out / f"finetune-{name}")
     log.info("5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences", stages, len(nli_langs))
     tatoeba_dir = write_tatoeba_layout(PARALLEL, out / "parallel")
     for name, path in models.items():
@@ -172,6 +174,16 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     lines.append(f"  wall time: {time.perf_counter() - t0:.0f} s ("
                  + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
     return "\n".join(lines)
+
+
+def _drop_checkpoints(run_dir: Path) -> None:
+    """The demo never resumes: its checkpoints (each a copy of a 250k-row embedding and optimizer state, about
+    0.5-0.9 GB) would only fill the disk; the exported models stay."""
+    import shutil
+
+    from mlminilm.train import CHECKPOINTS
+
+    shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
 
 
 def _kept(student: float | None, teacher: float | None) -> str:

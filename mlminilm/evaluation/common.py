@@ -156,6 +156,9 @@ class ReportDir:
         if self.final is None:
             return None
         self.final.parent.mkdir(parents=True, exist_ok=True)
+        from mlminilm.stale import clean_stale
+
+        clean_stale(self.final.parent, prefix=f".tmp-{self.final.name}-")  # this report, from a run that died
         self.path = self.final.with_name(f".tmp-{self.final.name}-{os.getpid()}")
         if self.path.exists():
             shutil.rmtree(self.path)

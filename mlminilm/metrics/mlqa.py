@@ -17,8 +17,8 @@ answer_language`, and the answer language is the CONTEXT language (answers are s
 Languages the official script does not know (XQuAD / TyDiQA extras such as ru or fi, where it raises) are scored
 with their registry rules: no article pattern and whitespace tokens unless a TOML file says otherwise.
 
-`MLQA` (an `evaluate.Metric`, built on first access so that importing the plain scorer stays instant) wraps
-the same functions for code that wants the `evaluate` interface; it needs no network.
+The scorer is plain functions, not an `evaluate` module: `evaluate.load` fetches its metric scripts from the Hub,
+which an offline run cannot reach.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ __all__ = [
     "score_prediction",
     "evaluate_dataset",
     "evaluate_questions",
-    "MLQA",
 ]
 
 _ASCII_PUNCTUATION = frozenset(string.punctuation)
@@ -165,54 +164,3 @@ def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str], la
     Returns {"exact_match": %, "f1": %, "examples": n, "missing": n}."""
     get_language(lang)  # an unknown code fails before any scoring, listing the known ones
     return evaluate_questions(_dataset_questions(dataset), predictions, lang)
-
-
-@functools.cache
-def _metric_class() -> type:
-    # `evaluate` and `datasets` take seconds to import; only code that asks for the Metric pays for them.
-    import datasets
-    import evaluate
-
-    class MLQA(evaluate.Metric):
-        """MLQA exact match / F1 (official normalisation) as an offline `evaluate.Metric`.
-
-        `MLQA().compute(predictions=[{"id", "prediction_text"}], references=[{"id", "answers": {"text": [...],
-        "answer_start": [...]}}], lang="de")`, with `lang` the context language."""
-
-        def _info(self):
-            return evaluate.MetricInfo(
-                description="MLQA exact match and F1 with the official mlqa_evaluation_v1.py normalisation.",
-                citation="Lewis et al., MLQA: Evaluating Cross-lingual Extractive Question Answering, ACL 2020.",
-                inputs_description="predictions: {id, prediction_text}; references: {id, answers{text, "
-                "answer_start}}; lang: the context (answer) language code.",
-                features=datasets.Features(
-                    {
-                        "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
-                        "references": {
-                            "id": datasets.Value("string"),
-                            "answers": datasets.Sequence(
-                                {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
-                            ),
-                        },
-                    }
-                ),
-            )
-
-        def _compute(self, predictions, references, lang: str | None = None):
-            if lang is None:
-                raise DataError("MLQA.compute needs lang=<context language code>, e.g. lang='de'")
-            get_language(lang)
-            answers = {item["id"]: item["prediction_text"] for item in predictions}
-            questions = ((item["id"], list(item["answers"]["text"])) for item in references)
-            return evaluate_questions(questions, answers, lang)
-
-    MLQA.__qualname__ = "MLQA"
-    MLQA.__module__ = __name__
-    return MLQA
-
-
-def __getattr__(name: str):
-    # PEP 562: `from mlminilm.metrics.mlqa import MLQA` builds the evaluate.Metric subclass on first use.
-    if name == "MLQA":
-        return _metric_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

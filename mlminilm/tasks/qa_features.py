@@ -157,8 +157,8 @@ def _encode(examples, tokenizer, max_length, doc_stride, max_query_length, pad_t
     room = max_length - max_query_length - tokenizer.num_special_tokens_to_add(pair=True)
     if room <= doc_stride:
         raise ConfigError(
-            f"--max-length {max_length} leaves {room} context tokens after a {max_query_length}-token question "
-            f"and special tokens, not more than --doc-stride {doc_stride}: raise --max-length or lower "
+            f"--max-seq-len {max_length} leaves {room} context tokens after a {max_query_length}-token question "
+            f"and special tokens, not more than --doc-stride {doc_stride}: raise --max-seq-len or lower "
             "--doc-stride / --max-query-length"
         )
     # Some SQuAD questions start with long runs of spaces that would waste the budget.

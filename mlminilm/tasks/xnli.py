@@ -283,10 +283,15 @@ def _group_by_language(examples: list[NLIExample]) -> dict[str | None, list[NLIE
 
 
 def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
-    hub_split = {"dev": "validation"}.get(split, split)
-    try:
-        import datasets
+    from mlminilm import hub
 
+    hub_split = {"dev": "validation"}.get(split, split)
+    instead = "pass a local directory with test-XX.tsv files instead (e.g. ../shared/data/xnli)"
+    datasets = hub.import_datasets()
+    if datasets is None:
+        raise DataError(f"cannot load {HUB_PREFIX}{name} ({split}) from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
+                        f"{hub.HUB_EXTRA}, or {instead}")
+    try:
         by_lang, skipped = {}, {}
         for lang in langs:
             rows = datasets.load_dataset(name, lang, split=hub_split)
@@ -303,8 +308,8 @@ def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
     except Exception as exc:  # offline, unknown dataset, or a Hub error: all end the same way for the user
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(
-            f"cannot load {HUB_PREFIX}{name} ({split}) from the Hugging Face Hub: {reason}; "
-            "pass a local directory with test-XX.tsv files instead (e.g. ../shared/data/xnli)"
+            f"cannot load {HUB_PREFIX}{name} ({split}) from the Hugging Face Hub: {reason} ({hub.unreachable_hint()}); "
+            f"{instead}"
         ) from None
 
 

@@ -109,6 +109,12 @@ def e5_directory(source: Path) -> Path:
 
 
 def resolve(name: str) -> str:
-    """`name` itself, or for a packaged teacher the path of its converted directory."""
+    """`name` itself, or for a packaged teacher the path of its converted directory. Under HF_HUB_OFFLINE=1 a hub
+    id that is not in the local cache fails here, at once, with what to do."""
     source = _e5_source(str(name))
-    return str(e5_directory(source)) if source is not None else name
+    if source is not None:
+        return str(e5_directory(source))
+    from mlminilm.hub import check_reachable
+
+    check_reachable(str(name))
+    return name

@@ -1,0 +1,60 @@
+"""The Hugging Face Hub, where a command touches it: the optional `datasets` package (`hf:` inputs), offline mode
+(`HF_HUB_OFFLINE=1`) and the hints of errors about hub ids that cannot be reached."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mlminilm.errors import ConfigError
+
+HUB_EXTRA = "pip install 'mlminilm[hub]'"
+# A hub id: `name` or `owner/name` (letters, digits, - _ .), as huggingface_hub validates them.
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def offline() -> bool:
+    """Whether HF_HUB_OFFLINE asks for the local cache only (huggingface_hub's own truthy values)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def unreachable_hint() -> str:
+    """What to say after a hub id or dataset could not be fetched."""
+    if offline():
+        return "HF_HUB_OFFLINE=1 is set, so only the local Hugging Face cache is read: unset it to download"
+    return "no network? set HF_HUB_OFFLINE=1 to use only the local Hugging Face cache and fail fast"
+
+
+MISSING_DATASETS = "the optional package datasets is not installed"
+
+
+def import_datasets():
+    """The `datasets` module, or None: it is an optional extra (`mlminilm[hub]`), needed only by `hf:` inputs.
+    Callers name the input and say `MISSING_DATASETS`, `HUB_EXTRA` and their local alternative."""
+    try:
+        import datasets
+    except ImportError:
+        return None
+    return datasets
+
+
+def looks_like_hub_id(name: str) -> bool:
+    return bool(_REPO_ID.match(name)) and not Path(name).exists()
+
+
+def check_reachable(name: str) -> None:
+    """Fail fast, before any loader retries, for a hub id that offline mode cannot serve from the cache."""
+    if not offline() or not looks_like_hub_id(name):
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = [try_to_load_from_cache(name, file) for file in ("config.json", "tokenizer_config.json")]
+    except Exception:  # noqa: BLE001 - an id huggingface_hub refuses: the loader reports it
+        return
+    if not any(isinstance(path, str) for path in cached):
+        raise ConfigError(
+            f"'{name}' is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE=1 is set: "
+            "pass a local model directory, or unset HF_HUB_OFFLINE to download it"
+        )

@@ -1,0 +1,319 @@
+"""Bad input to every command, in-process: a bad option value is a usage error (exit 2) naming the option; any
+other problem one `Error:` line (exit 1) with what to do. Never a traceback, nothing on stdout, no partial output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import assert_error, assert_usage_error, prepare_data, run_main, save_tiny_teacher
+from taskdata import save_head_model, squad_doc, write_json, write_nli_tsv, write_xnli_dir
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_wordpiece_dir, tmp_path_factory):
+    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("teacher"))
+
+
+@pytest.fixture(scope="module")
+def data(teacher, tiny_corpus_dir, tmp_path_factory):
+    return prepare_data(teacher, tiny_corpus_dir, tmp_path_factory.mktemp("data") / "data")
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("task")
+    return {
+        "nli": write_nli_tsv(folder / "train-en.tsv", "en", 12),
+        "squad": write_json(folder / "train.json", squad_doc("en", count=2, seed=1)),
+        "xnli": write_xnli_dir(folder / "xnli", langs=("en", "de")),
+        "mlqa": folder / "mlqa",
+    }
+
+
+@pytest.fixture(scope="module")
+def xnli_model(tiny_wordpiece_dir, tmp_path_factory):
+    return save_head_model(tiny_wordpiece_dir, tmp_path_factory.mktemp("xnli-model"), "xnli")
+
+
+def distill_args(teacher, data, out, *extra: str) -> list[str]:
+    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
+            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "1", *extra]
+
+
+def assist_args(teacher, data, out, *extra: str) -> list[str]:
+    return ["assist", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
+            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--assistant-steps", "1",
+            "--student-steps", "1", *extra]
+
+
+# ------------------------------------------------------------------------------- option values: usage, exit 2
+
+# (command line after the command's required options, the option the usage error must name)
+OPTION_CASES = {
+    "prepare": [(["--seq-len", "2"], "--seq-len"), (["--workers", "-1"], "--workers"),
+                (["--shard-sequences", "0"], "--shard-sequences"), (["--max-docs", "0"], "--max-docs")],
+    "distill": [(["--precision", "fp8"], "--precision"), (["--objective", "kd"], "--objective"),
+                (["--init", "copy"], "--init"), (["--lr", "-1"], "--lr"), (["--lr", "inf"], "--lr"),
+                (["--lr", "nan"], "--lr"), (["--max-steps", "0"], "--max-steps"), (["--warmup", "nan"], "--warmup"),
+                (["--warmup", "inf"], "--warmup"), (["--weight-decay", "-1"], "--weight-decay"),
+                (["--alpha", "2"], "--alpha"), (["--dropout", "1"], "--dropout"), (["--device", "tpu"], "--device"),
+                (["--max-grad-norm", "inf"], "--max-grad-norm"), (["--layers", "0"], "--layers"),
+                (["--batch-size", "0"], "--batch-size"), (["--save-every", "0"], "--save-every")],
+    "assist": [(["--warmup", "-1"], "--warmup"), (["--assistant-steps", "0"], "--assistant-steps"),
+               (["--objective", "kd"], "--objective")],
+    "finetune": [(["--task", "ner"], "--task"), (["--lr", "-1"], "--lr"), (["--epochs", "0"], "--epochs"),
+                 (["--warmup", "inf"], "--warmup"), (["--max-seq-len", "4"], "--max-seq-len")],
+    "eval-xnli": [(["--split", "train"], "--split"), (["--precision", "fp8"], "--precision"),
+                  (["--batch-size", "0"], "--batch-size")],
+    "eval-mlqa": [(["--split", "train"], "--split"), (["--scorer", "exact"], "--scorer"),
+                  (["--n-best", "0"], "--n-best")],
+    "eval-tatoeba": [(["--pooling", "sum"], "--pooling"), (["--max-length", "1"], "--max-length")],
+}
+
+
+def required(command: str, tmp: Path) -> list[str]:
+    """Valid required options of each command (never reached: the bad value stops the parse)."""
+    out = ["--out", str(tmp / "out")]
+    return {
+        "prepare": ["--teacher", "t", "--input", str(tmp), *out],
+        "distill": ["--teacher", "t", *out],
+        "assist": ["--teacher", "t", *out],
+        "finetune": ["--model", "m", "--train", "t.tsv", *out],
+        "eval-xnli": ["--model", "m", "--data", str(tmp)],
+        "eval-mlqa": ["--model", "m", "--data", str(tmp)],
+        "eval-tatoeba": ["--model", "m", "--data", str(tmp)],
+    }[command]
+
+
+@pytest.mark.parametrize(
+    "command, extra, option",
+    [(command, extra, option) for command, cases in OPTION_CASES.items() for extra, option in cases],
+    ids=lambda x: " ".join(x) if isinstance(x, list) else str(x),
+)
+def test_bad_option_value_is_a_usage_error(command, extra, option, tmp_path, monkeypatch, capsys):
+    assert_usage_error(run_main(monkeypatch, capsys, command, *required(command, tmp_path), *extra), option)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, option", [
+    ("prepare", "--teacher"), ("distill", "--teacher"), ("assist", "--out"), ("finetune", "--train"),
+    ("eval-xnli", "--model"), ("eval-mlqa", "--data"), ("eval-tatoeba", "--data"),
+])
+def test_missing_required_option_is_a_usage_error(command, option, tmp_path, monkeypatch, capsys):
+    args = required(command, tmp_path)
+    i = args.index(option)
+    assert_usage_error(run_main(monkeypatch, capsys, command, *args[:i], *args[i + 2:]), option)
+
+
+# --------------------------------------------------------------------------------------- prepare: exit 1
+
+
+def test_prepare_bad_inputs(teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+
+    def prepare(*args, env=None):
+        return run_main(monkeypatch, capsys, "prepare", "--teacher", str(teacher), "--out", str(out),
+                        "--workers", "1", *args, env=env)
+
+    assert_error(prepare("--input", str(tmp_path / "nowhere")), "does not exist")
+    # --langs naming a language no input holds: the message lists what the inputs do hold.
+    assert_error(prepare("--input", str(tiny_corpus_dir), "--langs", "fr"), "--langs fr", "ar, de, en, zh")
+    # A corrupt .gz (valid header, damaged body): the file is named, no zlib traceback.
+    good = gzip.compress(("Der Hund läuft jeden Morgen durch den Park.\n" * 2000).encode())
+    damaged = good[:200] + bytes(b ^ 0x5A for b in good[200:400]) + good[400:]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "de.txt.gz").write_bytes(damaged)
+    line = assert_error(prepare("--input", str(corpus)), str(corpus / "de.txt.gz"), "gzip")
+    assert "zlib" not in line or "Error -3" in line
+    # An unknown language file: the known codes are listed.
+    (tmp_path / "xx.txt").write_text("some text\n")
+    assert_error(prepare("--input", f"xx={tmp_path / 'xx.txt'}"), "unknown language", "de")
+    # --out is a file.
+    out.write_text("not a directory")
+    assert_error(prepare("--input", str(tiny_corpus_dir)), "is a file")
+    out.unlink()
+    # hf: without the optional datasets package: one clear install hint (not "check the network").
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    line = assert_error(prepare("--input", "hf:wikimedia/wikipedia:20231101.{lang}", "--langs", "de",
+                                env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
+    assert "network" not in line
+    monkeypatch.delitem(sys.modules, "datasets")
+    assert not out.exists() and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_offline_fails_fast_and_says_so(tiny_corpus_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    # A hub id that is not in the cache: refused at once, naming HF_HUB_OFFLINE=1.
+    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", "someone/not-cached-model", "--input",
+                          str(tiny_corpus_dir), "--out", str(out), env={"HF_HUB_OFFLINE": "1"}),
+                 "someone/not-cached-model", "HF_HUB_OFFLINE=1")
+    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", "someone/not-cached-model", "--data",
+                          str(tmp_path), env={"HF_HUB_OFFLINE": "1"}), "HF_HUB_OFFLINE=1")
+    # Online, a hub id that could not be fetched: the hint names HF_HUB_OFFLINE=1 (no network is used here).
+    from mlminilm.models import _load_error
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert "set HF_HUB_OFFLINE=1" in str(_load_error("model config", "someone/model", OSError("cannot connect")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Streaming a Hub dataset cannot work offline: said before any request.
+    pytest.importorskip("datasets")
+    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", "someone/not-cached-model", "--input",
+                          "hf:wikimedia/wikipedia:20231101.{lang}", "--langs", "de", "--out", str(out),
+                          env={"HF_HUB_OFFLINE": "1"}), "HF_HUB_OFFLINE=1")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------- distill: exit 1
+
+
+def _copy_data(data: Path, to: Path) -> Path:
+    shutil.copytree(data, to)
+    return to
+
+
+def test_distill_bad_data(teacher, data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+
+    def distill(data_dir):
+        return run_main(monkeypatch, capsys, *distill_args(teacher, data_dir, out))
+
+    assert_error(distill(tmp_path / "missing"), "prepare")
+    # A manifest whose shard path leads out of the data directory.
+    bad = _copy_data(data, tmp_path / "escape")
+    manifest = json.loads((bad / "manifest.json").read_text())
+    lang = sorted(manifest["languages"])[0]
+    shard = manifest["languages"][lang]["shards"][0]
+    assert shard["bytes"] == (bad / shard["file"]).stat().st_size and len(shard["digest"]) == 32  # recorded by prepare
+    manifest["languages"][lang]["shards"][0]["file"] = "../../etc/passwd"
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    assert_error(distill(bad), "inside the data directory", "prepare")
+    # A value of the wrong type.
+    manifest["languages"][lang]["shards"][0]["file"] = f"shards/{lang}-00000.bin"
+    manifest["seq_len"] = "32"
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    assert_error(distill(bad), "seq_len must be an integer")
+    # A shard changed since prepare: same size, other bytes.
+    changed = _copy_data(data, tmp_path / "changed")
+    shard = changed / "shards" / f"{lang}-00000.bin"
+    raw = bytearray(shard.read_bytes())
+    raw[8:12] = bytes(reversed(raw[8:12])) if raw[8:12] != bytes(reversed(raw[8:12])) else b"\x01\x00\x00\x00"
+    shard.write_bytes(bytes(raw))
+    assert_error(distill(changed), "digest")
+    # A truncated shard.
+    truncated = _copy_data(data, tmp_path / "truncated")
+    shard = truncated / "shards" / f"{lang}-00000.bin"
+    shard.write_bytes(shard.read_bytes()[:-4])
+    assert_error(distill(truncated), "bytes, expected")
+    assert not out.exists()
+
+
+def test_distill_out_is_a_file_and_student_larger_than_teacher(teacher, data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "file"
+    out.write_text("mine")
+    assert_error(run_main(monkeypatch, capsys, *distill_args(teacher, data, out)), "is a file")
+    assert out.read_text() == "mine"
+    # A student deeper than its 4-layer teacher trains, with a warning.
+    code, stdout, stderr = run_main(monkeypatch, capsys, *distill_args(teacher, data, tmp_path / "big"), "--layers", "5")
+    assert code == 0, stderr
+    assert "larger than teacher" in stderr and "layers 5 > 4" in stderr
+
+
+def test_distill_vocabulary_mismatch_says_what_differs(teacher, data, tiny_sentencepiece_dir, tiny_corpus_dir,
+                                                       tmp_path, monkeypatch, capsys):
+    from transformers import AutoTokenizer
+
+    # Same ids count, other tokens: a WordPiece tokenizer with two tokens swapped.
+    tok = AutoTokenizer.from_pretrained(teacher)
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    words = [w for w, _ in vocab]
+    words[10], words[11] = words[11], words[10]
+    other = tmp_path / "other-teacher"
+    shutil.copytree(teacher, other)
+    (other / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    (other / "tokenizer.json").unlink(missing_ok=True)
+    line = assert_error(run_main(monkeypatch, capsys, *distill_args(other, data, tmp_path / "o")),
+                        "another tokenizer", f"both have {len(words)} ids", "different tokens or ids")
+    assert line.count(str(len(words))) == 1  # not "(N ids), not ... (N ids)"
+    # Another size: both sizes are named.
+    sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp", kind="xlm-roberta")
+    assert_error(run_main(monkeypatch, capsys, *distill_args(sp_teacher, data, tmp_path / "o")),
+                 f"the data's has {len(words)} ids")
+
+
+def test_distill_vocabulary_must_fit_the_embedding_rows(teacher, data, tmp_path, monkeypatch, capsys):
+    small = tmp_path / "small-embeddings"
+    shutil.copytree(teacher, small)
+    config = json.loads((small / "config.json").read_text())
+    config["vocab_size"] = 50  # the tokenizer has ~600 ids: most of the data's ids have no embedding row
+    (small / "config.json").write_text(json.dumps(config))
+    assert_error(run_main(monkeypatch, capsys, *distill_args(small, data, tmp_path / "o")), "embedding rows", "50")
+
+
+# ---------------------------------------------------------------------------------------- assist: exit 1
+
+
+def test_assist_bad_input(teacher, data, tmp_path, monkeypatch, capsys):
+    file = tmp_path / "file"
+    file.write_text("mine")
+    assert_error(run_main(monkeypatch, capsys, *assist_args(teacher, data, file)), "is a file")
+    assert_error(run_main(monkeypatch, capsys, *assist_args(teacher, tmp_path / "nodata", tmp_path / "o")), "prepare")
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------- finetune and evaluation
+
+
+def test_finetune_bad_input(teacher, task_files, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "ft"
+
+    def finetune(*args, env=None):
+        return run_main(monkeypatch, capsys, "finetune", "--model", str(teacher), "--out", str(out), *args, env=env)
+
+    assert_error(finetune("--train", str(tmp_path / "none.tsv")), "no such file")
+    # QA windows that cannot advance: the message names the flag that exists, --max-seq-len.
+    line = assert_error(finetune("--task", "qa", "--train", str(task_files["squad"]), "--max-seq-len", "24",
+                                 "--doc-stride", "16", "--max-query-length", "12"), "--max-seq-len", "--doc-stride")
+    assert "--max-length" not in line
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    assert_error(finetune("--train", "hf:multi_nli", env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
+    monkeypatch.delitem(sys.modules, "datasets")
+    assert not out.exists()
+
+
+def test_eval_bad_input(xnli_model, task_files, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "report"
+    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", str(tmp_path / "x"),
+                          "--out", str(out)), str(tmp_path / "x"))
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", "hf:xnli",
+                          "--langs", "de", env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
+    monkeypatch.delitem(sys.modules, "datasets")
+    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(tmp_path / "none.json"), "--predictions",
+                          str(tmp_path / "preds"), "--out", str(out)))
+    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(xnli_model), "--data", str(tmp_path),
+                          "--langs", "deu"), "use de for deu")
+    assert not out.exists()
+
+
+def test_configs_refuse_non_finite_numbers_for_python_api_users():
+    """The CLI refuses these at parse time; the config dataclasses refuse them too, for code that builds them."""
+    from mlminilm.config import DistillConfig, FinetuneConfig
+    from mlminilm.errors import ConfigError
+
+    for field, bad, message in [("lr", float("inf"), "--lr must be positive and finite"),
+                                ("warmup", float("nan"), "--warmup must be non-negative and finite"),
+                                ("warmup", float("inf"), "--warmup must be non-negative and finite"),
+                                ("weight_decay", -1.0, "--weight-decay must be non-negative and finite")]:
+        with pytest.raises(ConfigError, match=message):
+            DistillConfig(teacher="t", out="o", **{field: bad})
+        with pytest.raises(ConfigError, match=message):
+            FinetuneConfig(model="m", train="t", out="o", **{field: bad})
