@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from mlminilm.errors import DataError
+from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions
 from mlminilm.langs import get_language
 
 __all__ = [
@@ -129,32 +130,7 @@ def evaluate_questions(
 
     Returns exact_match and f1 in percent over all questions, `examples` (questions scored) and `missing`
     (questions without a prediction: they score 0, as in the official script)."""
-    total_em = total_f1 = 0.0
-    examples = missing = 0
-    for question_id, golds in questions:
-        examples += 1
-        if question_id not in predictions:
-            missing += 1
-            continue
-        em, f1_score = score_prediction(predictions[question_id], golds, lang)
-        total_em += em
-        total_f1 += f1_score
-    if examples == 0:
-        raise DataError("no questions to score")
-    return {
-        "exact_match": 100.0 * total_em / examples,
-        "f1": 100.0 * total_f1 / examples,
-        "examples": examples,
-        "missing": missing,
-    }
-
-
-def _dataset_questions(dataset: Mapping | list) -> Iterable[tuple[str, list[str]]]:
-    articles = dataset["data"] if isinstance(dataset, Mapping) else dataset
-    for article in articles:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                yield qa["id"], [answer["text"] for answer in qa["answers"]]
+    return aggregate(questions, predictions, lambda prediction, golds: score_prediction(prediction, golds, lang))
 
 
 def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str], lang: str) -> dict[str, float | int]:
@@ -163,4 +139,4 @@ def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str], la
     `lang` is the answer language, i.e. the CONTEXT language of the file (see the module docstring).
     Returns {"exact_match": %, "f1": %, "examples": n, "missing": n}."""
     get_language(lang)  # an unknown code fails before any scoring, listing the known ones
-    return evaluate_questions(_dataset_questions(dataset), predictions, lang)
+    return evaluate_questions(dataset_questions(dataset), predictions, lang)

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from mlminilm.errors import DataError
+from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions
 
 __all__ = ["normalize_answer", "exact_match", "f1", "score_prediction", "evaluate_questions", "evaluate_dataset"]
 
@@ -72,35 +73,11 @@ def evaluate_questions(
 
     Returns exact_match and f1 in percent over all questions, `examples` (questions scored) and `missing`
     (questions without a prediction, which score 0)."""
-    total_em = total_f1 = 0.0
-    examples = missing = 0
-    for question_id, golds in questions:
-        examples += 1
-        if question_id not in predictions:
-            missing += 1
-            continue
-        em, f1_score = score_prediction(predictions[question_id], golds)
-        total_em += em
-        total_f1 += f1_score
-    if examples == 0:
-        raise DataError("no questions to score")
-    return {
-        "exact_match": 100.0 * total_em / examples,
-        "f1": 100.0 * total_f1 / examples,
-        "examples": examples,
-        "missing": missing,
-    }
+    return aggregate(questions, predictions, score_prediction)
 
 
 def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str]) -> dict[str, float | int]:
     """Score a SQuAD-format dataset (the parsed JSON, or its `data` list) as the SQuAD v1.1 script does.
 
     Returns {"exact_match": %, "f1": %, "examples": n, "missing": n}."""
-    articles = dataset["data"] if isinstance(dataset, Mapping) else dataset
-    questions = (
-        (qa["id"], [answer["text"] for answer in qa["answers"]])
-        for article in articles
-        for paragraph in article["paragraphs"]
-        for qa in paragraph["qas"]
-    )
-    return evaluate_questions(questions, predictions)
+    return evaluate_questions(dataset_questions(dataset), predictions)
