@@ -121,10 +121,10 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
         timings[name] = timings.get(name, 0.0) + now - start
         return now
 
-    out.mkdir(parents=True, exist_ok=True)
     teacher_dir = resolve_model(teacher)  # converts a packaged teacher once (cached for later runs)
     mark = lap("convert", t0)
-    t_cfg = load_config(teacher_dir)
+    t_cfg = load_config(teacher_dir)  # a teacher that cannot load fails here, before anything is written
+    out.mkdir(parents=True, exist_ok=True)
     layers = max(1, t_cfg.num_hidden_layers // 2)
     compute = "bf16" if precision == "bf16" or (precision == "auto" and cpu_has_native_bf16()) else "fp32"
     stages = 6
