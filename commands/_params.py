@@ -31,6 +31,7 @@ Task = choices("Task", config.TASKS)
 EvalSplit = choices("EvalSplit", config.EVAL_SPLITS)
 QaScorer = choices("QaScorer", config.QA_SCORERS)
 Pooling = choices("Pooling", config.TATOEBA_POOLINGS)
+Compile = choices("Compile", config.COMPILE_MODES)
 
 
 def _real(what: str, ok) -> callable:
@@ -47,3 +48,18 @@ POSITIVE = _real("a positive finite number", lambda x: x > 0)
 NON_NEGATIVE = _real("a non-negative finite number", lambda x: x >= 0)
 ALPHA = _real("in (0, 1]", lambda x: 0 < x <= 1)
 DROPOUT = _real("in [0, 1)", lambda x: 0 <= x < 1)
+
+
+def BATCH_SIZE(x):
+    """--batch-size of distill / assist: a positive number of sequences, or auto."""
+    if x is None or isinstance(x, int):
+        return x
+    if str(x).strip().lower() == config.AUTO:
+        return config.AUTO
+    try:
+        n = int(x)
+    except ValueError:
+        raise typer.BadParameter(f"{x!r} is neither a number of sequences nor auto") from None
+    if n < 1:
+        raise typer.BadParameter(f"{n} is not at least 1")
+    return n

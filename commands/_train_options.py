@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from mlminilm.commands._params import ALPHA, DROPOUT, NON_NEGATIVE, POSITIVE
+from mlminilm.commands._params import ALPHA, BATCH_SIZE, DROPOUT, NON_NEGATIVE, POSITIVE
+from mlminilm.commands._params import Compile as CompileChoice
 from mlminilm.commands._params import Device as DeviceChoice
 from mlminilm.commands._params import Init as InitChoice
 from mlminilm.commands._params import Objective as ObjectiveChoice
@@ -17,6 +18,19 @@ Out = Annotated[Path, typer.Option("--out", help="Output directory (created; mus
 MaxSteps = Annotated[int, typer.Option("--max-steps", min=1, help="Optimizer steps.")]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per process per micro-batch.")]
 GradAccum = Annotated[int, typer.Option("--grad-accum", min=1, help="Micro-batches accumulated per optimizer step.")]
+DistillBatchSize = Annotated[str, typer.Option(
+    "--batch-size", callback=BATCH_SIZE,
+    help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU (CPU: up "
+    "to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.")]
+GlobalBatch = Annotated[Optional[int], typer.Option(
+    "--global-batch", min=1,
+    help="Sequences per optimizer step over all processes (sets the accumulation; needed by --batch-size auto). "
+    "Default: batch size x --grad-accum x processes.")]
+Compile = Annotated[CompileChoice, typer.Option(
+    "--compile", help="torch.compile the student, the teacher's capture and the loss: auto (on for CUDA), on or off.")]
+DataWorkers = Annotated[Optional[int], typer.Option(
+    "--data-workers", min=0,
+    help="DataLoader worker processes reading the shards (default: 0 on CPU, up to 4 per GPU process).")]
 Lr = Annotated[float, typer.Option(
     "--lr", callback=POSITIVE, help="Peak learning rate (AdamW). With --resume it may change (recorded in run.json).")]
 Warmup = Annotated[float, typer.Option(
@@ -37,7 +51,8 @@ Resume = Annotated[bool, typer.Option(
     "--resume", help="Continue the run in --out from its latest checkpoint (--lr and --warmup may change).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Start over, replacing a previous run in --out.")]
 Precision = Annotated[PrecisionChoice, typer.Option(
-    "--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
+    "--precision", help="auto (bf16 on CUDA GPUs that have it and on CPUs with native bf16, AVX512-BF16 or AMX; fp16 "
+    "on older GPUs; else fp32), fp32, bf16, or fp16 (with a gradient scaler; for GPUs without bf16: V100, T4).")]
 Device = Annotated[DeviceChoice, typer.Option("--device", help="auto, cpu or cuda.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]

@@ -62,7 +62,7 @@ def resolve_layer(model: nn.Module, layer: int) -> int:
 def layer_attention_mask(base: nn.Module, embeddings: torch.Tensor, attention_mask: torch.Tensor | None):
     """The mask the model's own forward hands its layers, for the model's attention implementation.
 
-    None when there is no padding (the model's forward would skip it too; sdpa then uses its fast kernels).
+    None when the caller passes None (no padding: sdpa then uses its fast kernels).
     """
     if attention_mask is None:
         return None
@@ -72,7 +72,10 @@ def layer_attention_mask(base: nn.Module, embeddings: torch.Tensor, attention_ma
         from transformers.masking_utils import create_bidirectional_mask
     except ImportError:  # transformers 4.x before masking_utils: the additive [batch, 1, 1, seq] mask
         return base.get_extended_attention_mask(attention_mask, attention_mask.shape, dtype=embeddings.dtype)
-    return create_bidirectional_mask(config=base.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+    # Materialised without asking whether it could be skipped: that question (`mask.all()`) is a device->host
+    # read, and a caller that passes a mask has padding (distill passes None for batches without).
+    return create_bidirectional_mask(config=base.config, inputs_embeds=embeddings, attention_mask=attention_mask,
+                                     allow_is_bidirectional_skip=False)
 
 
 def layer_input(

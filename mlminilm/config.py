@@ -15,10 +15,12 @@ from mlminilm.errors import ConfigError
 
 OBJECTIVES = ("minilm", "minilm-v2")
 INITS = ("random", "teacher")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
 EVAL_SPLITS = ("dev", "test")  # eval-xnli / eval-mlqa --split
+COMPILE_MODES = ("auto", "on", "off")  # distill / assist --compile; auto: on for CUDA, off on CPU
+AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
 
 
 def default(cls, name: str):
@@ -47,6 +49,8 @@ def _choice(problems: list[str], value: str, choices: tuple[str, ...], flag: str
 class TrainConfig:
     """What every training loop shares (distill, assist stages, finetune)."""
 
+    AUTO_BATCH = False  # whether --batch-size auto is accepted (a class attribute, not a field)
+
     out: Path
     max_steps: int = 10_000
     batch_size: int = 32  # sequences per process per micro-batch
@@ -70,7 +74,9 @@ class TrainConfig:
     log_every: int = 10
     resume: bool = False
     overwrite: bool = False
-    precision: str = "auto"  # auto: bf16 on CUDA and on CPUs with native bf16 (train.cpu_has_native_bf16), else fp32
+    # auto: bf16 on CUDA GPUs that have it and on CPUs with native bf16 (train.cpu_has_native_bf16); fp16 with a
+    # gradient scaler on older GPUs (V100, T4); else fp32
+    precision: str = "auto"
     device: str = "auto"
     quiet: bool = False
 
@@ -78,8 +84,11 @@ class TrainConfig:
         p: list[str] = []
         if self.max_steps < 1:
             p.append(f"--max-steps must be at least 1 (got {self.max_steps})")
-        if self.batch_size < 1:
-            p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.batch_size == AUTO:
+            if not self.AUTO_BATCH:
+                p.append("--batch-size auto is for distill and assist; give a number of sequences")
+        elif not isinstance(self.batch_size, int) or self.batch_size < 1:
+            p.append(f"--batch-size must be at least 1 or auto (got {self.batch_size!r})")
         if self.grad_accum < 1:
             p.append(f"--grad-accum must be at least 1 (got {self.grad_accum})")
         # `not x >= 0` and math.isfinite: NaN fails every comparison, and inf would pass a plain one.
@@ -140,6 +149,16 @@ class DistillConfig(TrainConfig):
     alpha: float = 0.3
     dropout: float | None = None  # None: the teacher's hidden/attention dropout
     max_steps: int = 10_000
+    # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
+    # with --global-batch kept by accumulation (mlminilm/batch_size.py).
+    batch_size: int | str = 32
+    # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
+    # --batch-size it sets the accumulation; --batch-size auto needs it.
+    global_batch: int | None = None
+    compile: str = "auto"  # torch.compile the student's forward and the loss: auto = on CUDA
+    data_workers: int | None = None  # DataLoader worker processes; None: corpus.loader.default_workers
+
+    AUTO_BATCH = True
 
     @property
     def shape(self) -> StudentShape:
@@ -165,6 +184,16 @@ class DistillConfig(TrainConfig):
             p.append(f"--alpha must be in (0, 1] (got {self.alpha})")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             p.append(f"--dropout must be in [0, 1) (got {self.dropout})")
+        if self.global_batch is not None:
+            if self.global_batch < 1:
+                p.append(f"--global-batch must be at least 1 (got {self.global_batch})")
+            if self.grad_accum != 1:
+                p.append("--global-batch sets the accumulation itself: leave out --grad-accum")
+        elif self.batch_size == AUTO:
+            p.append("--batch-size auto needs --global-batch N (the sequences per optimizer step it keeps)")
+        _choice(p, self.compile, COMPILE_MODES, "--compile")
+        if self.data_workers is not None and self.data_workers < 0:
+            p.append(f"--data-workers must be at least 0 (got {self.data_workers})")
         _problems_to_error(p)
 
 
@@ -344,6 +373,8 @@ class FinetuneConfig(TrainConfig):
 
 class _Probe:
     """Attribute access over a dict: lets TrainConfig's checks run on resolved values."""
+
+    AUTO_BATCH = False
 
     def __init__(self, values: dict):
         self.__dict__.update(values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -23,6 +24,8 @@ from mlminilm.models import (
     init_from_teacher,
     load_config, load_teacher, load_tokenizer, student_config,
 )
+from mlminilm.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
+from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
 from mlminilm.sampling import BatchSampler
 
 log = mlog.get(__name__)
@@ -32,7 +35,8 @@ ARTIFACTS = (train.RUN_RECORD, train.LEGACY_RUN_RECORD, train.METRICS, train.CHE
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
-    "teacher_layer", "alpha", "batch_size", "grad_accum", "lr", "warmup", "seed", "max_steps", "freeze_embeddings",
+    "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
+    "freeze_embeddings",
 )
 
 
@@ -63,8 +67,10 @@ class StudentQKV(nn.Module):
 
 
 def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
-                  mask: torch.Tensor, cfg: DistillConfig) -> dict[str, torch.Tensor]:
+                  mask: torch.Tensor | None, cfg: DistillConfig) -> dict[str, torch.Tensor]:
     """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's.
+
+    `mask` is None for a batch without padding (then nothing is masked anywhere).
 
     A module-level function so that benchmarks/distill_step.py times exactly what `distill` runs.
     """
@@ -74,6 +80,38 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
     if cfg.objective == "minilm":
         return minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
     return minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+
+
+def resolve_batch(cfg: DistillConfig, rt: train.Runtime, teacher: nn.Module, teacher_layer: int,
+                  forward: nn.Module, seq_len: int, vocab_size: int | None) -> BatchPlan:
+    """The run's micro-batch and accumulation (mlminilm/batch_size.py); on CUDA `--batch-size auto` tries real
+    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
+    if cfg.batch_size != "auto" or rt.device.type != "cuda":
+        return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
+    trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)
+    optimizer_bytes = 2 * 4 * trained  # AdamW's two fp32 moments, allocated at the first step
+    total = torch.cuda.get_device_properties(rt.device).total_memory
+    generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
+
+    def fits(size: int) -> bool:
+        ids = torch.randint(0, vocab_size or 2, (size, seq_len), generator=generator).to(rt.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(rt.device)
+        try:
+            with rt.autocast():
+                loss = sum(distill_terms(teacher, teacher_layer, forward, ids, None, cfg).values())
+            loss.backward()
+            peak = torch.cuda.max_memory_allocated(rt.device)
+            ok = peak + optimizer_bytes <= CUDA_MEMORY_SHARE * total
+            log.debug("--batch-size auto: %d sequences, peak %.2f GiB", size, peak / 2**30)
+        except torch.cuda.OutOfMemoryError:
+            ok = False
+        finally:
+            forward.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+        return ok
+
+    return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, fits=fits)
 
 
 def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, teacher_tokenizer: dict) -> None:
@@ -169,6 +207,8 @@ def validate(cfg: DistillConfig):
     check_encoder_config(teacher_config, cfg.teacher)
     tokenizer = load_tokenizer(cfg.teacher)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer))
+    # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE).
+    plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, int(os.environ.get("WORLD_SIZE", "1")))
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     return data, teacher_config, tokenizer
@@ -220,6 +260,15 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         cfg.teacher, teacher_layer, cfg.layers, cfg.hidden, cfg.heads,
         sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
     )
+    forward = StudentQKV(student)
+    plan = resolve_batch(cfg, rt, teacher, teacher_layer, forward, data.seq_len, data.tokenizer.get("vocab_size"))
+    if plan.how != "given":
+        log.info("batch: %d sequences per step = %d per micro-batch x %d accumulation x %d process(es) (%s)",
+                 plan.global_batch, plan.micro_batch, plan.grad_accum, rt.world, plan.how)
+    run_cfg = replace(cfg, batch_size=plan.micro_batch, grad_accum=plan.grad_accum, global_batch=None)
+    compiled = cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda")
+    record["batch"] = plan.to_dict()
+    record["compile"] = compiled
     # The run record, once the inputs have loaded: a run that fails before this leaves nothing to block its retry.
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -227,24 +276,34 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
             train.write_json_atomic(out / train.RUN_RECORD, record)
     rt.barrier()
 
-    state = train.setup_training(cfg, rt, StudentQKV(student), student, out)
+    state = train.setup_training(run_cfg, rt, forward, student, out)
     model, optimizer, scheduler, start, metrics = (
         state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
     )
 
     sampler = BatchSampler(counts, cfg.alpha, cfg.seed)
-    pad_id = data.tokenizer.get("pad_token_id")
     mix_total: Counter = Counter()
+    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
+    loader = make_loader(
+        data, sampler, batch_size=plan.micro_batch, accum=plan.grad_accum, rank=rt.rank, world=rt.world,
+        pad_id=data.tokenizer.get("pad_token_id"), start_step=start, max_steps=cfg.max_steps, workers=workers,
+        pin_memory=default_pin_memory(rt.device.type),
+    )
+    batches = iter(loader)
+    # Compiled: the student's forward, the teacher's capture and the loss as graphs (static shapes: packed
+    # sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
+    terms_fn = torch.compile(distill_terms, dynamic=False) if compiled else None
 
     def compute(step: int, micro: int) -> train.StepOutput:
-        lang_idx, seq_idx = sampler.micro_batch(step, micro, cfg.batch_size, cfg.grad_accum, rt.rank, rt.world)
-        ids = data.batch([(sampler.langs[l], int(i)) for l, i in zip(lang_idx, seq_idx)])
-        input_ids = torch.from_numpy(ids).to(torch.long).to(rt.device, non_blocking=True)
-        mask = (input_ids != pad_id).to(torch.long) if pad_id is not None else torch.ones_like(input_ids)
-        parts = distill_terms(teacher, teacher_layer, model, input_ids, mask, cfg)
+        batch = next(batches)
+        if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
+            raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
+        batch = batch.to(rt.device, non_blocking=True)
+        # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
+        # so no step reads the device to find out, and unpadded steps skip every masking pass.
+        parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch.input_ids, batch.attention_mask, cfg)
         loss = sum(parts.values())
-        langs = Counter(sampler.langs[l] for l in lang_idx)
-        return train.StepOutput(loss, parts, int(mask.sum()), {f"lang:{k}": v for k, v in langs.items()})
+        return train.StepOutput(loss, parts, batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()})
 
     def on_log(step: int, payload: dict) -> None:
         info = payload["info"]
@@ -256,12 +315,13 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     if start >= cfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
     t0 = time.perf_counter()
-    result = train.train_loop(
-        cfg=cfg, rt=rt, model=model, raw_model=student, optimizer=optimizer, scheduler=scheduler,
-        compute=compute, out=out, metrics=metrics, start_step=start,
-        checkpoint_state=lambda step: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
-        on_log=on_log, description=f"distill {title}",
-    )
+    with loader:
+        result = train.train_loop(
+            cfg=run_cfg, rt=rt, model=model, raw_model=student, optimizer=optimizer, scheduler=scheduler,
+            compute=compute, out=out, metrics=metrics, start_step=start,
+            checkpoint_state=lambda step: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
+            on_log=on_log, description=f"distill {title}", scaler=state.scaler,
+        )
     total = sum(mix_total.values()) or 1
     mix = {k: round(v / total, 4) for k, v in sorted(mix_total.items())}
     if rt.is_main:
@@ -278,7 +338,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
             "languages": ", ".join(data.languages),
             "alpha": cfg.alpha,
             "steps": cfg.max_steps,
-            "batch": f"{cfg.batch_size} x {cfg.grad_accum} accumulation x {rt.world} processes",
+            "batch": f"{plan.micro_batch} x {plan.grad_accum} accumulation x {rt.world} processes",
             "seq_len": data.seq_len,
             "final_loss": result.last_loss,
         }

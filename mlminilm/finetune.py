@@ -324,14 +324,16 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     def compute(step: int, micro: int) -> train.StepOutput:
         first = step * global_batch + (micro * rt.world + rt.rank) * rcfg.batch_size
         index = order.indices(first, rcfg.batch_size)
-        batch = to_device(pad_batch(rows, index, pad_id), rt.device)
+        host = pad_batch(rows, index, pad_id)
+        tokens = int(sum(len(rows["input_ids"][i]) for i in index))  # counted on the host: no device read
+        batch = to_device(host, rt.device)
         for key, values in targets.items():
             values = values[index]
             if key == "labels":
                 values = label_to_model[values]
             batch[key] = torch.from_numpy(values).to(rt.device)
         loss = model(**batch).loss
-        return train.StepOutput(loss, {}, int(batch["attention_mask"].sum()), {"examples": len(index)})
+        return train.StepOutput(loss, {}, tokens, {"examples": len(index)})
 
     dev = DevEvaluator(cfg.task, dev_examples, tokenizer, rcfg, rt) if dev_examples is not None else None
     selection = Selection.restore(out, metric, start, rt) if rt.is_main else Selection(metric)
@@ -366,7 +368,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
         cfg=rcfg, rt=rt, model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler,
         compute=compute, out=out, metrics=metrics, start_step=start,
         checkpoint_state=lambda step: {"data_order": "stateless(seed, step)", "seed": rcfg.seed},
-        after_save=after_save, description=f"finetune {cfg.task}",
+        after_save=after_save, description=f"finetune {cfg.task}", scaler=state.scaler,
     )
     elapsed = time.perf_counter() - t0
     if rt.is_main:

@@ -24,18 +24,23 @@ _QUIET = False
 
 def setup(quiet: bool = False, verbose: bool = False) -> None:
     global _QUIET
+    # Under torchrun only rank 0 reports progress and information; the other ranks say only what goes wrong, their
+    # lines marked with their rank, so N processes do not print N copies of every line and bar.
+    rank = int(os.environ.get("RANK", "0"))
+    quiet = quiet or rank != 0
     _QUIET = quiet
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    prefix = f"rank {rank}: " if rank else ""
     root = logging.getLogger("mlminilm")
     root.handlers.clear()
     if stderr_console.is_terminal:
         handler: logging.Handler = RichHandler(console=stderr_console, show_path=False, show_time=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
     else:
         # A log file or a pipe: whole lines, never wrapped at rich's default 80 columns (which would cut paths and
         # numbers in two), with a time stamp, since nobody watches them as they come.
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-8s %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-8s " + prefix + "%(message)s", "%H:%M:%S"))
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False

@@ -1,10 +1,10 @@
 """MiniLM (v1) and MiniLMv2 distillation losses (METHOD.md sections 1 and 3).
 
 `*_qkv` are (q, k, v) tuples of [batch, seq, hidden] tensors, heads concatenated in the model's order;
-`attention_mask` is [batch, seq] with 1 for real tokens. Each loss is the batch mean of the per-sequence
-loss, a 0-dim tensor. The `*_terms` variants return the parts by name. Each relation is computed by
-`relations.relation_loss`, `chunk` heads at a time (default: automatic, so that no [batch, heads, seq, seq]
-tensor is materialised at long sequences), in float32 even under bf16 autocast.
+`attention_mask` is [batch, seq] with 1 for real tokens, or None for a batch without padding. Each loss is the
+batch mean of the per-sequence loss, a 0-dim tensor. The `*_terms` variants return the parts by name. Each
+relation is computed by `relations.relation_loss`, `chunk` heads at a time (default: automatic, so that no
+[batch, heads, seq, seq] tensor is materialised at long sequences), in float32 even under bf16 autocast.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from mlminilm.relations import relation_loss
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _check(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor) -> None:
+def _check(teacher_qkv: QKV, student_qkv: QKV, attention_mask: torch.Tensor | None) -> None:
     if len(teacher_qkv) != 3 or len(student_qkv) != 3:
         raise ValueError("teacher_qkv and student_qkv must be (q, k, v) tuples")
     bt, st, _ = teacher_qkv[0].shape
     bs, ss, _ = student_qkv[0].shape
-    if (bt, st) != (bs, ss) or tuple(attention_mask.shape) != (bt, st):
+    if (bt, st) != (bs, ss) or (attention_mask is not None and tuple(attention_mask.shape) != (bt, st)):
         raise ValueError(
             f"batch/sequence shapes differ: teacher {tuple(teacher_qkv[0].shape)}, "
             f"student {tuple(student_qkv[0].shape)}, mask {tuple(attention_mask.shape)}"

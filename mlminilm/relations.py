@@ -70,13 +70,15 @@ def relation_logits(x: torch.Tensor, y: torch.Tensor, heads: int) -> torch.Tenso
         return scaled_logits(split_heads(x, heads).to(dtype), split_heads(y, heads).to(dtype))
 
 
-def key_padding(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(real-token mask [batch, seq] as bool, padded keys [batch, 1, 1, seq] or None when there are none)."""
+def key_padding(attention_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(real-token mask [batch, seq] as bool, padded keys [batch, 1, 1, seq]), both None for a batch without padding.
+
+    The caller says "no padding" with attention_mask=None (distill knows it from the host-side token ids): packed
+    batches rarely hold padding (only a language's last sequence), and then the masking passes are skipped. The
+    mask's content is never inspected here: that would cost a device->host read on CUDA."""
+    if attention_mask is None:
+        return None, None
     mask = attention_mask.to(torch.bool)
-    if mask.device.type == "cpu" and bool(mask.all()):
-        # Packed batches rarely hold padding (only a language's last sequence): skip the masking passes. Not on
-        # CUDA, where the check would cost a host sync.
-        return mask, None
     return mask, ~mask[:, None, None, :]
 
 
@@ -96,8 +98,11 @@ def row_kl(log_p: torch.Tensor, log_q: torch.Tensor, p: torch.Tensor | None = No
     return torch.einsum("...j,...j->...", p, log_p.sub_(log_q))
 
 
-def reduce_rows(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Batch mean of 1/(heads |x|) sum over heads and real query rows of the per-row KL [batch, heads, seq]."""
+def reduce_rows(per_row: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Batch mean of 1/(heads |x|) sum over heads and real query rows of the per-row KL [batch, heads, seq]
+    (mask None: every position is real)."""
+    if mask is None:
+        return per_row.mean()
     per_row = torch.where(mask[:, None, :], per_row, 0.0)
     heads = per_row.shape[1]
     real_tokens = mask.sum(-1).clamp(min=1).to(per_row.dtype)
@@ -183,6 +188,11 @@ class _ChunkedRelationKL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tx, ty, sx, sy, padded_keys, heads: int, chunk: int) -> torch.Tensor:
+        # ty / sy None: the relation of x with itself (value relations, MiniLMv2's Q-Q, K-K, V-V). Passed once, not
+        # twice: torch.compile cannot trace an autograd.Function that gets the same tensor as two inputs.
+        ctx.self_t, ctx.self_s = ty is None, sy is None
+        ty = tx if ty is None else ty
+        sy = sx if sy is None else sy
         dtype = compute_dtype(sx)
         parts = head_slices(heads, chunk)
         keep = len(parts) == 1 and (ctx.needs_input_grad[2] or ctx.needs_input_grad[3])
@@ -205,12 +215,16 @@ class _ChunkedRelationKL(torch.autograd.Function):
     def backward(ctx, grad_row: torch.Tensor):
         tx, ty, sx, sy, padded_keys, difference = ctx.saved_tensors
         heads, dtype = ctx.heads, ctx.dtype
-        want_x, want_y = ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+        want_x, want_y = ctx.needs_input_grad[2], ctx.needs_input_grad[3] or (ctx.self_s and ctx.needs_input_grad[2])
         b, s, _ = sx.shape
         d = sx.shape[-1] // heads
         scale = 1.0 / math.sqrt(d)
         grad_x = sx.new_empty((b, heads, s, d), dtype=dtype) if want_x else None  # every chunk fills its part
         grad_y = sy.new_empty((b, heads, s, d), dtype=dtype) if want_y else None
+        if ctx.self_t:
+            ty = tx
+        if ctx.self_s:
+            sy = sx
         with no_autocast(sx.device):
             for part in head_slices(heads, ctx.chunk):
                 if difference is None:
@@ -225,6 +239,9 @@ class _ChunkedRelationKL(torch.autograd.Function):
                     g_t = g.transpose(-1, -2)
                     grad_y[:, part] = torch.matmul(g_t, chunk_heads(sx, heads, part, dtype)).mul_(scale)
                 del g
+        if ctx.self_s:  # x and y are one tensor: its gradient is the sum of both roles
+            grad = (grad_x + grad_y) if want_x else None
+            return None, None, merge_heads(grad).to(sx.dtype) if grad is not None else None, None, None, None, None
         return (
             None, None,
             merge_heads(grad_x).to(sx.dtype) if want_x else None,
@@ -252,7 +269,8 @@ def relation_loss(
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1 head, got {chunk}")
     mask, padded_keys = key_padding(attention_mask)
-    per_row = _ChunkedRelationKL.apply(
-        teacher_x.detach(), teacher_y.detach(), student_x, student_y, padded_keys, heads, chunk
-    )
+    tx = teacher_x.detach()
+    ty = None if teacher_y is teacher_x else teacher_y.detach()
+    sy = None if student_y is student_x else student_y
+    per_row = _ChunkedRelationKL.apply(tx, ty, student_x, sy, padded_keys, heads, chunk)
     return reduce_rows(per_row, mask)

@@ -100,10 +100,16 @@ def setup_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        if dev.type == "cuda":
+            # Bound to this process's GPU from the start: NCCL then creates its communicators eagerly on the right
+            # device instead of guessing it at the first collective.
+            dist.init_process_group(backend="nccl", device_id=dev)
+        else:
+            dist.init_process_group(backend="gloo")
     if precision == "auto":
-        precision = "bf16" if dev.type == "cuda" or cpu_has_native_bf16() else "fp32"
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        precision = "bf16" if (dev.type == "cuda" and torch.cuda.is_bf16_supported()) or (
+            dev.type == "cpu" and cpu_has_native_bf16()) else ("fp16" if dev.type == "cuda" else "fp32")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     return Runtime(dev, dtype, rank, world, local_rank)
 
 
@@ -304,30 +310,13 @@ def checkpoint_dirs(out: Path) -> list[tuple[int, Path]]:
 
 
 def save_checkpoint(out: Path, step: int, model: nn.Module, optimizer, scheduler, state: dict, keep: int) -> Path:
-    """Write checkpoints/step-N/ under a temporary name and rename it into place; keep the last `keep`."""
-    from safetensors.torch import save_model
+    """Write checkpoints/step-N/ under a temporary name and rename it into place; keep the last `keep`.
 
-    root = Path(out) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(
-        {"scheduler": scheduler.state_dict(), "cpu_rng": torch.get_rng_state(),
-         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        tmp / "trainer.pt",
-    )
-    write_json_atomic(tmp / "state.json", {"step": step, **state})
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    for _, old in checkpoint_dirs(out)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    The synchronous form of `checkpoint_writer.AsyncCheckpointer`: the same host snapshot and the same writer, so a
+    checkpoint is the same files whichever wrote it."""
+    from mlminilm.checkpoint_writer import snapshot, write_snapshot
+
+    return write_snapshot(out, snapshot(model, optimizer, scheduler, state, step), keep)
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
@@ -354,9 +343,8 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu"))
         trainer = torch.load(path / "trainer.pt", weights_only=True, map_location="cpu")
         scheduler.load_state_dict(trainer["scheduler"])
-        torch.set_rng_state(trainer["cpu_rng"])
-        if trainer["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(trainer["cuda_rng"])
+        # The RNG states saved beside it are not restored: the loop reseeds every step from (seed, step, rank)
+        # (`step_seed`), so no process's state, and never rank 0's on every rank, decides what a resumed run draws.
         return json.loads((path / "state.json").read_text(encoding="utf-8"))
     except Exception as exc:  # noqa: BLE001 - missing or damaged files: one remedy
         raise CheckpointError(f"checkpoint {path} cannot be loaded ({_reason(exc)}); {advice}") from exc
@@ -388,22 +376,29 @@ class TrainingState:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     start_step: int
     metrics: "MetricsLog"
+    scaler: object | None = None  # torch.amp.GradScaler under fp16, else None
 
 
 def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn.Module, out: Path) -> TrainingState:
     """DDP wrapping, AdamW over `params`, the schedule, the resume point and the metrics log, as every loop needs."""
     model: nn.Module = forward
     if rt.distributed:
+        # Default buckets: each bucket's all-reduce starts as soon as its gradients are ready, overlapping the rest
+        # of the backward. Gradients as views of the buckets save a copy and the memory of a second gradient set.
         model = nn.parallel.DistributedDataParallel(
-            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
+            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
         )
     optimizer = make_optimizer(params, cfg, rt.device)
     scheduler = linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
-    start = resume_point(out, cfg, params, optimizer, scheduler)
+    scaler = make_grad_scaler(rt)
+    start, saved_state = resume_point(out, cfg, params, optimizer, scheduler)
+    if scaler is not None and saved_state.get("grad_scaler"):
+        scaler.load_state_dict(saved_state["grad_scaler"])
     metrics = MetricsLog(Path(out) / "metrics.jsonl", enabled=rt.is_main)
     if rt.is_main:
         metrics.truncate_after(start)
-    return TrainingState(model, optimizer, scheduler, start, metrics)
+    return TrainingState(model, optimizer, scheduler, start, metrics, scaler)
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -413,7 +408,7 @@ def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn
 class StepOutput:
     loss: torch.Tensor  # the micro-batch loss (mean over its sequences), 0-dim
     parts: dict = field(default_factory=dict)  # named loss terms (0-dim tensors)
-    tokens: int = 0  # real tokens in this micro-batch on this process
+    tokens: int = 0  # real tokens in this micro-batch on this process, counted on the host (no device read)
     info: dict = field(default_factory=dict)  # anything to aggregate into the log (e.g. language counts)
 
 
@@ -428,12 +423,69 @@ class LoopResult:
     history: list[dict]
 
 
-def _reduce_mean(values: torch.Tensor, rt: Runtime) -> torch.Tensor:
-    if rt.distributed:
-        values = values.clone()
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        values /= rt.world
-    return values
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of the default generators (CPU and CUDA) for optimizer step `step` on process `rank`.
+
+    Dropout draws from these generators. Reseeding them from (seed, step, rank) at every step makes each step's
+    noise a pure function of where it is, like the batches: a resumed run draws what the uninterrupted one drew,
+    on every rank, without saving or restoring any device's RNG state, and ranks never share noise."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class _Window:
+    """Per-step losses of one log interval, kept on the device: read once, at the interval's end.
+
+    The step itself never reads a device value (no `.item()`, no `bool(tensor)`): on CUDA each read would stall
+    the host until the GPU caught up, leaving the GPU idle while the host queues the next step. What the loop
+    needs per step, it keeps as tensors: the loss and its parts, and the first step whose loss was not finite."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.losses: list[torch.Tensor] = []
+        self.parts: dict[str, list[torch.Tensor]] = {}
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
+        self.steps: list[int] = []
+
+    def add(self, step_number: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> None:
+        self.first_bad = torch.where(
+            (self.first_bad < 0) & ~torch.isfinite(loss), torch.full_like(self.first_bad, step_number), self.first_bad
+        )
+        self.losses.append(loss)
+        for k, v in parts.items():
+            self.parts.setdefault(k, []).append(v)
+        self.steps.append(step_number)
+
+    def read(self, rt: Runtime) -> tuple[list[float], dict[str, float], int]:
+        """(mean loss of each step over processes, mean of each part over steps and processes, first step with a
+        non-finite loss on any process or -1): one all-reduce and one device->host read for the whole interval."""
+        n = len(self.losses)
+        names = sorted(self.parts)
+        values = torch.stack(self.losses + [torch.stack(self.parts[k]).mean() for k in names]).float()
+        # The first bad step, as a max over processes: any process's non-finite loss stops every process.
+        bad = torch.where(self.first_bad < 0, torch.full_like(self.first_bad, -1), self.first_bad).float()
+        packed = torch.cat([values, bad.reshape(1)])
+        if rt.distributed:
+            flag = packed[-1:].clone()
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            summed = packed[:-1].clone()
+            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+            packed = torch.cat([summed / rt.world, flag])
+        host = packed.tolist()
+        return host[:n], dict(zip(names, host[n:-1])), int(host[-1])
+
+    def clear(self) -> None:
+        self.losses, self.parts, self.steps = [], {}, []
+
+
+def make_grad_scaler(rt: Runtime):
+    """fp16 needs loss scaling (its range is too small for small gradients); bf16 and fp32 do not. With the fused
+    AdamW, GradScaler hands the optimizer its inf flag as a tensor, so a step with scaling reads nothing on the host.
+    """
+    if rt.dtype != torch.float16:
+        return None
+    return torch.amp.GradScaler(rt.device.type)
 
 
 def train_loop(
@@ -452,12 +504,19 @@ def train_loop(
     on_log: Callable[[int, dict], None] | None = None,
     after_save: Callable[[int], dict | None] | None = None,
     description: str = "training",
+    scaler=None,
+    checkpointer=None,
 ) -> LoopResult:
     """Run optimizer steps start_step .. cfg.max_steps-1.
 
     `compute(step, micro)` runs one micro-batch forward and returns its loss; the loop does backward
-    (averaged over accumulation), the finiteness check, the optimizer and schedule steps, logging and
-    checkpoints. `model` is what forward runs through (DDP-wrapped when distributed), `raw_model` what is saved.
+    (averaged over accumulation), the optimizer and schedule steps, logging and checkpoints. `model` is what
+    forward runs through (DDP-wrapped when distributed), `raw_model` what is saved.
+
+    Between log and save steps nothing is read from the device: losses and the finiteness flag stay on it
+    (`_Window`) and are read at the end of each log interval and before every checkpoint. A non-finite loss
+    therefore stops the run at the next such boundary (at most `log_every` steps later), always before a
+    checkpoint could be written from it; the last good checkpoint is named.
     """
     accum = cfg.grad_accum
     history: list[dict] = []
@@ -466,17 +525,21 @@ def train_loop(
     t_start = t_window = time.perf_counter()
     window_tokens = 0
     window_info: dict = {}
-    window_loss = torch.zeros(())
-    window_parts: dict[str, float] = {}
-    window_steps = 0
-    last_saved = start_step if checkpoint_dirs(out) else None
+    window = _Window(rt.device)
+    # Checkpoints are written in a background thread from a host copy (checkpoint_writer.AsyncCheckpointer): the
+    # steps go on while the files are written, one checkpoint at a time, each still atomic.
+    from mlminilm.checkpoint_writer import AsyncCheckpointer
+
+    writer = checkpointer if checkpointer is not None else AsyncCheckpointer(out, cfg.keep)
     # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
     log_lines = rt.is_main and not mlog.progress_enabled()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
 
-    with mlog.progress() as bar:
+    with writer, mlog.progress() as bar:  # on any exit, a write in flight is finished first
         task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
         model.train()
         for step in range(start_step, cfg.max_steps):
+            torch.manual_seed(step_seed(cfg.seed, step, rt.rank))
             optimizer.zero_grad(set_to_none=True)
             step_loss = torch.zeros((), device=rt.device)
             step_parts: dict[str, torch.Tensor] = {}
@@ -486,46 +549,55 @@ def train_loop(
                 with ctx:
                     with rt.autocast():
                         res = compute(step, micro)
-                    (res.loss / accum).backward()
+                    loss = res.loss / accum
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
                 step_loss += res.loss.detach().float() / accum
                 for k, v in res.parts.items():
                     step_parts[k] = step_parts.get(k, 0.0) + v.detach().float() / accum
-                window_tokens += res.tokens
+                window_tokens += int(res.tokens)
                 for k, v in res.info.items():
                     window_info[k] = window_info.get(k, 0) + v
-            global_loss = _reduce_mean(step_loss, rt)
-            if not torch.isfinite(global_loss):
-                raise _diverged(out, f"loss became {global_loss.item()} at step {step + 1}")
             if cfg.max_grad_norm > 0:
                 # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
-                # every parameter the optimizer steps.
-                torch.nn.utils.clip_grad_norm_(
-                    [p for group in optimizer.param_groups for p in group["params"]], cfg.max_grad_norm
-                )
-            optimizer.step()
+                # every parameter the optimizer steps (unscaled first under fp16).
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped, on the device, when a gradient overflowed
+                scaler.update()
+            else:
+                optimizer.step()
             scheduler.step()
             done = step + 1
-            loss_value = global_loss.item()
-            first_loss = loss_value if first_loss is None else first_loss
-            last_loss = loss_value
-            window_loss = window_loss + loss_value
-            for k, v in step_parts.items():
-                window_parts[k] = window_parts.get(k, 0.0) + _reduce_mean(v, rt).item()
-            window_steps += 1
+            window.add(done, step_loss, step_parts)
 
-            if done % cfg.log_every == 0 or done == cfg.max_steps:
+            log_now = done % cfg.log_every == 0 or done == cfg.max_steps
+            save_now = done % cfg.save_every == 0 or done == cfg.max_steps
+            if not (log_now or save_now):
+                continue
+            losses, parts, bad = window.read(rt)
+            if bad >= 0:
+                value = losses[window.steps.index(bad)]
+                writer.wait()  # the last good checkpoint, named below, is on disk
+                raise _diverged(out, f"loss became {value} at step {bad}")
+            first_loss = losses[0] if first_loss is None else first_loss
+            last_loss = losses[-1]
+            if log_now:
                 now = time.perf_counter()
                 tokens = window_tokens * rt.world  # each process counts its own share
                 rate = tokens / max(now - t_window, 1e-9)
                 total_tokens += tokens
                 record = {
                     "step": done,
-                    "loss": float(window_loss) / window_steps,
-                    **{k: v / window_steps for k, v in window_parts.items()},
+                    "loss": sum(losses) / len(losses),
+                    **parts,
                     "lr": scheduler.get_last_lr()[0],
                     "tokens_per_s": rate,
                     "elapsed_s": now - t_start,
                 }
+                if scaler is not None:
+                    record["loss_scale"] = scaler.get_scale()
                 if on_log is not None:
                     on_log(done, {"info": window_info, "record": record})
                 history.append(record)
@@ -540,23 +612,28 @@ def train_loop(
                 else:
                     log.debug("step %d loss %.5f", done, record["loss"])
                 t_window, window_tokens, window_info = now, 0, {}
-                window_loss, window_parts, window_steps = torch.zeros(()), {}, 0
+                window.clear()
 
-            if done % cfg.save_every == 0 or done == cfg.max_steps:
+            if save_now:
                 # A finite loss does not prove finite weights (an inf or NaN gradient, an overflowing update):
                 # never save, and never call "good", a checkpoint that holds NaN.
                 if not weights_finite(raw_model):
+                    writer.wait()
                     raise _diverged(out, f"the weights became NaN or infinite at step {done} (the loss was still finite)")
                 state = checkpoint_state(done) if checkpoint_state else {}
+                if scaler is not None:
+                    state = {**state, "grad_scaler": scaler.state_dict()}
                 if rt.is_main:
-                    save_checkpoint(out, done, raw_model, optimizer, scheduler, state, cfg.keep)
-                rt.barrier()
-                last_saved = done
+                    writer.save(done, raw_model, optimizer, scheduler, state)
                 if after_save is not None:
+                    writer.wait()  # what runs after a save may read the checkpoint
+                    rt.barrier()
                     extra = after_save(done)
                     if extra:
                         metrics.write({"step": done, **extra})
                         history.append({"step": done, **extra})
+        writer.wait()
+        rt.barrier()
     elapsed = time.perf_counter() - t_start
     return LoopResult(
         start_step, cfg.max_steps, first_loss, last_loss,
@@ -580,22 +657,23 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def resume_point(out: Path, cfg: TrainConfig, raw_model, optimizer, scheduler) -> int:
-    """The step to start from: 0, or the latest whole checkpoint's when --resume. The peak learning rate and the
-    warmup are this run's (`cfg`), so --resume may change them; unchanged, the schedule continues exactly."""
+def resume_point(out: Path, cfg: TrainConfig, raw_model, optimizer, scheduler) -> tuple[int, dict]:
+    """The step to start from and the checkpoint's state.json: (0, {}), or the latest whole checkpoint's when
+    --resume. The peak learning rate and the warmup are this run's (`cfg`), so --resume may change them;
+    unchanged, the schedule continues exactly."""
     if not cfg.resume:
-        return 0
+        return 0, {}
     found = checkpoint_dirs(out)
     if not found:
         log.warning("--resume: no checkpoint in %s, starting from step 0", Path(out) / CHECKPOINTS)
-        return 0
+        return 0, {}
     step, path = found[-1]
     if step > cfg.max_steps:
         raise CheckpointError(f"checkpoint {path} is past --max-steps {cfg.max_steps}; raise --max-steps")
-    load_checkpoint(path, raw_model, optimizer, scheduler)
+    state = load_checkpoint(path, raw_model, optimizer, scheduler)
     _set_peak_lr(optimizer, scheduler, cfg.lr)
     log.info("resumed from %s", path)
-    return step
+    return step, state
 
 
 def _set_peak_lr(optimizer, scheduler, lr: float) -> None:

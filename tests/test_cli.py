@@ -104,7 +104,7 @@ def test_shell_completion(monkeypatch, capsys):
     # The shell asks the program for candidates: the choices of --precision.
     code, out, _ = run_main(monkeypatch, capsys, env={"_MLMINILM_COMPLETE": "complete_bash",
                                                         "COMP_WORDS": "mlminilm distill --precision ", "COMP_CWORD": "3"})
-    assert code == 0 and out.split() == ["auto", "fp32", "bf16"]
+    assert code == 0 and out.split() == ["auto", "fp32", "bf16", "fp16"]
 
 
 # ------------------------------------------------------------------------------------------- dependencies

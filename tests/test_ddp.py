@@ -21,7 +21,7 @@ from helpers import REPO, prepare_data, save_tiny_teacher
 
 LAUNCHER = '''
 import json, os, sys
-from mlminilm import distill, train
+from mlminilm import checkpoint_writer, distill, train
 
 rank = os.environ.get("RANK", "0")
 log_path = os.path.join(os.environ["MLMINILM_WRITES_LOG"], f"rank{rank}.jsonl")
@@ -30,11 +30,11 @@ def record(kind, what):
     with open(log_path, "a", encoding="utf-8") as f:
         f.write(json.dumps([kind, str(what)]) + "\\n")
 
-real_save, real_json, real_export = train.save_checkpoint, train.write_json_atomic, distill.export_model
+real_save, real_json, real_export = checkpoint_writer.write_snapshot, train.write_json_atomic, distill.export_model
 
-def save_checkpoint(out, step, *args, **kwargs):
-    record("checkpoint", step)
-    return real_save(out, step, *args, **kwargs)
+def write_snapshot(out, snap, keep):
+    record("checkpoint", snap.step)
+    return real_save(out, snap, keep)
 
 def write_json_atomic(path, obj):
     record("json", os.path.basename(path))
@@ -44,7 +44,24 @@ def export_model(model, tokenizer, out, *args, **kwargs):
     record("export", os.path.basename(out))
     return real_export(model, tokenizer, out, *args, **kwargs)
 
-train.save_checkpoint, train.write_json_atomic, distill.export_model = save_checkpoint, write_json_atomic, export_model
+checkpoint_writer.write_snapshot, train.write_json_atomic = write_snapshot, write_json_atomic
+distill.export_model = export_model
+
+# MLMINILM_KILL_AT=N:DIR: every rank kills itself (SIGKILL, no cleanup) as step N starts, once DIR/state.json exists
+# (the checkpoint before it is whole), the way a preempted job dies.
+if os.environ.get("MLMINILM_KILL_AT"):
+    import signal, time
+    kill_step, kill_wait = os.environ["MLMINILM_KILL_AT"].split(":", 1)
+    real_seed = train.step_seed
+
+    def step_seed(seed, step, rank_):
+        if step == int(kill_step):
+            while not os.path.exists(os.path.join(kill_wait, "state.json")):
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_seed(seed, step, rank_)
+
+    train.step_seed = step_seed
 sys.argv = ["mlminilm", *sys.argv[1:]]
 from mlminilm.commands.app import main
 main()
@@ -69,20 +86,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(launcher: Path, out: Path, teacher: Path, data: Path, batch: int, nproc: int) -> subprocess.CompletedProcess:
+def run(launcher: Path, out: Path, teacher: Path, data: Path, batch: int, nproc: int, extra: tuple = (),
+        env_extra: dict | None = None) -> subprocess.CompletedProcess:
     logs = out.parent / f"{out.name}-writes"
-    logs.mkdir()
+    logs.mkdir(exist_ok=True)
     args = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out),
             "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
             "--max-steps", "4", "--batch-size", str(batch), "--save-every", "2", "--log-every", "1",
-            "--lr", "1e-3", "--warmup", "0", "--precision", "fp32", "--device", "cpu", "--quiet"]
+            "--lr", "1e-3", "--warmup", "0", "--precision", "fp32", "--device", "cpu", "--quiet", *extra]
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(launcher), *args]
     else:
         cmd = [sys.executable, str(launcher), *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MLMINILM_NO_PROGRESS": "1",
-           "MLMINILM_WRITES_LOG": str(logs), "PYTHONPATH": str(REPO)}
+           "MLMINILM_WRITES_LOG": str(logs), "PYTHONPATH": str(REPO), **(env_extra or {})}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
@@ -134,3 +152,34 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     assert not leftovers, leftovers
     assert json.loads((ddp / "run.json").read_text())["world_size"] == 2
     assert writes(single)["rank0"] == rank0  # and exactly what the single process writes
+
+
+def test_two_processes_killed_and_resumed_equal_the_uninterrupted_run(setup, tmp_path):
+    """With dropout on, so each rank draws noise: both ranks are SIGKILLed as step 3 starts (after checkpoint 2),
+    then `--resume` continues. Dropout draws from generators seeded by (seed, step, rank) each step, so the resumed
+    run's noise, losses and weights are bit-identical to the uninterrupted run's, on every rank."""
+    from safetensors.torch import load_file
+
+    teacher, data, launcher = setup
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    extra = ("--dropout", "0.1")
+    proc = run(launcher, whole, teacher, data, batch=2, nproc=2, extra=extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kill = {"MLMINILM_KILL_AT": f"2:{broken / 'checkpoints' / 'step-2'}"}
+    proc = run(launcher, broken, teacher, data, batch=2, nproc=2, extra=extra, env_extra=kill)
+    assert proc.returncode != 0
+    assert not (broken / "student").exists()
+    assert [p.name for p in (broken / "checkpoints").iterdir() if p.name.startswith("step-")] == ["step-2"]
+    proc = run(launcher, broken, teacher, data, batch=2, nproc=2, extra=(*extra, "--resume"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    assert losses(broken) == losses(whole)  # every logged loss, to the last bit
+    wa = load_file(whole / "student" / "model.safetensors")
+    wb = load_file(broken / "student" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa), [k for k in wa if not torch.equal(wa[k], wb[k])]
+    # Dropout really acted: without it the losses differ (the noise is part of what is being compared).
+    plain = tmp_path / "plain"
+    proc = run(launcher, plain, teacher, data, batch=2, nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert losses(plain) != losses(whole)

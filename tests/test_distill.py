@@ -68,22 +68,21 @@ def test_resume_is_bit_exact(wp_teacher, wp_data, tmp_path, monkeypatch):
 
     full = distill.run(config(wp_teacher, wp_data, tmp_path / "full"))
 
-    real_save = train.save_checkpoint
+    real_step_seed = train.step_seed
 
     class Killed(Exception):
         pass
 
-    def save_then_die(out, step, *a, **k):
-        path = real_save(out, step, *a, **k)
-        if step == 3:
-            raise Killed  # the process dies right after its checkpoint at N
-        return path
+    def die_after_checkpoint(seed, step, rank):
+        if step == 3:  # step 3 is the next one after checkpoint step-3: the process dies right after it
+            raise Killed
+        return real_step_seed(seed, step, rank)
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cut = config(wp_teacher, wp_data, tmp_path / "cut")
     with pytest.raises(Killed):
         distill.run(cut)
-    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    monkeypatch.setattr(train, "step_seed", real_step_seed)
     assert not (tmp_path / "cut" / "student").exists()
     resumed = distill.run(replace(cut, resume=True))
 

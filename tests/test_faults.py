@@ -114,22 +114,21 @@ def _cut_run(teacher, data, out, monkeypatch):
     """A run killed right after its step-2 checkpoint (max 4 steps)."""
     from mlminilm import distill, train
 
-    real_save = train.save_checkpoint
+    real_step_seed = train.step_seed
 
     class Killed(Exception):
         pass
 
-    def save_then_die(o, step, *a, **k):
-        path = real_save(o, step, *a, **k)
-        if step == 2:
+    def die_after_checkpoint(seed, step, rank):
+        if step == 2:  # step 2 is the next one after checkpoint step-2: the process dies right after it
             raise Killed
-        return path
+        return real_step_seed(seed, step, rank)
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cfg = config(teacher, data, out, max_steps=4)
     with pytest.raises(Killed):
         distill.run(cfg)
-    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    monkeypatch.setattr(train, "step_seed", real_step_seed)
     return cfg
 
 

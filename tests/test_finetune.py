@@ -129,22 +129,21 @@ def test_resume_is_bit_exact(wp_encoder, nli_data, tmp_path, monkeypatch):
 
     full_cfg = xnli_config(wp_encoder, nli_data, tmp_path / "full", max_steps=6, save_every=2)
     finetune.run(full_cfg)
-    real_save = train.save_checkpoint
+    real_step_seed = train.step_seed
 
     class Killed(Exception):
         pass
 
-    def save_then_die(out, step, *a, **k):
-        path = real_save(out, step, *a, **k)
-        if step == 4:
+    def die_after_checkpoint(seed, step, rank):
+        if step == 4:  # step 4 is the next one after checkpoint step-4: the process dies right after it
             raise Killed
-        return path
+        return real_step_seed(seed, step, rank)
 
-    monkeypatch.setattr(train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cut = replace(full_cfg, out=tmp_path / "cut")
     with pytest.raises(Killed):
         finetune.run(cut)
-    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    monkeypatch.setattr(train, "step_seed", real_step_seed)
     assert not (tmp_path / "cut" / "model.safetensors").exists()
     finetune.run(replace(cut, resume=True))
 

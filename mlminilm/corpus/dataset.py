@@ -109,6 +109,11 @@ class PreparedData:
         """int64 [vocab_size]: how often each id is stored in the shards (wrappers and padding included)."""
         return np.load(self.root / self.manifest["token_counts"])
 
+    def __getstate__(self) -> dict:
+        """Pickled (to a DataLoader worker) without the open maps: a pickled np.memmap carries its whole data;
+        each process maps the shards itself on first use."""
+        return {**self.__dict__, "_maps": {}}
+
     def _map(self, lang: str, shard: int) -> np.memmap:
         key = f"{lang}/{shard}"
         if key not in self._maps:
