@@ -74,7 +74,10 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
 
     A module-level function so that benchmarks/distill_step.py times exactly what `distill` runs.
     """
-    with torch.no_grad():
+    # The teacher runs in its weights' dtype (bf16 / fp16 when the run computes in them) with autocast off: under
+    # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
+    # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/relations.py).
+    with torch.no_grad(), torch.autocast(input_ids.device.type, enabled=False):
         t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
     s_qkv = student_forward(input_ids, mask)
     if cfg.objective == "minilm":

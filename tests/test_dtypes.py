@@ -91,3 +91,44 @@ def test_distill_on_cuda_whatever_the_stored_dtype(teachers, data, stored, tmp_p
         intermediate=32, max_steps=2, batch_size=2, save_every=2, device="cuda",
     ))
     assert result.last_loss is not None and torch.isfinite(torch.tensor(result.last_loss))
+
+
+def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, monkeypatch):
+    """Under the run's bf16 autocast the teacher's capture runs with autocast off, in its weights' bf16: every
+    LayerNorm gives bf16 (autocast would give fp32), and its Q/K/V stay close to an fp32 teacher's."""
+    from mlminilm import distill
+    from mlminilm.config import DistillConfig
+    from mlminilm.models import build_student, freeze_unused, load_config, load_teacher, student_config
+
+    path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher")
+    teacher, layer = load_teacher(str(path), -1, torch.bfloat16, torch.device("cpu"))
+    reference, _ = load_teacher(str(path), -1, torch.float32, torch.device("cpu"))
+    cfg = DistillConfig(out=tmp_path / "x", teacher=str(path), layers=2, hidden=32, heads=4, intermediate=64)
+    student = build_student(student_config(load_config(str(path)), cfg.shape, 0.0), 0)
+    freeze_unused(student, -1)
+    norms = []
+    for module in teacher.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.register_forward_hook(lambda m, a, out: norms.append(out.dtype))
+    captured = {}
+    real = distill.layer_qkv
+
+    def spy(model, ids, mask, index):
+        out = real(model, ids, mask, index)
+        if model is teacher:
+            captured["qkv"] = out
+        return out
+
+    ids = torch.randint(5, 500, (2, 16), generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(distill, "layer_qkv", spy)
+    with torch.autocast("cpu", torch.bfloat16):
+        terms = distill.distill_terms(teacher, layer, distill.StudentQKV(student), ids, None, cfg)
+    monkeypatch.undo()
+    assert norms and set(norms) == {torch.bfloat16}
+    assert all(t.dtype == torch.bfloat16 for t in captured["qkv"])
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in terms.values())
+    with torch.no_grad():
+        exact = distill.layer_qkv(reference, ids, None, layer)
+    for got, want in zip(captured["qkv"], exact):
+        cos = torch.nn.functional.cosine_similarity(got.float().flatten(), want.flatten(), dim=0)
+        assert cos > 0.999
