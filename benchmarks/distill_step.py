@@ -9,6 +9,13 @@
                                                            # under a per-call time limit
     python benchmarks/distill_step.py --relation-memory    # the relation loss alone at batch 8 x seq 512:
                                                            # peak memory and time, materialised vs chunked
+    python benchmarks/distill_step.py --precision fp32 --threads 1 --emulate-avx2
+                                                           # fp32, with the kernels of an AVX2-only CPU
+                                                           # (a laptop, a CI runner): see AVX2_ENV
+
+benchmarks/distill_profile.py times each part of both steps (teacher, student, relations, backward, optimizer)
+with torch.profiler's top operators; benchmarks/distill_variants.py sets variants of the project's step (exact
+ones and opt-ins) against each other in one process.
 
 A step is: teacher forward, student forward and backward, the relation loss, the optimizer and schedule
 step, and one host sync on the loss (the training loop checks it is finite). Data loading is not timed:
@@ -16,16 +23,19 @@ both paths get the same pre-built token batches.
 
 mlminilm's path (`project`) uses the project's own functions: `models.load_teacher` (the teacher saved to a
 temporary directory and loaded as `distill` loads it: sdpa attention, truncated at the distilled layer, in
-the compute dtype), `models.build_student` / `freeze_unused`, `distill.StudentQKV` and `distill.distill_terms`
-(capture.layer_qkv + the MiniLM losses), `train.make_optimizer`, `train.linear_schedule`, and
-`train.setup_runtime`'s precision under `Runtime.autocast`.
+the compute dtype), `models.build_student` (whose word embedding writes its gradient into the previous step's
+tensor on CPU, mlminilm/embedding_grad.py) / `freeze_unused`, `distill.StudentQKV` and `distill.distill_terms`
+(capture.layer_qkv + the MiniLM losses) with attention_mask=None as distill's loader passes it for a batch
+without padding, `train.make_optimizer`, `train.linear_schedule`, and `train.setup_runtime`'s precision under
+`Runtime.autocast`.
 
 The naive baseline (`naive`) is written here the way public distillation code usually does it: the whole
 teacher and the whole student run with eager attention and `output_attentions=True`, the teacher's and the
 student's value vectors are taken from a forward hook on the last layer's `value` Linear, and the losses are
 KL divergences of materialised probabilities (the returned attention probabilities, and softmaxed value
 relations). It runs in fp32 on CPU and under bf16 autocast with fp32 weights on CUDA; its optimizer is
-`torch.optim.AdamW` with its defaults (foreach on CUDA, the for-loop on CPU) over all student parameters.
+`torch.optim.AdamW` with its defaults (foreach on CUDA, the for-loop on CPU) over all student parameters. Its
+student is a plain Hugging Face model (torch's own embedding gradient) and gets the all-ones mask.
 
 Both paths start from the same teacher and student weights (the naive student is a copy of the project's
 student at the start) and see the same batches; steps alternate project / naive after warm-up, and the
@@ -150,6 +160,33 @@ CONFIGS = {
 GPU_CONFIGS = [name for name in CONFIGS if name.startswith("gpu-")]
 
 
+# ------------------------------------------------------------------------------------- AVX2 emulation
+
+# Set before torch is imported, these make this CPU run the kernels an AVX2-only CPU (a laptop, a CI runner
+# without AVX-512) would: ATen's vectorised kernels (softmax, GELU, layer norm, fused AdamW, ...) at the AVX2
+# level (torch.backends.cpu.get_cpu_capability() then says AVX2), oneDNN at AVX2 (bf16 matmuls are then
+# emulated and very slow), MKL's AVX2 code path, FBGEMM's (int8) AVX2 kernels. What they cannot change: the
+# clock, the caches, and the CPU flags that train.cpu_has_native_bf16 reads (it still says True here, so the
+# emulated runs pass --precision fp32, as an AVX2 machine's `auto` would choose). On AMD CPUs MKL takes its AVX2
+# path anyway (it reports "Intel(R) Architecture processors"), so the fp32 GEMM rate hardly moves.
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def reexec_emulating_avx2(script: str, args: list[str]) -> None:
+    """Replace this process by `python script args` with AVX2_ENV set; returns at once when it already is set
+    (the re-executed process, or a caller that set the variables itself)."""
+    if emulating_avx2():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, script, *args], {**os.environ, **AVX2_ENV})
+
+
+def emulating_avx2() -> bool:
+    return all(os.environ.get(k) == v for k, v in AVX2_ENV.items())
+
+
 # ------------------------------------------------------------------------------------------------ FLOPs
 
 
@@ -176,6 +213,7 @@ def flops_per_token(b: Bench) -> dict:
 # ------------------------------------------------------------------------------------------------ peaks
 
 # Dense bf16 tensor-core peaks from the data sheets (SXM parts), FLOP/s.
+COMPILE = "auto"  # --compile: the project path's torch.compile, as distill's option (auto: on for CUDA)
 GPU_PEAKS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 
 
@@ -320,14 +358,20 @@ class ProjectPath(Path_):
         self.optimizer = train.make_optimizer(self.student, self.cfg, self.rt.device)
         self.scheduler = train.linear_schedule(self.optimizer, self.cfg.warmup_steps(), self.cfg.max_steps)
         self.student.train()
-
-    def step(self, input_ids, mask) -> float:
+        # As `distill --compile auto` does: compiled on CUDA, eager on CPU (where compiling does not pay,
+        # docs/BENCHMARKS.md section 11). The warm-up steps absorb the compilation.
         from mlminilm.distill import distill_terms
 
-        # The body of train.train_loop for one micro-batch (grad_accum 1, one process).
+        self.compiled = COMPILE == "on" or (COMPILE == "auto" and device.type == "cuda")
+        self.terms = torch.compile(distill_terms, dynamic=False) if self.compiled else distill_terms
+
+    def step(self, input_ids, mask) -> float:
+
+        # The body of train.train_loop for one micro-batch (grad_accum 1, one process). distill's loader hands
+        # attention_mask=None for a batch without padding (mlminilm/corpus/loader.py), as these batches are.
         self.optimizer.zero_grad(set_to_none=True)
         with self.rt.autocast():
-            parts = distill_terms(self.teacher, self.layer, self.forward, input_ids, mask, self.cfg)
+            parts = self.terms(self.teacher, self.layer, self.forward, input_ids, self.loader_mask(mask), self.cfg)
             loss = sum(parts.values())
         loss.backward()
         value = loss.detach().float().item()
@@ -336,6 +380,12 @@ class ProjectPath(Path_):
         self.optimizer.step()
         self.scheduler.step()
         return value
+
+    @staticmethod
+    def loader_mask(mask: torch.Tensor) -> torch.Tensor | None:
+        """The attention mask as distill's loader gives it: None when no position is padding. make_batches'
+        batches have none, and the loader knows that on the host, so no device read is timed here."""
+        return None
 
     def resident_bytes(self) -> int:
         return tensor_bytes(self.teacher, self.student, self.optimizer)
@@ -370,9 +420,12 @@ class NaivePath(Path_):
         self.b = b
         self.device = device
         self.matmul_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        from mlminilm.embedding_grad import plain_embedding
+
         self.teacher = AutoModel.from_pretrained(str(teacher_dir), attn_implementation="eager").to(device).eval()
         self.teacher.requires_grad_(False)
         self.student = copy.deepcopy(student).to(device)
+        plain_embedding(self.student)  # a plain Hugging Face model: torch's own embedding gradient
         self.student.set_attn_implementation("eager")
         self.student.train()
         self.optimizer = torch.optim.AdamW(self.student.parameters(), lr=5e-4, betas=(0.9, 0.99), eps=1e-6,
@@ -818,6 +871,7 @@ def environment(device: torch.device, peaks: dict) -> dict:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "cpu": info["model"], "cpu_threads": info["threads"], "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "avx512_bf16": "avx512_bf16" in info["flags"], "peaks": peaks,
+        "emulated_avx2": emulating_avx2(), "compile": COMPILE,
     }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -838,6 +892,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, help="timed steps per path (overrides the configuration)")
     ap.add_argument("--warmup", type=int, help="warm-up steps per path (overrides the configuration)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's, one per core)")
+    ap.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                    help="torch.compile the project path, as `distill --compile` (auto: on for CUDA, off on CPU)")
+    ap.add_argument("--emulate-avx2", action="store_true",
+                    help="run again in a fresh process with the kernels of an AVX2-only CPU (AVX2_ENV); pair it "
+                    "with --precision fp32, what `auto` picks on such a CPU")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--workdir", type=Path, help="where the random teachers are saved (default: a temporary dir)")
     ap.add_argument("--relation-memory", action="store_true",
@@ -848,7 +907,16 @@ def main(argv=None) -> int:
     ap.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
     ap.add_argument("--_relation-child", dest="relation_child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global COMPILE
+    COMPILE = args.compile
 
+    if args.emulate_avx2:  # does not return unless the environment is already set
+        reexec_emulating_avx2(str(Path(__file__).resolve()), list(sys.argv[1:] if argv is None else argv))
+    if emulating_avx2() and args.precision == "auto":
+        # train.cpu_has_native_bf16 reads the CPU's flags, which the emulation cannot hide: it would pick bf16,
+        # emulated at AVX2 and very slow. An AVX2-only CPU's `auto` is fp32.
+        print("note: emulating an AVX2-only CPU: --precision auto resolves to fp32 there", file=sys.stderr)
+        args.precision = "fp32"
     if args.threads:
         torch.set_num_threads(args.threads)
     import transformers
@@ -891,13 +959,14 @@ def main(argv=None) -> int:
         peaks["hardware"] = spec or peaks["gemm"]["bf16"]
     else:
         est = cpu_peaks(cpu_info())
-        peaks = {"spec": {"fp32": est["fp32"], "bf16": est["bf16"]},
+        emulated = emulating_avx2()  # bf16 is then emulated (~0.4 GFLOP/s here): a 2048^3 GEMM would take minutes
+        peaks = {"spec": {"fp32": est["fp32"], "bf16": None if emulated else est["bf16"]},
                  "gemm": {"fp32": measured_gemm(device, torch.float32, 2048, 4),
-                          "bf16": measured_gemm(device, torch.bfloat16, 2048, 4)},
-                 "assumption": est["assumption"]}
+                          "bf16": None if emulated else measured_gemm(device, torch.bfloat16, 2048, 4)},
+                 "assumption": est["assumption"] + (" (AVX2 emulated: fp32 only)" if emulated else "")}
         # The clock /proc/cpuinfo reports is the nominal one, not the boost clock, so a measured GEMM can beat
         # the estimate: the hardware peak is the larger of the two, in the fastest dtype the CPU multiplies.
-        best = "bf16" if cpu_peaks(cpu_info())["native_bf16"] else "fp32"
+        best = "bf16" if est["native_bf16"] and not emulated else "fp32"
         peaks["hardware"] = max(peaks["spec"][best], peaks["gemm"][best])
     env = environment(device, peaks)
     load, cores = env.get("load_average", (0.0,))[0], len(os.sched_getaffinity(0))

@@ -147,11 +147,19 @@ def student_config(teacher_config, shape: StudentShape, dropout: float | None = 
 
 
 def build_student(config, seed: int) -> nn.Module:
-    """A randomly initialised encoder (the model type's own init) from `config`, reproducible for `seed`."""
+    """A randomly initialised encoder (the model type's own init) from `config`, reproducible for `seed`.
+
+    Its word embedding computes its gradient on the CPU into the tensor of the previous step instead of a new
+    [vocabulary, hidden] one (mlminilm.embedding_grad: the same values bit for bit; 250,002 x 384: ~170 ms less
+    per fp32 step of the cpu-probe benchmark, benchmarks/distill_variants.py)."""
     from transformers import AutoModel
 
+    from mlminilm.embedding_grad import keep_embedding_gradient
+
     torch.manual_seed(seed)
-    return AutoModel.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    model = AutoModel.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    keep_embedding_gradient(model)
+    return model
 
 
 def init_from_teacher(student: nn.Module, teacher_name: str) -> list[int]:
