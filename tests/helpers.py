@@ -108,3 +108,30 @@ def assert_usage_error(result: tuple[int, str, str], option: str) -> None:
     code, out, err = result
     assert code == 2, (code, out, err)
     assert "Usage:" in err and option in err and "Traceback" not in err and out == "", (out, err)
+
+
+class Killed(Exception):
+    """What `run_killed_after_checkpoint` raises in place of the process dying."""
+
+
+def run_killed_after_checkpoint(monkeypatch, step: int, run, *args, **kwargs) -> None:
+    """Call `run(*args, **kwargs)` (distill.run, finetune.run ...) and make it die right after its checkpoint at
+    `step`: the training loop raises as step `step` (0-based: the first after that checkpoint) starts, where
+    `train.step_seed` is called. The loop finishes a checkpoint write in flight before the exception leaves it."""
+    import pytest
+
+    from mlminilm import train
+
+    real = train.step_seed
+
+    def die(seed, current, rank):
+        if current == step:
+            raise Killed
+        return real(seed, current, rank)
+
+    monkeypatch.setattr(train, "step_seed", die)
+    try:
+        with pytest.raises(Killed):
+            run(*args, **kwargs)
+    finally:
+        monkeypatch.setattr(train, "step_seed", real)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli, prepare_data, save_tiny_teacher
+from helpers import assert_one_line_error, cli, prepare_data, run_killed_after_checkpoint, save_tiny_teacher
 
 
 @pytest.fixture(scope="module")
@@ -64,25 +64,12 @@ def test_distill_exports_a_loadable_student(wp_teacher, wp_data, tmp_path):
 
 
 def test_resume_is_bit_exact(wp_teacher, wp_data, tmp_path, monkeypatch):
-    from mlminilm import distill, train
+    from mlminilm import distill
 
     full = distill.run(config(wp_teacher, wp_data, tmp_path / "full"))
 
-    real_step_seed = train.step_seed
-
-    class Killed(Exception):
-        pass
-
-    def die_after_checkpoint(seed, step, rank):
-        if step == 3:  # step 3 is the next one after checkpoint step-3: the process dies right after it
-            raise Killed
-        return real_step_seed(seed, step, rank)
-
-    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cut = config(wp_teacher, wp_data, tmp_path / "cut")
-    with pytest.raises(Killed):
-        distill.run(cut)
-    monkeypatch.setattr(train, "step_seed", real_step_seed)
+    run_killed_after_checkpoint(monkeypatch, 3, distill.run, cut)
     assert not (tmp_path / "cut" / "student").exists()
     resumed = distill.run(replace(cut, resume=True))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_error, prepare_data, run_main, save_tiny_teacher
+from helpers import assert_error, prepare_data, run_killed_after_checkpoint, run_main, save_tiny_teacher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -112,23 +112,10 @@ def test_resume_of_a_finished_run_prints_its_summary(teacher, data, tmp_path, mo
 
 def _cut_run(teacher, data, out, monkeypatch):
     """A run killed right after its step-2 checkpoint (max 4 steps)."""
-    from mlminilm import distill, train
+    from mlminilm import distill
 
-    real_step_seed = train.step_seed
-
-    class Killed(Exception):
-        pass
-
-    def die_after_checkpoint(seed, step, rank):
-        if step == 2:  # step 2 is the next one after checkpoint step-2: the process dies right after it
-            raise Killed
-        return real_step_seed(seed, step, rank)
-
-    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cfg = config(teacher, data, out, max_steps=4)
-    with pytest.raises(Killed):
-        distill.run(cfg)
-    monkeypatch.setattr(train, "step_seed", real_step_seed)
+    run_killed_after_checkpoint(monkeypatch, 2, distill.run, cfg)
     return cfg
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli, save_tiny_teacher
+from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, save_tiny_teacher
 from taskdata import squad_doc, write_json, write_nli_tsv
 
 
@@ -125,25 +125,12 @@ def test_resume_is_bit_exact(wp_encoder, nli_data, tmp_path, monkeypatch):
     """Killed right after checkpoint 3 (before its dev evaluation), then resumed: same model, same logs."""
     from safetensors.torch import load_file
 
-    from mlminilm import finetune, train
+    from mlminilm import finetune
 
     full_cfg = xnli_config(wp_encoder, nli_data, tmp_path / "full", max_steps=6, save_every=2)
     finetune.run(full_cfg)
-    real_step_seed = train.step_seed
-
-    class Killed(Exception):
-        pass
-
-    def die_after_checkpoint(seed, step, rank):
-        if step == 4:  # step 4 is the next one after checkpoint step-4: the process dies right after it
-            raise Killed
-        return real_step_seed(seed, step, rank)
-
-    monkeypatch.setattr(train, "step_seed", die_after_checkpoint)
     cut = replace(full_cfg, out=tmp_path / "cut")
-    with pytest.raises(Killed):
-        finetune.run(cut)
-    monkeypatch.setattr(train, "step_seed", real_step_seed)
+    run_killed_after_checkpoint(monkeypatch, 4, finetune.run, cut)
     assert not (tmp_path / "cut" / "model.safetensors").exists()
     finetune.run(replace(cut, resume=True))
 

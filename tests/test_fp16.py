@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import prepare_data, save_tiny_teacher
+from helpers import prepare_data, run_killed_after_checkpoint, save_tiny_teacher
 from mlminilm import train
 from mlminilm.config import DistillConfig, TrainConfig
 
@@ -68,21 +68,8 @@ def test_distill_in_fp16_resumes_exactly_with_its_scaler_state(tiny_wordpiece_di
     assert state["grad_scaler"]["scale"] > 0
     assert json.loads((tmp_path / "full" / "run.json").read_text())["precision"] == "float16"
 
-    class Killed(Exception):
-        pass
-
-    real_step_seed = train.step_seed
-
-    def die_at_step_3(seed, step, rank):
-        if step == 3:
-            raise Killed
-        return real_step_seed(seed, step, rank)
-
-    monkeypatch.setattr(train, "step_seed", die_at_step_3)
     cut = replace(cfg, out=tmp_path / "cut")
-    with pytest.raises(Killed):
-        distill.run(cut)
-    monkeypatch.setattr(train, "step_seed", real_step_seed)
+    run_killed_after_checkpoint(monkeypatch, 3, distill.run, cut)
     resumed = distill.run(replace(cut, resume=True))
     a = load_file(full.student / "model.safetensors")
     b = load_file(resumed.student / "model.safetensors")

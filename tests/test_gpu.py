@@ -35,7 +35,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from helpers import prepare_data, run_main, save_tiny_teacher
+from helpers import prepare_data, run_killed_after_checkpoint, run_main, save_tiny_teacher
 from taskdata import LABELS, write_nli_tsv, write_xnli_dir
 
 DEVICE = os.environ.get("MLMINILM_TEST_GPU_DEVICE", "cuda")
@@ -381,7 +381,7 @@ def test_teacher_attention_runs_a_fused_sdpa_kernel_not_math(tiny_wordpiece_dir,
 def test_distill_killed_and_resumed_ends_close_to_the_uninterrupted_run(teachers, datasets, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from mlminilm import distill, train
+    from mlminilm import distill
 
     if CUDA:  # deterministic kernels where torch has them (embedding / attention backward), restored after
         was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
@@ -390,21 +390,8 @@ def test_distill_killed_and_resumed_ends_close_to_the_uninterrupted_run(teachers
         cfg = distill_config(teachers["bert"], datasets["bert"], tmp_path / "full", max_steps=6, save_every=3)
         full = distill.run(cfg)
 
-        class Killed(Exception):
-            pass
-
-        real_seed = train.step_seed
-
-        def die_at_step_3(seed, step, rank):
-            if step == 3:  # step 3 starts after the checkpoint at 3 was written: the process dies here
-                raise Killed
-            return real_seed(seed, step, rank)
-
-        monkeypatch.setattr(train, "step_seed", die_at_step_3)
         cut = replace(cfg, out=tmp_path / "cut")
-        with pytest.raises(Killed):
-            distill.run(cut)
-        monkeypatch.setattr(train, "step_seed", real_seed)
+        run_killed_after_checkpoint(monkeypatch, 3, distill.run, cut)  # dies right after the checkpoint at 3
         assert not (tmp_path / "cut" / "student").exists()
         assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()) == ["step-3"]
         resumed = distill.run(replace(cut, resume=True))
