@@ -19,7 +19,7 @@ MaxSteps = Annotated[int, typer.Option("--max-steps", min=1, help="Optimizer ste
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per process per micro-batch.")]
 GradAccum = Annotated[int, typer.Option("--grad-accum", min=1, help="Micro-batches accumulated per optimizer step.")]
 DistillBatchSize = Annotated[str, typer.Option(
-    "--batch-size", callback=BATCH_SIZE,
+    "--batch-size", callback=BATCH_SIZE, metavar="N|auto", show_default=True,
     help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU (CPU: up "
     "to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.")]
 GlobalBatch = Annotated[Optional[int], typer.Option(
