@@ -598,6 +598,11 @@ def largest_batch(b: Bench, workdir: Path, device: torch.device, precision: str,
     """CUDA, project path: double the batch until out of memory, then bisect; memory per token from the slope."""
     paths = build_paths(b, workdir, device, precision, which=("project",))
     path = paths["project"]
+    # Eager: with static shapes every batch size tried would compile its own graph (a minute each); the
+    # compiled step's memory is at most the eager one's.
+    from mlminilm.distill import distill_terms
+
+    path.terms = distill_terms
     results: dict[int, int | None] = {}
 
     def fits(batch: int) -> bool:
