@@ -376,7 +376,7 @@ class ProjectPath(Path_):
         loss.backward()
         value = loss.detach().float().item()
         if not math.isfinite(value):
-            raise RuntimeError(f"project loss is {value}")
+            raise RuntimeError(f"{self.name} loss is {value}")
         self.optimizer.step()
         self.scheduler.step()
         return value

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -96,24 +95,13 @@ class Variant(ds.ProjectPath):
         return mask if self.kind == "onesmask" else None
 
     def step(self, input_ids, mask) -> float:
-        ftz = self.kind == "ftz"
-        if ftz:
-            torch.set_flush_denormal(True)
+        if self.kind != "ftz":
+            return super().step(input_ids, mask)
+        torch.set_flush_denormal(True)
         try:
-            self.optimizer.zero_grad(set_to_none=True)
-            with self.rt.autocast():
-                parts = self.terms(self.teacher, self.layer, self.forward, input_ids, self.loader_mask(mask), self.cfg)
-                loss = sum(parts.values())
-            loss.backward()
-            value = loss.detach().float().item()
-            if not math.isfinite(value):
-                raise RuntimeError(f"{self.kind} loss is {value}")
-            self.optimizer.step()
-            self.scheduler.step()
-            return value
+            return super().step(input_ids, mask)
         finally:
-            if ftz:
-                torch.set_flush_denormal(False)
+            torch.set_flush_denormal(False)
 
 
 def quantise_teacher(teacher: nn.Module, layer: int, attention_only: bool) -> None:

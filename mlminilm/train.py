@@ -463,9 +463,8 @@ class _Window:
         n = len(self.losses)
         names = sorted(self.parts)
         values = torch.stack(self.losses + [torch.stack(self.parts[k]).mean() for k in names]).float()
-        # The first bad step, as a max over processes: any process's non-finite loss stops every process.
-        bad = torch.where(self.first_bad < 0, torch.full_like(self.first_bad, -1), self.first_bad).float()
-        packed = torch.cat([values, bad.reshape(1)])
+        # The first bad step (-1: none), as a max over processes: any process's non-finite loss stops every one.
+        packed = torch.cat([values, self.first_bad.float().reshape(1)])
         if rt.distributed:
             flag = packed[-1:].clone()
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
