@@ -27,6 +27,7 @@ from mlminilm.config import PrepareConfig
 from mlminilm.corpus import readers
 from mlminilm.corpus.manifest import FORMAT_VERSION, MANIFEST, TOKEN_COUNTS, tokenizer_identity, write_manifest
 from mlminilm.corpus.packing import SequencePacker
+from mlminilm.corpus.pretokenised import TextShape
 from mlminilm.corpus.shards import SHARDS_DIR, ShardWriter
 from mlminilm.corpus.workers import TokenizerPool
 from mlminilm.errors import ConfigError, MlminilmError
@@ -48,6 +49,7 @@ class LanguageStats:
     padded_tokens: int = 0
     shards: list[dict] = field(default_factory=list)
     source: list[str] = field(default_factory=list)
+    pretokenised: str | None = None  # why the text looks word-split (see `pretokenised`), or None
 
 
 @dataclass
@@ -171,11 +173,31 @@ def _available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _batches(sources: dict[str, list], config: PrepareConfig) -> Iterator[tuple[str, list[str]]]:
+def _batches(
+    sources: dict[str, list], config: PrepareConfig, stats: dict[str, LanguageStats]
+) -> Iterator[tuple[str, list[str]]]:
     for lang, lang_sources in sources.items():
         documents = islice(readers.documents(lang_sources, config.text_field), config.max_docs)
+        shape: TextShape | None = TextShape()
         while batch := list(islice(documents, BATCH_DOCUMENTS)):
+            if shape is not None:
+                for text in batch:
+                    shape.add(text)  # a no-op once its sample is full
+                if shape.full:  # judge now, not hours later when the language is done
+                    _judge_shape(lang, shape, stats[lang])
+                    shape = None
             yield lang, batch
+        if shape is not None:
+            _judge_shape(lang, shape, stats[lang])
+
+
+def _judge_shape(lang: str, shape: TextShape, stats: LanguageStats) -> None:
+    stats.pretokenised = shape.verdict()
+    if stats.pretokenised:
+        log.warning(
+            "%s: the text looks pre-tokenised (%s); distil on running text (e.g. XNLI sentences, MLQA or TyDiQA "
+            "contexts), not word-split fragments such as wikiann", lang, stats.pretokenised,
+        )
 
 
 class _PackedWriter:
@@ -229,7 +251,7 @@ def _write_shards(config: PrepareConfig, sources: dict, tokenizer, work: Path):
     with TokenizerPool(tokenizer, config.workers or _available_cores()) as pool, mlog.progress() as bar:
         task = bar.add_task("tokenizing", total=None, rate="")
         try:
-            for lang, documents, stream in pool.tokenize(_batches(sources, config)):
+            for lang, documents, stream in pool.tokenize(_batches(sources, config, stats)):
                 writer.add(lang, documents, stream)
                 tokens += len(stream)
                 rate = tokens / max(time.perf_counter() - start, 1e-9)
