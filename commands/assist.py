@@ -39,9 +39,13 @@ def command(
     heads: Heads = default(A, "heads"),
     intermediate: Intermediate = default(A, "intermediate"),
     init: Init = default(A, "init"),
+    init_layers: InitLayers = default(A, "init_layers"),
     objective: Objective = default(A, "objective"),
     relation_heads: RelationHeads = default(A, "relation_heads"),
     teacher_layer: TeacherLayer = default(A, "teacher_layer"),
+    hidden_loss_weight: HiddenLossWeight = default(A, "hidden_loss_weight"),
+    hidden_distance: HiddenDistance = default(A, "hidden_distance"),
+    embedding_loss_weight: EmbeddingLossWeight = default(A, "embedding_loss_weight"),
     alpha: Alpha = default(A, "alpha"),
     dropout: Dropout = default(A, "dropout"),
     assistant_steps: AssistantSteps = default(A, "assistant_steps"),
@@ -64,12 +68,17 @@ def command(
     compile: Compile = default(A, "compile"),
     data_workers: DataWorkers = default(A, "data_workers"),
     device: Device = default(A, "device"),
+    probe_tatoeba: ProbeTatoeba = default(A, "probe_tatoeba"),
+    probe_langs: ProbeLangs = list(default(A, "probe_langs")),
+    probe_every: ProbeEvery = default(A, "probe_every"),
+    probe_pairs: ProbePairs = default(A, "probe_pairs"),
     json_out: Json = False,
     quiet: Quiet = default(A, "quiet"),
     verbose: Verbose = False,
 ) -> None:
     """Distil through a teacher assistant: teacher -> assistant (teacher's depth, student's width) -> student."""
     from mlminilm import logging as mlog
+    from mlminilm.commands._eval_options import split_langs
 
     mlog.setup(quiet=quiet, verbose=verbose)
     cfg = AssistConfig(
@@ -81,7 +90,10 @@ def command(
         warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, save_every=save_every,
         keep=keep, log_every=log_every, resume=resume, overwrite=overwrite, precision=value(precision),
         device=value(device),
-        quiet=quiet,
+        quiet=quiet, init_layers=init_layers, hidden_loss_weight=hidden_loss_weight,
+        hidden_distance=value(hidden_distance), embedding_loss_weight=embedding_loss_weight,
+        probe_tatoeba=probe_tatoeba, probe_langs=split_langs(probe_langs), probe_every=probe_every,
+        probe_pairs=probe_pairs,
     )
     from mlminilm import assist
 

@@ -46,9 +46,15 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
     common = {f: getattr(cfg, f) for f in DistillConfig.__dataclass_fields__}
     common.pop("out")
     common.pop("max_steps")
+    # The output terms compare hidden states of equal width: the assistant stage (teacher -> student width) has
+    # them only when the widths already agree (else auto, which turns them off there); the student stage
+    # (assistant -> student) always can.
+    same_width = cfg.hidden == teacher.hidden
     assistant = DistillConfig(
         **{**common, "out": out / "assistant-run", "max_steps": cfg.assistant_steps,
-           "layers": teacher.layers, "init": "random"},
+           "layers": teacher.layers, "init": "random", "init_layers": None,
+           "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
+           "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None},
     )
     student = DistillConfig(
         **{**common, "out": out / "student-run", "max_steps": cfg.student_steps,
@@ -78,7 +84,7 @@ def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
     first, second = stage_configs(replace(cfg, overwrite=False), teacher)
-    data, _, tokenizer = distill.validate(first)
+    _, data, _, tokenizer = distill.validate(first)
     # The second stage's teacher (the assistant) does not exist yet: check the student against its shape.
     assistant_config = student_config(teacher_config, first.shape)
     distill.check_compatibility(second, assistant_config, data, tokenizer_identity(tokenizer))

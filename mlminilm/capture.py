@@ -147,6 +147,28 @@ def layer_qkv(
     return project_qkv(attn, hidden)
 
 
+def qkv_and_output(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, layer: int = -1
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """((q, k, v) of layer `layer`, the output of the model's last layer): what the relation losses and the
+    output terms (last hidden states, sentence embedding) need, from one pass through every layer.
+
+    Q/K/V are layer `layer`'s projections of its input, exactly as `layer_qkv` gives them (the layer's own
+    attention computes them again inside its forward: one extra [hidden, 3 hidden] matmul for the top layer).
+    """
+    index = resolve_layer(model, layer)
+    base = base_model(model)
+    hidden = base.embeddings(input_ids=input_ids)
+    mask = layer_attention_mask(base, hidden, attention_mask)
+    qkv = None
+    for i, block in enumerate(encoder_layers(model)):
+        if i == index:
+            qkv = project_qkv(block.attention.self, hidden)
+        out = block(hidden, attention_mask=mask)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return qkv, hidden
+
+
 def truncate_encoder(model: nn.Module, layer: int) -> int:
     """Drop every layer above `layer` (and the pooler) in place, so a teacher never computes what is not used.
 

@@ -15,6 +15,16 @@ from mlminilm.errors import ConfigError
 
 OBJECTIVES = ("minilm", "minilm-v2")
 INITS = ("random", "teacher")
+# --init-layers with --init teacher: which teacher layers the student's start from (mlminilm.models.init_layers).
+# "first-last" is the default: measured on multilingual-e5-small (Tatoeba xx->en, de/zh/sw/ar, 300 pairs each;
+# README "Where the student starts"), untrained it keeps 73.3 against 70.0 for the bottom six and 41.7 for every
+# second layer, and it stays ahead after distillation (100 steps, MiniLM v1: 71.4 against 69.3 from `every`).
+INIT_LAYER_RULES = ("every", "first", "first-last")
+DEFAULT_INIT_LAYERS = "first-last"
+HIDDEN_DISTANCES = ("cosine", "mse")  # --hidden-distance (mlminilm.losses.hidden_cosine / hidden_mse)
+# What --hidden-loss-weight / --embedding-loss-weight auto give a sentence-transformers teacher of the student's
+# width (docs/RETENTION.md: the terms keep more of the teacher's Tatoeba than the relation losses alone).
+OUTPUT_TERMS_WEIGHT = 1.0
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
@@ -50,6 +60,7 @@ class TrainConfig:
     """What every training loop shares (distill, assist stages, finetune)."""
 
     AUTO_BATCH = False  # whether --batch-size auto is accepted (a class attribute, not a field)
+    ZERO_STEPS = False  # whether --max-steps 0 is accepted (distill: export the initialised student)
 
     out: Path
     max_steps: int = 10_000
@@ -82,8 +93,9 @@ class TrainConfig:
 
     def _train_problems(self) -> list[str]:
         p: list[str] = []
-        if self.max_steps < 1:
-            p.append(f"--max-steps must be at least 1 (got {self.max_steps})")
+        if self.max_steps < (0 if self.ZERO_STEPS else 1):
+            least = "0 (the initialised student, exported untrained)" if self.ZERO_STEPS else "1"
+            p.append(f"--max-steps must be at least {least} (got {self.max_steps})")
         if self.batch_size == AUTO:
             if not self.AUTO_BATCH:
                 p.append("--batch-size auto is for distill and assist; give a number of sequences")
@@ -157,8 +169,34 @@ class DistillConfig(TrainConfig):
     global_batch: int | None = None
     compile: str = "auto"  # torch.compile the student's forward and the loss: auto = on CUDA
     data_workers: int | None = None  # DataLoader worker processes; None: corpus.loader.default_workers
+    # With --init teacher: "every" (every k-th layer, ending at the last), "first" (the bottom k layers),
+    # "first-last" (the bottom k-1 layers and the last), or an explicit 0-based list "0,1,2,3,4,5";
+    # None = DEFAULT_INIT_LAYERS.
+    init_layers: str | None = None
+    # Output terms beside the relation losses (mlminilm/losses.py); 0 = off. They reach every student parameter
+    # below the output, so with either on the whole top layer trains (not only its Q/K/V). None = auto:
+    # OUTPUT_TERMS_WEIGHT for a sentence-transformers teacher of the student's width, else 0 (pure MiniLM).
+    hidden_loss_weight: float | None = None  # the last hidden states, per real token
+    hidden_distance: str = "cosine"
+    embedding_loss_weight: float | None = None  # the sentence embedding through the teacher's Pooling (+ Normalize)
+    # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
+    probe_tatoeba: Path | None = None
+    probe_langs: tuple[str, ...] = ()  # empty: every language found in probe_tatoeba
+    probe_every: int = 100
+    probe_pairs: int | None = None  # at most this many pairs per language (the first ones); None = all
 
     AUTO_BATCH = True
+    ZERO_STEPS = True
+
+    @property
+    def output_terms(self) -> bool:
+        """Whether any term reads the student's output (then its top layer trains whole); auto (None) counts as
+        off until `distill.resolve_output_terms` has decided."""
+        return (self.hidden_loss_weight or 0) > 0 or (self.embedding_loss_weight or 0) > 0
+
+    @property
+    def init_rule(self) -> str:
+        return self.init_layers if self.init_layers is not None else DEFAULT_INIT_LAYERS
 
     @property
     def shape(self) -> StudentShape:
@@ -172,6 +210,22 @@ class DistillConfig(TrainConfig):
         _choice(p, self.init, INITS, "--init")
         if self.freeze_embeddings and self.init != "teacher":
             p.append("--freeze-embeddings needs --init teacher: randomly initialised embeddings must be trained")
+        if self.init_layers is not None:
+            if self.init != "teacher":
+                p.append("--init-layers needs --init teacher (it says which teacher layers the student starts from)")
+            p += init_layers_problems(self.init_layers, self.layers)
+        for flag, weight in (("--hidden-loss-weight", self.hidden_loss_weight),
+                             ("--embedding-loss-weight", self.embedding_loss_weight)):
+            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
+                p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
+        _choice(p, self.hidden_distance, HIDDEN_DISTANCES, "--hidden-distance")
+        if self.probe_every < 1:
+            p.append(f"--probe-every must be at least 1 (got {self.probe_every})")
+        if self.probe_pairs is not None and self.probe_pairs < 1:
+            p.append(f"--probe-pairs must be at least 1 (got {self.probe_pairs})")
+        if self.probe_langs and self.probe_tatoeba is None:
+            p.append("--probe-langs needs --probe-tatoeba DIR")
+        _unknown_langs(p, tuple(self.probe_langs), "--probe-langs")
         _choice(p, self.objective, OBJECTIVES, "--objective")
         if self.objective == "minilm-v2":
             if self.relation_heads < 1:
@@ -195,6 +249,31 @@ class DistillConfig(TrainConfig):
         if self.data_workers is not None and self.data_workers < 0:
             p.append(f"--data-workers must be at least 0 (got {self.data_workers})")
         _problems_to_error(p)
+
+
+def parse_init_layers(value: str) -> str | list[int]:
+    """"every", "first", or the 0-based layer list of "0,1,2" (ValueError when it is neither)."""
+    value = value.strip()
+    if value in INIT_LAYER_RULES:
+        return value
+    return [int(x) for x in value.split(",")]
+
+
+def init_layers_problems(value: str, layers: int) -> list[str]:
+    """What is wrong with an --init-layers value for a student of `layers` layers (the teacher's depth is checked
+    when its config is read)."""
+    try:
+        rule = parse_init_layers(value)
+    except ValueError:
+        return [f"--init-layers must be every, first, first-last, or a comma-separated list of 0-based teacher layers such as "
+                f"0,1,2,3,4,5 (got {value!r})"]
+    if isinstance(rule, str):
+        return []
+    if len(rule) != layers:
+        return [f"--init-layers lists {len(rule)} teacher layers for a {layers}-layer student: give exactly {layers}"]
+    if any(i < 0 for i in rule) or any(b <= a for a, b in zip(rule, rule[1:])):
+        return [f"--init-layers must list increasing, non-negative teacher layers (got {value})"]
+    return []
 
 
 @dataclass(frozen=True)
@@ -375,6 +454,7 @@ class _Probe:
     """Attribute access over a dict: lets TrainConfig's checks run on resolved values."""
 
     AUTO_BATCH = False
+    ZERO_STEPS = False
 
     def __init__(self, values: dict):
         self.__dict__.update(values)

@@ -13,17 +13,19 @@ from torch import nn
 
 from mlminilm import logging as mlog
 from mlminilm import train
-from mlminilm.capture import layer_qkv
+from mlminilm.capture import layer_qkv, qkv_and_output
 from mlminilm.config import DistillConfig
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
-from mlminilm.losses import minilm_v1_terms, minilm_v2_terms
+from mlminilm.losses import (
+    embedding_mse, hidden_cosine, hidden_mse, minilm_v1_terms, minilm_v2_terms, sentence_embedding,
+)
 from mlminilm.models import (
     TeacherShape, build_student, check_encoder_config, export_model, freeze_unused, freeze_word_embeddings,
-    init_from_teacher,
-    load_config, load_teacher, load_tokenizer, student_config,
+    init_from_teacher, init_layers, load_config, load_teacher, load_tokenizer, resolve_model, student_config,
 )
+from mlminilm.config import OUTPUT_TERMS_WEIGHT, parse_init_layers
 from mlminilm.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
 from mlminilm.sampling import BatchSampler
@@ -36,7 +38,7 @@ ARTIFACTS = (train.RUN_RECORD, train.LEGACY_RUN_RECORD, train.METRICS, train.CHE
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
     "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
-    "freeze_embeddings",
+    "freeze_embeddings", "init_layers", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
 )
 
 
@@ -56,19 +58,46 @@ class DistillResult:
 
 
 class StudentQKV(nn.Module):
-    """The student's forward for distillation: Q, K, V of its top layer. A module, so DDP can wrap it."""
+    """The student's forward for distillation: Q, K, V of its top layer, and with `outputs` also its last hidden
+    states (for the output terms). A module, so DDP can wrap it."""
 
-    def __init__(self, student: nn.Module):
+    def __init__(self, student: nn.Module, outputs: bool = False):
         super().__init__()
         self.student = student
+        self.outputs = outputs
 
     def forward(self, input_ids, attention_mask):
+        if self.outputs:
+            return qkv_and_output(self.student, input_ids, attention_mask, -1)
         return layer_qkv(self.student, input_ids, attention_mask, -1)
 
 
+@dataclass(frozen=True)
+class EmbeddingHead:
+    """How the teacher turns its last hidden states into a sentence embedding (its sentence-transformers Pooling
+    and Normalize modules): what the embedding term compares."""
+
+    modes: tuple[str, ...]
+    normalize: bool
+
+
+# The weight of each named loss term in the total; relation terms (attention, value, qq, kk, vv) weigh 1.
+def term_weights(cfg: DistillConfig) -> dict[str, float]:
+    return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0}
+
+
+def weighted_loss(parts: dict[str, torch.Tensor], cfg: DistillConfig) -> torch.Tensor:
+    """The loss the student minimises: relation terms plus the weighted output terms (metrics.jsonl records each
+    term unweighted, under its name)."""
+    weights = term_weights(cfg)
+    return sum(weights.get(name, 1.0) * value for name, value in parts.items())
+
+
 def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
-                  mask: torch.Tensor | None, cfg: DistillConfig) -> dict[str, torch.Tensor]:
-    """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's.
+                  mask: torch.Tensor | None, cfg: DistillConfig, head: EmbeddingHead | None = None,
+                  ) -> dict[str, torch.Tensor]:
+    """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's, and with
+    output terms on (cfg.output_terms), the last hidden states and the sentence embedding (`head`).
 
     `mask` is None for a batch without padding (then nothing is masked anywhere).
 
@@ -78,15 +107,78 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
     # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
     # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/relations.py).
     with torch.no_grad(), torch.autocast(input_ids.device.type, enabled=False):
-        t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
-    s_qkv = student_forward(input_ids, mask)
+        if cfg.output_terms:
+            t_qkv, t_out = qkv_and_output(teacher, input_ids, mask, teacher_layer)
+        else:
+            t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
+    if cfg.output_terms:
+        s_qkv, s_out = student_forward(input_ids, mask)
+    else:
+        s_qkv = student_forward(input_ids, mask)
     if cfg.objective == "minilm":
-        return minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
-    return minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+        parts = minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
+    else:
+        parts = minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+    weights = term_weights(cfg)
+    if weights["hidden"] > 0:
+        distance = hidden_cosine if cfg.hidden_distance == "cosine" else hidden_mse
+        parts["hidden"] = distance(t_out, s_out, mask)
+    if weights["embedding"] > 0:
+        if head is None:
+            raise ValueError("the embedding term needs the teacher's EmbeddingHead")
+        with torch.no_grad():
+            t_emb = sentence_embedding(t_out, mask, head.modes, head.normalize)
+        parts["embedding"] = embedding_mse(t_emb, sentence_embedding(s_out, mask, head.modes, head.normalize))
+    return parts
+
+
+def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:
+    """The config with --hidden-loss-weight / --embedding-loss-weight auto (None) decided: OUTPUT_TERMS_WEIGHT for
+    a sentence-transformers teacher of the student's width (what its users use it for is its embedding), else 0,
+    the pure MiniLM objective. Explicit weights are kept as given (and checked later)."""
+    if cfg.hidden_loss_weight is not None and cfg.embedding_loss_weight is not None:
+        return cfg
+    from mlminilm.evaluation.embeddings import read_sentence_transformers
+
+    sentence_teacher = read_sentence_transformers(resolve_model(cfg.teacher)) is not None
+    on = sentence_teacher and cfg.hidden == teacher_config.hidden_size
+    weight = OUTPUT_TERMS_WEIGHT if on else 0.0
+    resolved = replace(
+        cfg,
+        hidden_loss_weight=weight if cfg.hidden_loss_weight is None else cfg.hidden_loss_weight,
+        embedding_loss_weight=weight if cfg.embedding_loss_weight is None else cfg.embedding_loss_weight,
+    )
+    if on:
+        log.info("output terms on (auto: a sentence-transformers teacher of the student's width): hidden %g, "
+                 "embedding %g", resolved.hidden_loss_weight, resolved.embedding_loss_weight)
+    return resolved
+
+
+def embedding_head(cfg: DistillConfig) -> EmbeddingHead | None:
+    """The teacher's sentence-embedding head when the embedding term is on (ConfigError when the teacher has no
+    sentence-transformers Pooling module), else None."""
+    if not cfg.embedding_loss_weight:
+        return None
+    from mlminilm.evaluation.embeddings import POOLING_MODES, read_sentence_transformers
+
+    st = read_sentence_transformers(resolve_model(cfg.teacher))
+    if st is None:
+        raise ConfigError(
+            f"--embedding-loss-weight needs a sentence-transformers teacher (modules.json with a Pooling module); "
+            f"teacher '{cfg.teacher}' has none: use --hidden-loss-weight instead, or set --embedding-loss-weight 0")
+    bad = [m for m in st.pooling if m not in POOLING_MODES]
+    if bad:
+        raise ConfigError(f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding term does not "
+                          f"implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0")
+    if st.not_applied:
+        log.warning("teacher %s has %s after its pooling: the embedding term compares the pooled (and normalised) "
+                    "vectors before them", cfg.teacher, ", ".join(st.not_applied))
+    return EmbeddingHead(tuple(st.pooling), st.normalize)
 
 
 def resolve_batch(cfg: DistillConfig, rt: train.Runtime, teacher: nn.Module, teacher_layer: int,
-                  forward: nn.Module, seq_len: int, vocab_size: int | None) -> BatchPlan:
+                  forward: nn.Module, seq_len: int, vocab_size: int | None,
+                  head: EmbeddingHead | None = None) -> BatchPlan:
     """The run's micro-batch and accumulation (mlminilm/batch_size.py); on CUDA `--batch-size auto` tries real
     distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
     if cfg.batch_size != "auto" or rt.device.type != "cuda":
@@ -102,7 +194,7 @@ def resolve_batch(cfg: DistillConfig, rt: train.Runtime, teacher: nn.Module, tea
         torch.cuda.reset_peak_memory_stats(rt.device)
         try:
             with rt.autocast():
-                loss = sum(distill_terms(teacher, teacher_layer, forward, ids, None, cfg).values())
+                loss = weighted_loss(distill_terms(teacher, teacher_layer, forward, ids, None, cfg, head), cfg)
             loss.backward()
             peak = torch.cuda.max_memory_allocated(rt.device)
             ok = peak + optimizer_bytes <= CUDA_MEMORY_SHARE * total
@@ -151,6 +243,19 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
             )
         if cfg.layers > t.layers:
             problems.append(f"--init teacher needs --layers <= the teacher's {t.layers}")
+        elif cfg.init_layers is not None:
+            rule = parse_init_layers(cfg.init_layers)
+            if isinstance(rule, list) and max(rule) >= t.layers:
+                problems.append(f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
+                                f"'{cfg.teacher}' has layers 0..{t.layers - 1}")
+    if cfg.output_terms and cfg.hidden != t.hidden:
+        # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
+        # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
+        problems.append(
+            f"--hidden-loss-weight / --embedding-loss-weight compare the student's outputs with the teacher's and "
+            f"need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use --hidden {t.hidden}, or set "
+            f"both weights to 0 (or distil through `mlminilm assist`, whose second stage has equal widths)"
+        )
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -204,17 +309,24 @@ def student_size_warning(cfg: DistillConfig, teacher_config) -> str | None:
 
 
 def validate(cfg: DistillConfig):
-    """Every cheap check of a run, before anything is written or loaded: (data, teacher config, tokenizer)."""
+    """Every cheap check of a run, before anything is written or loaded: (the config with auto choices decided,
+    data, teacher config, tokenizer)."""
     data = PreparedData.open(cfg.data)
     teacher_config = load_config(cfg.teacher)
     check_encoder_config(teacher_config, cfg.teacher)
+    cfg = resolve_output_terms(cfg, teacher_config)
     tokenizer = load_tokenizer(cfg.teacher)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer))
     # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE).
     plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, int(os.environ.get("WORLD_SIZE", "1")))
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
-    return data, teacher_config, tokenizer
+    embedding_head(cfg)
+    if cfg.probe_tatoeba is not None:
+        from mlminilm.tasks.tatoeba import find_tatoeba_files
+
+        find_tatoeba_files(cfg.probe_tatoeba, list(cfg.probe_langs) or None)
+    return cfg, data, teacher_config, tokenizer
 
 
 def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "student") -> DistillResult:
@@ -224,7 +336,7 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
     export_dir = Path(export_to) if export_to is not None else out / "student"
 
     # Validate everything cheap before anything is written or loaded.
-    data, teacher_config, tokenizer = validate(cfg)
+    cfg, data, teacher_config, tokenizer = validate(cfg)
     train.prepare_output_dir(out, cfg, ARTIFACTS)
     if export_dir.parent != out:
         from mlminilm.stale import clean_stale
@@ -247,24 +359,41 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     if cfg.resume:
         train.check_resume_compatible(out, record, RESUME_KEYS, write=rt.is_main)
 
-    # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward.
-    teacher, teacher_layer = load_teacher(cfg.teacher, cfg.teacher_layer, rt.dtype, rt.device)
+    # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
+    # layer, or whole when an output term needs its last hidden states.
+    head = embedding_head(cfg)
+    teacher, top = load_teacher(cfg.teacher, -1 if cfg.output_terms else cfg.teacher_layer, rt.dtype, rt.device)
+    teacher_layer = cfg.teacher_layer + top + 1 if cfg.teacher_layer < 0 else cfg.teacher_layer
     s_config = student_config(teacher_config, cfg.shape, cfg.dropout)
     student = build_student(s_config, cfg.seed)
+    picked = None
     if cfg.init == "teacher":
-        picked = init_from_teacher(student, cfg.teacher)
-        log.info("student initialised from teacher layers %s", picked)
-    frozen = freeze_unused(student, -1)
+        picked = init_from_teacher(student, cfg.teacher, parse_init_layers(cfg.init_rule))
+        log.info("student initialised from teacher layers %s (--init-layers %s)", picked, cfg.init_rule)
+    frozen = freeze_unused(student, -1, through_output=cfg.output_terms)
     if cfg.freeze_embeddings:
         frozen += freeze_word_embeddings(student)
     student.to(rt.device)
     log.info(
-        "teacher %s: distilling layer %d; student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused by the loss, frozen)",
-        cfg.teacher, teacher_layer, cfg.layers, cfg.hidden, cfg.heads,
-        sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
+        "teacher %s: distilling layer %d (%s); student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused "
+        "by the loss, frozen)", cfg.teacher, teacher_layer, objective_summary(cfg, head), cfg.layers, cfg.hidden,
+        cfg.heads, sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
     )
-    forward = StudentQKV(student)
-    plan = resolve_batch(cfg, rt, teacher, teacher_layer, forward, data.seq_len, data.tokenizer.get("vocab_size"))
+    probe = None
+    if cfg.probe_tatoeba is not None and rt.is_main:
+        from mlminilm.evaluation.probe import TatoebaProbe
+
+        probe = TatoebaProbe(cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher),
+                             s_config, tokenizer)
+        log.info("%s; every %d steps", probe.describe(), cfg.probe_every)
+    record["init_layers"] = picked
+    record["objective"] = objective_summary(cfg, head)
+    if cfg.max_steps == 0:
+        return _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, title, record, picked,
+                                   teacher_layer, head, probe)
+    forward = StudentQKV(student, outputs=cfg.output_terms)
+    plan = resolve_batch(cfg, rt, teacher, teacher_layer, forward, data.seq_len, data.tokenizer.get("vocab_size"),
+                         head)
     if plan.how != "given":
         log.info("batch: %d sequences per step = %d per micro-batch x %d accumulation x %d process(es) (%s)",
                  plan.global_batch, plan.micro_batch, plan.grad_accum, rt.world, plan.how)
@@ -304,8 +433,9 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         batch = batch.to(rt.device, non_blocking=True)
         # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
         # so no step reads the device to find out, and unpadded steps skip every masking pass.
-        parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch.input_ids, batch.attention_mask, cfg)
-        loss = sum(parts.values())
+        parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch.input_ids, batch.attention_mask, cfg,
+                                            head)
+        loss = weighted_loss(parts, cfg)
         return train.StepOutput(loss, parts, batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()})
 
     def on_log(step: int, payload: dict) -> None:
@@ -317,6 +447,20 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
 
     if start >= cfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
+
+    def run_probe(step: int) -> dict | None:
+        if probe is None:
+            return None
+        found = probe(student, rt)
+        log.info("probe at step %d: Tatoeba xx->en %.2f (%s)", step, found["probe_tatoeba_xx_to_en"],
+                 ", ".join(f"{k} {v['xx_to_en']:.1f}" for k, v in found["probe_tatoeba"].items()))
+        return found
+
+    if cfg.probe_tatoeba is not None and start == 0:
+        found = run_probe(0)
+        if found:
+            metrics.write({"step": 0, **found, "train_s": 0.0})
+        rt.barrier()
     t0 = time.perf_counter()
     with loader:
         result = train.train_loop(
@@ -324,27 +468,17 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
             compute=compute, out=out, metrics=metrics, start_step=start,
             checkpoint_state=lambda step: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
             on_log=on_log, description=f"distill {title}", scaler=state.scaler,
+            probe=run_probe if cfg.probe_tatoeba is not None else None, probe_every=cfg.probe_every,
         )
     total = sum(mix_total.values()) or 1
     mix = {k: round(v / total, 4) for k, v in sorted(mix_total.items())}
     if rt.is_main:
         log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
-        card = {
-            "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
-            "teacher": cfg.teacher,
-            "teacher_layer": teacher_layer,
-            "objective": cfg.objective,
-            "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
-            "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
-            "init": cfg.init,
-            "data": str(cfg.data),
-            "languages": ", ".join(data.languages),
-            "alpha": cfg.alpha,
-            "steps": cfg.max_steps,
+        card = card_info(cfg, data, title, teacher_layer, picked, head)
+        card.update({
             "batch": f"{plan.micro_batch} x {plan.grad_accum} accumulation x {rt.world} processes",
-            "seq_len": data.seq_len,
             "final_loss": result.last_loss,
-        }
+        })
         export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher)
         log.info("student exported to %s", export_dir)
     rt.barrier()
@@ -352,3 +486,58 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         out, export_dir, cfg.max_steps, result.first_loss, result.last_loss, result.tokens_per_s,
         time.perf_counter() - t0, mix,
     )
+
+
+def objective_summary(cfg: DistillConfig, head: EmbeddingHead | None) -> str:
+    """The loss in words, for the log, run.json and the model card."""
+    parts = ["MiniLM attention + value relations" if cfg.objective == "minilm"
+             else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"]
+    if cfg.hidden_loss_weight:
+        parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
+    if cfg.embedding_loss_weight and head is not None:
+        how = "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
+        parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
+    return " + ".join(parts)
+
+
+def card_info(cfg: DistillConfig, data: PreparedData, title: str, teacher_layer: int, picked: list[int] | None,
+              head: EmbeddingHead | None) -> dict:
+    """What the model card (and mlminilm.json) records about how the student was made."""
+    return {
+        "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
+        "teacher": cfg.teacher,
+        "teacher_layer": teacher_layer,
+        "objective": cfg.objective,
+        "loss": objective_summary(cfg, head),
+        "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
+        "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
+        "init": cfg.init,
+        "init_layers": (f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None
+                        else None),
+        "data": str(cfg.data),
+        "languages": ", ".join(data.languages),
+        "alpha": cfg.alpha,
+        "steps": cfg.max_steps,
+        "seq_len": data.seq_len,
+    }
+
+
+def _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, title, record, picked, teacher_layer,
+                        head, probe) -> DistillResult:
+    """--max-steps 0: the initialised student, exported untrained (to evaluate a starting point before spending
+    compute), with its run record, and the step-0 probe when one is asked for."""
+    t0 = time.perf_counter()
+    if rt.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / train.RUN_RECORD).exists():
+            train.write_json_atomic(out / train.RUN_RECORD, record)
+        if probe is not None:
+            found = probe(student, rt)
+            log.info("probe at step 0: Tatoeba xx->en %.2f", found["probe_tatoeba_xx_to_en"])
+            train.MetricsLog(out / train.METRICS).write({"step": 0, **found, "train_s": 0.0})
+        card = card_info(cfg, data, title, teacher_layer, picked, head)
+        export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher,
+                     summary="Initialised only (--max-steps 0): no distillation step was taken.")
+        log.info("initialised student (no training) exported to %s", export_dir)
+    rt.barrier()
+    return DistillResult(out, export_dir, 0, None, None, 0.0, time.perf_counter() - t0, {})

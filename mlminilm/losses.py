@@ -66,3 +66,54 @@ def minilm_v2_loss(
     """Sum of the Q-Q, K-K and V-V relation losses of MiniLMv2; `relation_heads` must divide both hidden sizes."""
     terms = minilm_v2_terms(teacher_qkv, student_qkv, attention_mask, relation_heads, chunk)
     return terms["qq"] + terms["kk"] + terms["vv"]
+
+
+# ------------------------------------------------------------------------------ output terms (opt-in)
+# The relation losses above shape only the top layer's Q/K/V: nothing holds the student's output space to the
+# teacher's, so a student started from teacher layers drifts away from what the teacher is used for (sentence
+# embeddings, the features a fine-tuned head reads). These terms compare outputs directly. They need equal hidden
+# sizes (distill refuses a width mismatch: a learned projection would not be part of the exported student, whose
+# vectors would then not live in the teacher's space). Computed in float32 under autocast.
+
+HIDDEN_DISTANCES = ("cosine", "mse")
+
+
+def _token_mean(per_token: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """[batch, seq] values -> mean over each sequence's real tokens, then over the batch (as the relation losses)."""
+    if attention_mask is None:
+        return per_token.mean()
+    m = attention_mask.to(per_token.dtype)
+    return ((per_token * m).sum(1) / m.sum(1).clamp(min=1.0)).mean()
+
+
+def hidden_cosine(teacher_hidden: torch.Tensor, student_hidden: torch.Tensor,
+                  attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """1 - cos(h_T, h_S) of each real token's last hidden state, averaged over tokens then sequences."""
+    t, s = teacher_hidden.float(), student_hidden.float()
+    cos = torch.nn.functional.cosine_similarity(s, t, dim=-1, eps=1e-8)
+    return _token_mean(1.0 - cos, attention_mask)
+
+
+def hidden_mse(teacher_hidden: torch.Tensor, student_hidden: torch.Tensor,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean squared error over the hidden dimension of each real token (TinyBERT's hidden-state loss, no
+    projection), averaged over tokens then sequences."""
+    t, s = teacher_hidden.float(), student_hidden.float()
+    return _token_mean((s - t).pow(2).mean(-1), attention_mask)
+
+
+def embedding_mse(teacher_embedding: torch.Tensor, student_embedding: torch.Tensor) -> torch.Tensor:
+    """Squared L2 distance between sentence embeddings, averaged over the batch: sentence-transformers'
+    multilingual distillation loss (MSELoss, a mean over batch and dimensions) times the embedding dimension, so
+    that a weight of 1 is on the scale of the relation losses (for unit vectors it equals 2 - 2 cos)."""
+    t, s = teacher_embedding.float(), student_embedding.float()
+    return (s - t).pow(2).sum(-1).mean()
+
+
+def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None, modes: tuple[str, ...],
+                       normalize: bool) -> torch.Tensor:
+    """The sentence-transformers embedding of a model's last hidden states: its Pooling modes, then Normalize."""
+    from mlminilm.pooling import pool
+
+    vectors = pool(hidden, attention_mask, modes)
+    return torch.nn.functional.normalize(vectors, dim=-1, eps=1e-12) if normalize else vectors

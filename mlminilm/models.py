@@ -162,14 +162,36 @@ def build_student(config, seed: int) -> nn.Module:
     return model
 
 
-def init_from_teacher(student: nn.Module, teacher_name: str) -> list[int]:
-    """Copy embeddings and every k-th teacher layer into the student (widths must match). Returns the layers used."""
+def init_layers(rule: str | list[int], teacher_layers: int, student_layers: int) -> list[int]:
+    """The 0-based teacher layer copied into each student layer, bottom to top.
+
+    every: every k-th layer ending at the last (k = teacher // student; 12 -> 6: 1,3,5,7,9,11);
+    first: the bottom layers (12 -> 6: 0..5), the teacher cut to the student's depth;
+    first-last: the bottom k-1 layers and the last (12 -> 6: 0,1,2,3,4,11): the cut teacher's lower layers under
+    the teacher's own top layer, whose outputs are the teacher's output space;
+    a list: those layers (increasing, one per student layer)."""
+    if student_layers > teacher_layers:
+        raise ConfigError(f"--init teacher needs a student no deeper than the teacher ({teacher_layers} layers)")
+    if rule == "every":
+        k = teacher_layers // student_layers
+        return [(i + 1) * k - 1 for i in range(student_layers)]
+    if rule == "first":
+        return list(range(student_layers))
+    if rule == "first-last":
+        return list(range(student_layers - 1)) + [teacher_layers - 1]
+    picked = list(rule)
+    if len(picked) != student_layers or any(not 0 <= i < teacher_layers for i in picked):
+        raise ConfigError(f"--init-layers {','.join(map(str, picked))} must name {student_layers} layers of the "
+                          f"teacher's {teacher_layers} (0..{teacher_layers - 1})")
+    return picked
+
+
+def init_from_teacher(student: nn.Module, teacher_name: str, rule: str | list[int] = "every") -> list[int]:
+    """Copy the embeddings and the teacher layers `rule` picks (init_layers) into the student (widths must
+    match). Returns the teacher layers used, one per student layer."""
     teacher = load_encoder(teacher_name)
     t_layers, s_layers = encoder_layers(teacher), encoder_layers(student)
-    k = len(t_layers) // len(s_layers)
-    if k < 1:
-        raise ConfigError(f"--init teacher needs a student no deeper than the teacher ({len(t_layers)} layers)")
-    picked = [(i + 1) * k - 1 for i in range(len(s_layers))]
+    picked = init_layers(rule, len(t_layers), len(s_layers))
     s_base, t_base = student.base_model, teacher.base_model
     s_base.embeddings.load_state_dict(t_base.embeddings.state_dict())
     for s_i, t_i in enumerate(picked):
@@ -177,20 +199,26 @@ def init_from_teacher(student: nn.Module, teacher_name: str) -> list[int]:
     return picked
 
 
-def freeze_unused(student: nn.Module, layer: int) -> int:
-    """Turn off gradients for every parameter the loss cannot reach (above Q/K/V of `layer`).
+def freeze_unused(student: nn.Module, layer: int, through_output: bool = False) -> int:
+    """Turn off gradients for every parameter the loss cannot reach.
 
-    They would get no gradient anyway; freezing them keeps AdamW from touching them and lets DDP run
-    without `find_unused_parameters`. Returns the number of frozen parameters.
+    The relation losses reach nothing above Q/K/V of `layer`; with `through_output` (a term on the student's last
+    hidden states or sentence embedding) every layer is reached, and only the pooler, which no term reads, is
+    frozen. Unreached parameters would get no gradient anyway; freezing them keeps AdamW from touching them
+    and lets DDP run without `find_unused_parameters`. Returns the number of frozen parameters.
     """
     index = resolve_layer(student, layer)
     layers = encoder_layers(student)
     used = {id(p) for p in student.base_model.embeddings.parameters()}
-    for lower in layers[:index]:
-        used |= {id(p) for p in lower.parameters()}
-    qkv = layers[index].attention.self
-    for proj in (qkv.query, qkv.key, qkv.value):
-        used |= {id(p) for p in proj.parameters()}
+    if through_output:
+        for block in layers:
+            used |= {id(p) for p in block.parameters()}
+    else:
+        for lower in layers[:index]:
+            used |= {id(p) for p in lower.parameters()}
+        qkv = layers[index].attention.self
+        for proj in (qkv.query, qkv.key, qkv.value):
+            used |= {id(p) for p in proj.parameters()}
     frozen = 0
     for p in student.parameters():
         if id(p) not in used:

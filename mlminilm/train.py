@@ -505,6 +505,8 @@ def train_loop(
     description: str = "training",
     scaler=None,
     checkpointer=None,
+    probe: Callable[[int], dict | None] | None = None,
+    probe_every: int = 0,
 ) -> LoopResult:
     """Run optimizer steps start_step .. cfg.max_steps-1.
 
@@ -516,6 +518,10 @@ def train_loop(
     (`_Window`) and are read at the end of each log interval and before every checkpoint. A non-finite loss
     therefore stops the run at the next such boundary (at most `log_every` steps later), always before a
     checkpoint could be written from it; the last good checkpoint is named.
+
+    `probe(step)`, when given, runs after every `probe_every`-th step and the last (on every process; it returns
+    a record on the main one): the record goes to the metrics log with `train_s`, the training time so far
+    without the probes, whose time is also left out of tokens/s.
     """
     accum = cfg.grad_accum
     history: list[dict] = []
@@ -533,6 +539,7 @@ def train_loop(
     # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
     log_lines = rt.is_main and not mlog.progress_enabled()
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    probe_time = 0.0
 
     with writer, mlog.progress() as bar:  # on any exit, a write in flight is finished first
         task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
@@ -573,7 +580,8 @@ def train_loop(
 
             log_now = done % cfg.log_every == 0 or done == cfg.max_steps
             save_now = done % cfg.save_every == 0 or done == cfg.max_steps
-            if not (log_now or save_now):
+            probe_now = probe is not None and (done % probe_every == 0 or done == cfg.max_steps)
+            if not (log_now or save_now or probe_now):
                 continue
             losses, parts, bad = window.read(rt)
             if bad >= 0:
@@ -631,12 +639,23 @@ def train_loop(
                     if extra:
                         metrics.write({"step": done, **extra})
                         history.append({"step": done, **extra})
+            if probe_now:
+                t_probe = time.perf_counter()
+                found = probe(done)
+                rt.barrier()
+                spent = time.perf_counter() - t_probe
+                probe_time += spent
+                t_window += spent  # the next tokens/s is the training's alone
+                if found:
+                    found = {"step": done, **found, "train_s": round(t_probe - t_start - probe_time + spent, 2)}
+                    metrics.write(found)
+                    history.append(found)
         writer.wait()
         rt.barrier()
     elapsed = time.perf_counter() - t_start
     return LoopResult(
         start_step, cfg.max_steps, first_loss, last_loss,
-        total_tokens / max(elapsed, 1e-9), elapsed, history,
+        total_tokens / max(elapsed - probe_time, 1e-9), elapsed, history,
     )
 
 

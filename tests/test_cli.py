@@ -75,8 +75,10 @@ def test_help_ends_with_examples_and_marks_required_options(name, monkeypatch, c
 
     code, out, err = run_main(monkeypatch, capsys, name, "--help")
     assert code == 0, err
-    tail = [l.strip() for l in out.rstrip().splitlines()[-3:]]
-    assert "Examples:" in tail[0] and all(l.startswith(f"mlminilm {name} ") for l in tail[1:]), out
+    lines = [l.strip() for l in out.rstrip().splitlines()]
+    start = max(i for i, l in enumerate(lines) if "Examples:" in l)
+    tail = lines[start + 1:]
+    assert len(tail) >= 2 and all(l.startswith(f"mlminilm {name} ") for l in tail), out
     command = typer.main.get_command(app).commands[name]
     for param in command.params:
         if getattr(param, "required", False):

@@ -75,17 +75,20 @@ def test_summary_table_by_hand():
     emb_s = {"embedding": {"pooling": ["mean"], "layer": 6, "prefix": "query: "},
              "throughput": {"sentences_per_s": 250.0, "device": "cpu"}}
     nli = {"teacher": _report({"en": 60.0, "de": 50.0}, "accuracy", 120),
+           "cut": _report({"en": 40.0, "de": 35.0}, "accuracy", 120),
            "student": _report({"en": 45.0, "de": 40.0}, "accuracy", 120)}
     retrieval = {"teacher": _report({"de": 100.0}, "xx_to_en", 100, emb),
+                 "cut": _report({"de": 80.0}, "xx_to_en", 100, emb_s),
                  "student": _report({"de": 90.0}, "xx_to_en", 100, emb_s)}
     lines = summary_table("multilingual-e5-small", SimpleNamespace(hidden_size=384), 6,
                           SimpleNamespace(steps=60, first_loss=0.9, last_loss=0.3), nli, retrieval,
                           {"teacher": (117_000_000, 96_000_000), "student": (107_000_000, 96_000_000)}, "fp32")
     table = "\n".join(lines)
     row = {l.split()[0]: l.split() for l in lines if l.strip() and l.split()[0] in ("en", "de", "avg")}
-    assert row["en"][1:4] == ["60.0", "45.0", "75%"] and row["en"][4:] == ["-", "-", "-"]
-    assert row["de"][1:] == ["50.0", "40.0", "80%", "100.0", "90.0", "90%"]
-    assert row["avg"][1:4] == ["55.0", "42.5", "77%"]  # 42.5 / 55 = 77.3 %
+    assert row["en"][1:5] == ["60.0", "40.0", "45.0", "75%"] and row["en"][5:] == ["-", "-", "-", "-"]
+    assert row["de"][1:] == ["50.0", "35.0", "40.0", "80%", "100.0", "80.0", "90.0", "90%"]
+    assert row["avg"][1:5] == ["55.0", "37.5", "42.5", "77%"]  # 42.5 / 55 = 77.3 %
+    assert "first 6 layers, untrained" in table
     assert "120 pairs per language" in table and "standard error about 4.6 points" in table  # sqrt(.25/120)
     assert "(2.5x)" in table and "student 107.0M (96.0M + 11.0M)" in table
 
@@ -104,5 +107,6 @@ def test_demo_end_to_end_on_a_tiny_teacher(tiny_sentencepiece_dir, tmp_path, cap
     assert sorted(rows) == sorted(LANGS)
     assert (tmp_path / "out" / "report-nli-student" / "metrics.json").is_file()
     assert (tmp_path / "out" / "report-retrieval-teacher" / "metrics.json").is_file()
+    assert (tmp_path / "out" / "report-retrieval-cut" / "metrics.json").is_file()  # the baseline beside them
     # The demo never resumes, so it keeps no checkpoints (each holds the whole embedding matrix).
     assert not list((tmp_path / "out").glob("*/checkpoints"))

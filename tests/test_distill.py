@@ -93,8 +93,8 @@ def test_minilm_v2_and_teacher_init(wp_teacher, wp_data, tmp_path):
     rec = read_metrics(tmp_path / "v2")[0]
     assert {"qq", "kk", "vv"} <= rec.keys()
     assert abs(rec["loss"] - (rec["qq"] + rec["kk"] + rec["vv"])) < 1e-5
-    init = distill.run(config(wp_teacher, wp_data, tmp_path / "init", init="teacher", hidden=64, intermediate=128,
-                              max_steps=1, save_every=1, lr=1e-12))
+    init = distill.run(config(wp_teacher, wp_data, tmp_path / "init", init="teacher", init_layers="every", hidden=64,
+                              intermediate=128, max_steps=1, save_every=1, lr=1e-12))
     from safetensors.torch import load_file
 
     s = load_file(init.student / "model.safetensors")

