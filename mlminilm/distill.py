@@ -362,8 +362,9 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
     # layer, or whole when an output term needs its last hidden states.
     head = embedding_head(cfg)
-    teacher, top = load_teacher(cfg.teacher, -1 if cfg.output_terms else cfg.teacher_layer, rt.dtype, rt.device)
-    teacher_layer = cfg.teacher_layer + top + 1 if cfg.teacher_layer < 0 else cfg.teacher_layer
+    teacher, _ = load_teacher(cfg.teacher, -1 if cfg.output_terms else cfg.teacher_layer, rt.dtype, rt.device)
+    depth = teacher_config.num_hidden_layers  # the whole teacher's: --teacher-layer counts from its top
+    teacher_layer = cfg.teacher_layer + depth if cfg.teacher_layer < 0 else cfg.teacher_layer
     s_config = student_config(teacher_config, cfg.shape, cfg.dropout)
     student = build_student(s_config, cfg.seed)
     picked = None

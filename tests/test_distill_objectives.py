@@ -306,3 +306,24 @@ def test_output_terms_auto(st_teacher, st_data, tiny_sentencepiece_dir, tmp_path
                               intermediate=64)
     off = resolve_output_terms(config(plain, st_data, tmp_path), load_config(str(plain)))
     assert (off.hidden_loss_weight, off.embedding_loss_weight) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("terms", [0.0, 1.0])
+def test_negative_teacher_layer_counts_from_the_whole_teachers_top(st_teacher, st_data, tmp_path, terms):
+    """--teacher-layer -2 of a 4-layer teacher is layer 2, whether the teacher is cut there (relations only) or
+    runs whole (output terms); its Q/K/V equal the ones captured from the untouched teacher."""
+    from mlminilm import distill
+    from mlminilm.capture import layer_qkv
+    from mlminilm.models import load_encoder, load_teacher
+
+    cfg = config(st_teacher, st_data, tmp_path / "run", teacher_layer=-2, max_steps=1, hidden_loss_weight=terms,
+                 embedding_loss_weight=terms)
+    result = distill.run(cfg)
+    card = json.loads((result.student / "mlminilm.json").read_text())
+    assert card["teacher_layer"] == 2
+    ids = torch.tensor([[0, 5, 6, 7, 2]])
+    full = load_encoder(str(st_teacher)).eval()
+    cut, _ = load_teacher(str(st_teacher), -1 if terms else -2, torch.float32, torch.device("cpu"))
+    with torch.no_grad():
+        for a, b in zip(layer_qkv(full, ids, None, 2), layer_qkv(cut, ids, None, 2)):
+            torch.testing.assert_close(a, b)
