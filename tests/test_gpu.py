@@ -307,10 +307,10 @@ def test_distill_steps_make_no_host_sync(teachers, datasets, kind, precision, tm
     padded_steps: set[int] = set()
     real_terms = distill.distill_terms
 
-    def distill_terms(teacher, layer, forward, input_ids, mask, cfg):
+    def distill_terms(teacher, layer, forward, input_ids, mask, cfg, *rest):
         if mask is not None and starts:
             padded_steps.add(starts[-1])
-        return real_terms(teacher, layer, forward, input_ids, mask, cfg)
+        return real_terms(teacher, layer, forward, input_ids, mask, cfg, *rest)
 
     monkeypatch.setattr(train, "step_seed", step_seed)
     monkeypatch.setattr(distill, "distill_terms", distill_terms)

@@ -76,19 +76,27 @@ def test_the_sample_is_capped():
 # --- prepare: one warning per word-split language, recorded in the manifest -----------------------------------
 
 
-def test_prepare_warns_once_for_a_word_split_language(tiny_wordpiece_dir, make_lines, tmp_path, caplog, monkeypatch):
+def test_prepare_warns_once_for_a_word_split_language(tiny_wordpiece_dir, make_lines, tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     # More lines than the detector's sample, in many batches: it judges zh early and must still warn only once.
     (corpus / "zh.txt").write_text("\n".join(make_lines("zh", 2_500)) + "\n", encoding="utf-8")  # word-split
     (corpus / "en.txt").write_text("\n".join(make_lines("en", 300)) + "\n", encoding="utf-8")  # running
     monkeypatch.setattr(prepare, "BATCH_DOCUMENTS", 300)
-    monkeypatch.setattr(logging.getLogger("mlminilm"), "propagate", True)  # `mlog.setup` may have turned it off
     out = tmp_path / "out"
-    with caplog.at_level(logging.WARNING, logger="mlminilm"):
+    # A handler of our own on the package logger: caplog's handling depends on propagation, which `mlog.setup`
+    # changes, and on the pytest version (some attach to the named logger too, so a record would count twice).
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    package = logging.getLogger("mlminilm")
+    package.addHandler(handler)
+    try:
         config = PrepareConfig(teacher=str(tiny_wordpiece_dir), inputs=(str(corpus),), out=out, seq_len=32, workers=1)
         prepare.run(config)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    finally:
+        package.removeHandler(handler)
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("zh: the text looks pre-tokenised (") and "wikiann" in warnings[0]
     languages = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["languages"]

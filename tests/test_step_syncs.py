@@ -47,10 +47,10 @@ def test_distill_steps_read_nothing_from_the_device_between_log_steps(
     masks: dict[int, list[bool]] = {}  # per step: whether each micro-batch came with a padding mask
     real_terms = distill.distill_terms
 
-    def distill_terms(teacher_model, layer, forward, input_ids, mask, c):
+    def distill_terms(teacher_model, layer, forward, input_ids, mask, c, *rest):
         current = [e[1] for e in events if e[0] == "step"][-1]
         masks.setdefault(current, []).append(mask is not None)
-        return real_terms(teacher_model, layer, forward, input_ids, mask, c)
+        return real_terms(teacher_model, layer, forward, input_ids, mask, c, *rest)
 
     monkeypatch.setattr(distill, "distill_terms", distill_terms)
     distill.run(cfg)
