@@ -402,11 +402,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     compiled = cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda")
     record["batch"] = plan.to_dict()
     record["compile"] = compiled
-    # The run record, once the inputs have loaded: a run that fails before this leaves nothing to block its retry.
-    if rt.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if not (out / train.RUN_RECORD).exists():
-            train.write_json_atomic(out / train.RUN_RECORD, record)
+    _write_run_record(out, record, rt)
     rt.barrier()
 
     state = train.setup_training(run_cfg, rt, forward, student, out)
@@ -450,12 +446,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
 
     def run_probe(step: int) -> dict | None:
-        if probe is None:
-            return None
-        found = probe(student, rt)
-        log.info("probe at step %d: Tatoeba xx->en %.2f (%s)", step, found["probe_tatoeba_xx_to_en"],
-                 ", ".join(f"{k} {v['xx_to_en']:.1f}" for k, v in found["probe_tatoeba"].items()))
-        return found
+        return _run_probe(probe, student, rt, step)
 
     if cfg.probe_tatoeba is not None and start == 0:
         found = run_probe(0)
@@ -523,18 +514,34 @@ def card_info(cfg: DistillConfig, data: PreparedData, title: str, teacher_layer:
     }
 
 
+def _write_run_record(out: Path, record: dict, rt: train.Runtime) -> None:
+    """The run record, once the inputs have loaded (main process; kept when it exists, as on --resume): a run
+    that fails before this leaves nothing to block its retry."""
+    if rt.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / train.RUN_RECORD).exists():
+            train.write_json_atomic(out / train.RUN_RECORD, record)
+
+
+def _run_probe(probe, student: nn.Module, rt: train.Runtime, step: int) -> dict | None:
+    """The probe's record for the student as it is at `step`, logged; None without a probe (or off rank 0)."""
+    if probe is None:
+        return None
+    found = probe(student, rt)
+    log.info("probe at step %d: Tatoeba xx->en %.2f (%s)", step, found["probe_tatoeba_xx_to_en"],
+             ", ".join(f"{k} {v['xx_to_en']:.1f}" for k, v in found["probe_tatoeba"].items()))
+    return found
+
+
 def _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, title, record, picked, teacher_layer,
                         head, probe) -> DistillResult:
     """--max-steps 0: the initialised student, exported untrained (to evaluate a starting point before spending
     compute), with its run record, and the step-0 probe when one is asked for."""
     t0 = time.perf_counter()
+    _write_run_record(out, record, rt)
     if rt.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if not (out / train.RUN_RECORD).exists():
-            train.write_json_atomic(out / train.RUN_RECORD, record)
-        if probe is not None:
-            found = probe(student, rt)
-            log.info("probe at step 0: Tatoeba xx->en %.2f", found["probe_tatoeba_xx_to_en"])
+        found = _run_probe(probe, student, rt, 0)
+        if found:
             train.MetricsLog(out / train.METRICS).write({"step": 0, **found, "train_s": 0.0})
         card = card_info(cfg, data, title, teacher_layer, picked, head)
         export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher,
