@@ -49,7 +49,7 @@ from mlminilm.config import PrepareConfig  # noqa: E402
 from mlminilm.corpus import prepare  # noqa: E402
 from mlminilm.corpus.dataset import PreparedData  # noqa: E402
 from mlminilm.corpus.loader import make_loader  # noqa: E402
-from mlminilm.sampling import BatchSampler  # noqa: E402
+from mlminilm.corpus.sampling import BatchSampler  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 MODES = ("in-step", "loader-0", "loader-2")

@@ -6,8 +6,8 @@ torch.profiler's top operators. Companion of distill_step.py (same models, batch
     python benchmarks/distill_profile.py --precision fp32 --threads 1 --emulate-avx2  # as an AVX2-only CPU
     python benchmarks/distill_profile.py --config cpu-probe --precision fp32 --threads 1 --steps 3
 
-Parts of the project step (the body of `distill_step.ProjectPath.step`, i.e. of `distill.distill_terms` and
-`train.train_loop`, cut where a timer can go): zero_grad; teacher forward (`capture.layer_qkv` under no_grad);
+Parts of the project step (the body of `step_paths.ProjectPath.step`, i.e. of `distill.distill_terms` and
+`training.train_loop`, cut where a timer can go): zero_grad; teacher forward (`capture.layer_qkv` under no_grad);
 student forward (`distill.StudentQKV`); the relation loss forward (`losses.minilm_v1_terms` / v2);
 backward; the host sync on the loss; optimizer + schedule step. The naive step is cut the same way (teacher,
 student, loss = value relations + KLs). Steps alternate project / naive; the figures are medians.
@@ -15,20 +15,20 @@ student, loss = value relations + KLs). Steps alternate project / naive; the fig
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import distill_step as ds  # noqa: E402  (also puts the repository on sys.path)
 import torch  # noqa: E402
+from step_companion_cli import companion_parser, start_run  # noqa: E402  (also puts the repository on sys.path)
+from step_paths import build_paths, make_batches, naive_kl, value_relation  # noqa: E402
+from step_timing import environment  # noqa: E402
 
 
 def _now() -> float:
@@ -36,9 +36,9 @@ def _now() -> float:
 
 
 def project_parts(p, ids, mask) -> tuple[dict, float]:
-    from mlminilm.distill import StudentQKV  # noqa: F401  (p.forward is one)
-    from mlminilm.capture import layer_qkv
-    from mlminilm.losses import minilm_v1_terms, minilm_v2_terms
+    from mlminilm.distillation.objective import StudentQKV  # noqa: F401  (p.forward is one)
+    from mlminilm.distillation.capture import layer_qkv
+    from mlminilm.distillation.losses import minilm_v1_terms, minilm_v2_terms
 
     mask = p.loader_mask(mask)
     t = {}
@@ -56,16 +56,7 @@ def project_parts(p, ids, mask) -> tuple[dict, float]:
         else:
             parts = minilm_v2_terms(t_qkv, s_qkv, mask, p.cfg.relation_heads)
         loss = sum(parts.values())
-    t4 = _now(); t["relations"] = t4 - t3
-    loss.backward()
-    t5 = _now(); t["backward"] = t5 - t4
-    value = loss.detach().float().item()
-    t6 = _now(); t["sync"] = t6 - t5
-    p.optimizer.step()
-    p.scheduler.step()
-    t7 = _now(); t["optimizer"] = t7 - t6
-    assert math.isfinite(value)
-    return t, t7 - t0
+    return finish_parts(p, loss, lambda x: x.detach().float().item(), t, t0, t3)  # as ProjectPath.step reads it
 
 
 def naive_parts(p, ids, mask) -> tuple[dict, float]:
@@ -81,13 +72,20 @@ def naive_parts(p, ids, mask) -> tuple[dict, float]:
         t3 = _now(); t["student"] = t3 - t2
         heads = p.b.teacher.heads
         t_att, s_att = t_out.attentions[-1].float(), s_out.attentions[-1].float()
-        t_vr = ds.value_relation(p.values["teacher"].float(), heads, mask)
-        s_vr = ds.value_relation(p.values["student"].float(), heads, mask)
-        loss = ds.naive_kl(t_att, s_att, mask) + ds.naive_kl(t_vr, s_vr, mask)
+        t_vr = value_relation(p.values["teacher"].float(), heads, mask)
+        s_vr = value_relation(p.values["student"].float(), heads, mask)
+        loss = naive_kl(t_att, s_att, mask) + naive_kl(t_vr, s_vr, mask)
+    return finish_parts(p, loss, lambda x: x.item(), t, t0, t3)  # as NaivePath.step reads it
+
+
+def finish_parts(p, loss, read, t: dict, t0: float, t3: float) -> tuple[dict, float]:
+    """The end both steps share, timed part by part from t3 (the student forward's end): the relation loss,
+    backward, the host sync on the loss (`read`, as that path's own step reads it), optimizer + schedule step.
+    Returns the parts and the whole step's seconds since t0."""
     t4 = _now(); t["relations"] = t4 - t3
     loss.backward()
     t5 = _now(); t["backward"] = t5 - t4
-    value = loss.item()
+    value = read(loss)
     t6 = _now(); t["sync"] = t6 - t5
     p.optimizer.step()
     p.scheduler.step()
@@ -113,30 +111,21 @@ def profile_ops(name, path, batches, top: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="cpu", choices=[n for n in ds.CONFIGS if not n.startswith("gpu")])
-    ap.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16"))
-    ap.add_argument("--threads", type=int, default=1)
+    ap = companion_parser(__doc__)
     ap.add_argument("--steps", type=int, default=8, help="timed steps per path (default 8)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile-steps", type=int, default=2, help="steps per path under torch.profiler (0: none)")
     ap.add_argument("--top", type=int, default=15)
-    ap.add_argument("--emulate-avx2", action="store_true", help="re-run as an AVX2-only CPU (distill_step.py)")
+    ap.add_argument("--emulate-avx2", action="store_true", help="re-run as an AVX2-only CPU (step_hardware.AVX2_ENV)")
     ap.add_argument("--only", choices=("project", "naive"), help="time one path only")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    if args.emulate_avx2:  # does not return unless the environment is already set
-        ds.reexec_emulating_avx2(str(Path(__file__).resolve()), list(sys.argv[1:] if argv is None else argv))
-    torch.set_num_threads(args.threads)
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    b = replace(ds.CONFIGS[args.config], steps=args.steps, warmup=args.warmup)
+    b = start_run(args, __file__, argv)
     device = torch.device("cpu")
     which = (args.only,) if args.only else ("project", "naive")
     with tempfile.TemporaryDirectory(prefix="mlminilm-prof-") as tmp:
-        paths = ds.build_paths(b, Path(tmp), device, args.precision, which=which)
-        batches = ds.make_batches(b, 3, device)
+        paths = build_paths(b, Path(tmp), device, args.precision, which=which)
+        batches = make_batches(b, 3, device)
         parts = {n: [] for n in paths}
         totals = {n: [] for n in paths}
         order = list(paths)
@@ -149,7 +138,7 @@ def main(argv=None) -> int:
                     totals[n].append(total)
         ops = {n: profile_ops(n, paths[n], batches[: args.profile_steps], args.top) for n in paths} \
             if args.profile_steps else {}
-    env = ds.environment(device, {})
+    env = environment(device, {})
     result = {"config": b.name, "precision": args.precision, "threads": torch.get_num_threads(),
               "cpu_capability": env["cpu_capability"], "load_average": env.get("load_average"), "paths": {}}
     for n in paths:

@@ -21,10 +21,10 @@ trained teacher, whose activations have outliers: benchmarks/teacher_quantisatio
 
 Variants (`exact`: the same MiniLM loss to fp32 rounding; `opt-in`: changes what is learned or the targets):
 
-    naive            distill_step.NaivePath (the baseline)
-    project          distill_step.ProjectPath: what `distill` runs (eager)
+    naive            step_paths.NaivePath (the baseline)
+    project          step_paths.ProjectPath: what `distill` runs (eager)
     plainemb         exact: the student's word embedding as a plain nn.Embedding, whose gradient is a fresh
-                     [vocab, hidden] tensor each step (project before mlminilm.embedding_grad, which
+                     [vocab, hidden] tensor each step (project before mlminilm.models.embedding_grad, which
                      models.build_student now applies: the gradient written into the previous step's tensor)
     onesmask         exact: the all-ones attention mask passed through (what this benchmark passed before distill's
                      loader gave None for unpadded batches); the layers then get a materialised mask
@@ -40,7 +40,6 @@ Variants (`exact`: the same MiniLM loss to fp32 rounding; `opt-in`: changes what
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -48,13 +47,15 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import distill_step as ds  # noqa: E402  (also puts the repository on sys.path)
 import torch  # noqa: E402
+from step_companion_cli import companion_parser, start_run  # noqa: E402  (also puts the repository on sys.path)
+from step_configs import Bench  # noqa: E402
+from step_paths import NaivePath, ProjectPath, build_paths, make_batches, teacher_config  # noqa: E402
+from step_timing import environment  # noqa: E402
 from torch import nn  # noqa: E402
 
 VARIANTS = ("naive", "project", "plainemb", "onesmask", "ftz", "compile", "dropout0", "int8", "int8attn")
@@ -63,14 +64,14 @@ EXACT = {"project", "plainemb", "onesmask", "ftz"}
 # loss's autograd function cannot save for its backward (a RuntimeError); cloning them would undo the saving.
 
 
-class Variant(ds.ProjectPath):
+class Variant(ProjectPath):
     """ProjectPath with one change; `terms` replaces distill.distill_terms."""
 
     def __init__(self, kind: str, *args):
         super().__init__(*args)
         self.kind = kind
         self.name = kind
-        from mlminilm.distill import distill_terms
+        from mlminilm.distillation.objective import distill_terms
 
         self.terms = distill_terms
         if kind == "compile":
@@ -85,7 +86,7 @@ class Variant(ds.ProjectPath):
                 if hasattr(m, "dropout_prob"):
                     m.dropout_prob = 0.0
         elif kind == "plainemb":
-            from mlminilm.embedding_grad import plain_embedding
+            from mlminilm.models.embedding_grad import plain_embedding
 
             plain_embedding(self.student)
         elif kind in ("int8", "int8attn"):
@@ -109,7 +110,7 @@ def quantise_teacher(teacher: nn.Module, layer: int, attention_only: bool) -> No
     distilled layer's Q/K/V stay as they are (capture fuses their fp32 weights)."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    from mlminilm.capture import encoder_layers
+    from mlminilm.models.layers import encoder_layers
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -125,50 +126,41 @@ def quantise_teacher(teacher: nn.Module, layer: int, attention_only: bool) -> No
                 setattr(parent, name, wrapped[0])
 
 
-def build(b: ds.Bench, workdir: Path, precision: str, kinds: list[str]) -> dict:
+def build(b: Bench, workdir: Path, precision: str, kinds: list[str]) -> dict:
     """The teacher saved once, the student built once; each variant gets copies of both."""
     from mlminilm.config import StudentShape
-    from mlminilm.models import build_student, student_config
+    from mlminilm.models.student import build_student, student_config
 
     device = torch.device("cpu")
-    ds.build_paths(b, workdir, device, precision, which=())  # saves the teacher
+    build_paths(b, workdir, device, precision, which=())  # saves the teacher
     teacher_dir = next(workdir.glob(f"teacher-{b.teacher.layers}x{b.teacher.hidden}-*"))
     shape = StudentShape(b.student.layers, b.student.hidden, b.student.heads, b.student.ffn)
-    student = build_student(student_config(ds.teacher_config(b), shape), seed=0)
+    student = build_student(student_config(teacher_config(b), shape), seed=0)
     paths = {}
     for kind in kinds:
         if kind == "naive":
-            paths[kind] = ds.NaivePath(b, teacher_dir, student, device)
+            paths[kind] = NaivePath(b, teacher_dir, student, device)
         else:
             paths[kind] = Variant(kind, b, teacher_dir, copy.deepcopy(student), device, precision)
     return paths
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="cpu", choices=[n for n in ds.CONFIGS if not n.startswith("gpu")])
-    ap.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16"))
-    ap.add_argument("--threads", type=int, default=1)
+    ap = companion_parser(__doc__)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per variant (default 10)")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--emulate-avx2", action="store_true", help="re-run as an AVX2-only CPU (distill_step.AVX2_ENV)")
+    ap.add_argument("--emulate-avx2", action="store_true", help="re-run as an AVX2-only CPU (step_hardware.AVX2_ENV)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    if args.emulate_avx2:  # does not return unless the environment is already set
-        ds.reexec_emulating_avx2(str(Path(__file__).resolve()), list(sys.argv[1:] if argv is None else argv))
-    torch.set_num_threads(args.threads)
-    import transformers
-
-    transformers.logging.set_verbosity_error()
+    b = start_run(args, __file__, argv)
     kinds = [k.strip() for k in args.variants.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(VARIANTS))
     if unknown:
         ap.error(f"unknown variant(s): {', '.join(unknown)}")
-    b = replace(ds.CONFIGS[args.config], steps=args.steps, warmup=args.warmup)
     with tempfile.TemporaryDirectory(prefix="mlminilm-variants-") as tmp:
         paths = build(b, Path(tmp), args.precision, kinds)
-        batches = ds.make_batches(b, 3, torch.device("cpu"))
+        batches = make_batches(b, 3, torch.device("cpu"))
         times = {k: [] for k in paths}
         losses = {k: [] for k in paths}
         for i in range(b.warmup + b.steps):
@@ -179,7 +171,7 @@ def main(argv=None) -> int:
                 losses[k].append(paths[k].step(ids, mask))
                 if i >= b.warmup:
                     times[k].append(time.perf_counter() - t0)
-    env = ds.environment(torch.device("cpu"), {})
+    env = environment(torch.device("cpu"), {})
     rows = {}
     ref = losses.get("project")
     naive = statistics.median(times["naive"]) if "naive" in times else None

@@ -132,18 +132,28 @@ def bare_tokenize(docs: list[str], tokenizer, workers: int) -> dict:
         _DOCS, _TOKENIZER = [], None
 
 
+# ----------------------------------------------------------------------------------- mlminilm's commands
+
+
+def run_cli(cmd: list[str], what: str) -> tuple[subprocess.CompletedProcess, float]:
+    """Run a command of mlminilm's from the repository, offline and without progress bars: the finished process
+    and its wall-clock seconds. Raises with the end of its stderr when `what` fails."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc, wall
+
+
 # ----------------------------------------------------------------------------------------------- prepare
 
 
 def run_prepare(tokenizer_dir: Path, corpus: Path, out: Path, workers: int, seq_len: int) -> dict:
     cmd = [sys.executable, "-c", MEASURED_CLI, "prepare", "--teacher", str(tokenizer_dir), "--input", str(corpus),
            "--out", str(out), "--workers", str(workers), "--seq-len", str(seq_len), "--json", "--quiet"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"prepare failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    proc, wall = run_cli(cmd, "prepare")
     result = json.loads(proc.stdout)
     memory = {}
     for line in proc.stderr.splitlines():
@@ -225,13 +235,8 @@ def eval_section(args, tmp: Path) -> dict:
     model = make_classifier(args.tokenizer, tmp / "xnli-model", *args.eval_shape)
     cmd = [sys.executable, "-m", "mlminilm", "eval-xnli", "--model", str(model), "--data", str(args.xnli),
            "--split", "test", "--batch-size", str(args.eval_batch), "--json", "--quiet"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
     print(f"[eval-xnli] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"eval-xnli failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    proc, wall = run_cli(cmd, "eval-xnli")
     doc = json.loads(proc.stdout)
     tp = doc.get("throughput", {})
     return {

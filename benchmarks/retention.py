@@ -205,17 +205,17 @@ class Embedder:
 
         import torch
 
-        from mlminilm import train
+        from mlminilm import training
         from mlminilm.config import TATOEBA_MAX_LENGTH
         from mlminilm.evaluation.embeddings import prompt_length, read_sentence_transformers, resolve_spec, truncate_at
-        from mlminilm.models import load_config, load_encoder, load_tokenizer
+        from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
 
         st = read_sentence_transformers(model_dir)
         spec = resolve_spec(model_dir, load_config(model_dir), st, layer=None, pooling="auto", prefix=None,
                             max_length=None, default_max_length=TATOEBA_MAX_LENGTH)
         self.tokenizer = load_tokenizer(spec.weights)
         self.spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(self.tokenizer, spec, st))
-        self.rt = train.setup_runtime("cpu", precision)
+        self.rt = training.setup_runtime("cpu", precision)
         self.model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).eval()
 
     def __call__(self, sentences: list[str], batch_size: int = 64) -> np.ndarray:
@@ -254,7 +254,7 @@ def speed_sentences() -> list[str]:
 
 
 def size(model_dir: str) -> dict:
-    from mlminilm.models import load_encoder
+    from mlminilm.models.loading import load_encoder
 
     model = load_encoder(model_dir)
     total = sum(p.numel() for p in model.parameters())
@@ -330,7 +330,7 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     from mlminilm import distill
     from mlminilm.config import DistillConfig, PrepareConfig, TrimConfig
     from mlminilm.corpus import prepare
-    from mlminilm.models import load_config, resolve_model
+    from mlminilm.models.loading import load_config, resolve_model
     from mlminilm.vocab import trim
 
     from retention_report import _git

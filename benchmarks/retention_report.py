@@ -22,7 +22,7 @@ def machine() -> str:
                     if line.startswith("model name"))
     except (OSError, StopIteration):
         name = platform.processor() or "unknown CPU"
-    from mlminilm.train import cpu_has_native_bf16
+    from mlminilm.training.runtime import cpu_has_native_bf16
 
     return f"{name}, {os.cpu_count()} cores, {'native bf16' if cpu_has_native_bf16() else 'no native bf16'}"
 

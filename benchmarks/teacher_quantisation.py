@@ -49,7 +49,7 @@ GROUPS = {  # suffixes of the linears' names inside a BERT-family layer
 def quantised(teacher: nn.Module, layer: int, group: str, per_channel: bool) -> nn.Module:
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
-    from mlminilm.capture import encoder_layers
+    from mlminilm.models.layers import encoder_layers
 
     qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
     model = copy.deepcopy(teacher)
@@ -102,9 +102,9 @@ def main(argv=None) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    from mlminilm.capture import layer_qkv
-    from mlminilm.models import load_teacher, load_tokenizer
-    from mlminilm.relations import relation_loss
+    from mlminilm.distillation.capture import layer_qkv
+    from mlminilm.models.loading import load_teacher, load_tokenizer
+    from mlminilm.distillation.relations import relation_loss
 
     teacher, layer = load_teacher(args.teacher, -1, torch.float32, torch.device("cpu"))
     heads = teacher.config.num_attention_heads

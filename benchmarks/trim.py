@@ -81,7 +81,7 @@ def premises(lang: str, count: int) -> list[str]:
 def tokenisation(original: str, trimmed: Path, count: int) -> dict:
     from transformers import AutoTokenizer
 
-    from mlminilm.models import resolve_model
+    from mlminilm.models.loading import resolve_model
 
     before = AutoTokenizer.from_pretrained(resolve_model(original))
     after = AutoTokenizer.from_pretrained(trimmed)

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from mlminilm.commands._params import Device as DeviceChoice
 from mlminilm.commands._params import Precision as PrecisionChoice
+from mlminilm.commands._train_options import Device, Quiet, Verbose  # noqa: F401 (re-exported: the training commands' own)
 
 Langs = Annotated[list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: all of the benchmark's).")]
 EvalOut = Annotated[Optional[Path], typer.Option(
@@ -18,10 +18,7 @@ EvalMaxSeqLen = Annotated[Optional[int], typer.Option(
     "--max-seq-len", min=8, help="Tokens per input (default: the fine-tuning run's, from run.json in --model).")]
 EvalOverwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing report in --out.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the metrics document as JSON on stdout, and nothing else.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]
-Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
 Precision = Annotated[PrecisionChoice, typer.Option("--precision", help="auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16.")]
-Device = Annotated[DeviceChoice, typer.Option("--device", help="auto, cpu or cuda.")]
 
 
 def split_langs(langs: list[str]) -> tuple[str, ...]:

@@ -108,14 +108,19 @@ Dropout = Annotated[Optional[float], typer.Option(
     "--dropout", callback=DROPOUT, help="Student dropout in [0, 1) (default: the teacher's).")]
 
 
-def emit(result: dict, as_json: bool, summary: str) -> None:
-    """The result: one JSON document on stdout with --json, else a short summary on stdout."""
+def emit(result, as_json: bool, summary) -> None:
+    """The result of a run: `result.to_dict()` as one JSON document on stdout with --json, else `summary(result)`, a
+    few lines, on stdout. Only the main process prints: under torchrun every rank returns a result."""
     import json
 
+    from mlminilm import logging as mlog
+
+    if not mlog.is_main_process():
+        return
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        print(summary)
+        print(summary(result))
 
 
 def loss_summary(result) -> str:

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from mlminilm.commands._params import NON_NEGATIVE, value
+from mlminilm.commands._params import NON_NEGATIVE
+from mlminilm.commands._run import configure
 from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._train_options import emit
 from mlminilm.config import AssistConfig, default
@@ -77,26 +78,12 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Distil through a teacher assistant: teacher -> assistant (teacher's depth, student's width) -> student."""
-    from mlminilm import logging as mlog
-    from mlminilm.commands._eval_options import split_langs
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = AssistConfig(
-        teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
-        intermediate=intermediate, init=value(init), objective=value(objective), relation_heads=relation_heads,
-        teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, assistant_steps=assistant_steps,
-        student_steps=student_steps, force=force, batch_size=batch_size, grad_accum=grad_accum,
-        global_batch=global_batch, compile=value(compile), data_workers=data_workers, lr=lr,
-        warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, save_every=save_every,
-        keep=keep, log_every=log_every, resume=resume, overwrite=overwrite, precision=value(precision),
-        device=value(device),
-        quiet=quiet, init_layers=init_layers, hidden_loss_weight=hidden_loss_weight,
-        hidden_distance=value(hidden_distance), embedding_loss_weight=embedding_loss_weight,
-        probe_tatoeba=probe_tatoeba, probe_langs=split_langs(probe_langs), probe_every=probe_every,
-        probe_pairs=probe_pairs,
-    )
+    cfg = configure(AssistConfig, locals())
     from mlminilm import assist
 
-    result = assist.run(cfg)
-    if mlog.is_main_process():
-        emit(result.to_dict(), json_out, f"assistant: {result.assistant}\nstudent: {result.student}")
+    emit(assist.run(cfg), json_out, summary)
+
+
+def summary(result) -> str:
+    """What `mlminilm assist` prints on stdout without --json."""
+    return f"assistant: {result.assistant}\nstudent: {result.student}"

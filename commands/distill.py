@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlminilm.commands._params import value
+from mlminilm.commands._run import configure
 from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._train_options import emit, loss_summary
 from mlminilm.config import DistillConfig, default
@@ -64,28 +64,13 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Distil a teacher encoder into a student with MiniLM self-attention distillation."""
-    from mlminilm import logging as mlog
-    from mlminilm.commands._eval_options import split_langs
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = DistillConfig(
-        teacher=teacher, data=data, out=out, layers=layers, hidden=hidden, heads=heads,
-        intermediate=intermediate, init=value(init), objective=value(objective), relation_heads=relation_heads,
-        teacher_layer=teacher_layer, alpha=alpha, dropout=dropout, max_steps=max_steps,
-        batch_size=batch_size, grad_accum=grad_accum, global_batch=global_batch, compile=value(compile),
-        data_workers=data_workers, lr=lr, warmup=warmup, weight_decay=weight_decay,
-        max_grad_norm=max_grad_norm, freeze_embeddings=freeze_embeddings, seed=seed, save_every=save_every, keep=keep, log_every=log_every,
-        resume=resume, overwrite=overwrite, precision=value(precision), device=value(device), quiet=quiet,
-        init_layers=init_layers, hidden_loss_weight=hidden_loss_weight, hidden_distance=value(hidden_distance),
-        embedding_loss_weight=embedding_loss_weight, probe_tatoeba=probe_tatoeba, probe_langs=split_langs(probe_langs),
-        probe_every=probe_every, probe_pairs=probe_pairs,
-    )
+    cfg = configure(DistillConfig, locals())
     from mlminilm import distill
 
-    result = distill.run(cfg)
-    if mlog.is_main_process():
-        emit(
-            result.to_dict(), json_out,
-            f"student: {result.student}\nsteps: {result.steps}  loss: {loss_summary(result)}"
-            f"  tokens/s: {result.tokens_per_s:,.0f}",
-        )
+    emit(distill.run(cfg), json_out, summary)
+
+
+def summary(result) -> str:
+    """What `mlminilm distill` prints on stdout without --json."""
+    return (f"student: {result.student}\nsteps: {result.steps}  loss: {loss_summary(result)}"
+            f"  tokens/s: {result.tokens_per_s:,.0f}")

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
-from mlminilm.commands._eval_options import render, split_langs
-from mlminilm.commands._params import EvalSplit, QaScorer, value
+from mlminilm.commands._eval_options import render
+from mlminilm.commands._params import EvalSplit, QaScorer
+from mlminilm.commands._run import configure
 from mlminilm.config import EvalMlqaConfig, default
 
 E = EvalMlqaConfig
@@ -53,15 +54,7 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Evaluate extractive QA on MLQA / XQuAD / TyDiQA-GoldP per language (EM and F1, each benchmark's scorer)."""
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = EvalMlqaConfig(
-        model=model, data=data, predictions=predictions, split=value(split), langs=split_langs(langs), gxlt=gxlt,
-        lang=lang, out=out, batch_size=batch_size, max_seq_len=max_seq_len, doc_stride=doc_stride,
-        max_query_length=max_query_length, n_best=n_best, max_answer_length=max_answer_length,
-        scorer=value(scorer), overwrite=overwrite, precision=value(precision), device=value(device), quiet=quiet,
-    )
+    cfg = configure(EvalMlqaConfig, locals())
     from mlminilm.evaluation import mlqa
 
     render(mlqa.run(cfg), json_out)

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
-from mlminilm.commands._eval_options import render, split_langs
-from mlminilm.commands._params import Pooling, value
+from mlminilm.commands._eval_options import render
+from mlminilm.commands._params import Pooling
+from mlminilm.commands._run import configure
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig, default
 
 E = EvalTatoebaConfig
@@ -56,15 +57,7 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Tatoeba cross-lingual sentence retrieval, no fine-tuning: accuracy xx->en and en->xx per language."""
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = EvalTatoebaConfig(
-        model=model, data=data, langs=split_langs(langs), out=out, layer=layer, pooling=value(pooling), prefix=prefix,
-        max_length=max_length, batch_size=batch_size, overwrite=overwrite, precision=value(precision),
-        device=value(device),
-        quiet=quiet,
-    )
+    cfg = configure(EvalTatoebaConfig, locals())
     from mlminilm.evaluation import tatoeba
 
     render(tatoeba.run(cfg), json_out)

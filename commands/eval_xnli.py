@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
-from mlminilm.commands._eval_options import render, split_langs
-from mlminilm.commands._params import EvalSplit, value
+from mlminilm.commands._eval_options import render
+from mlminilm.commands._params import EvalSplit
+from mlminilm.commands._run import configure
 from mlminilm.config import EvalXnliConfig, default
 
 E = EvalXnliConfig
@@ -41,15 +42,7 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Evaluate a sequence-classification model on XNLI, zero-shot, per language (accuracy, confusion matrix)."""
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = EvalXnliConfig(
-        model=model, data=data, split=value(split), langs=split_langs(langs),
-        label_order=split_langs(label_order),  # comma-separated or repeated, as --langs
-        out=out, batch_size=batch_size, max_seq_len=max_seq_len, overwrite=overwrite, precision=value(precision),
-        device=value(device), quiet=quiet,
-    )
+    cfg = configure(EvalXnliConfig, locals())
     from mlminilm.evaluation import xnli
 
     render(xnli.run(cfg), json_out)

@@ -6,8 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mlminilm.commands._params import NON_NEGATIVE, POSITIVE, value
+from mlminilm.commands._params import NON_NEGATIVE, POSITIVE
 from mlminilm.commands._params import Task as TaskChoice
+from mlminilm.commands._run import configure
 from mlminilm.commands._train_options import *  # noqa: F403 (the shared option types)
 from mlminilm.commands._train_options import emit, loss_summary
 from mlminilm.config import FinetuneConfig, default
@@ -80,27 +81,15 @@ def command(
     verbose: Verbose = False,
 ) -> None:
     """Fine-tune an encoder on English task data (XNLI or QA); select the checkpoint on English dev."""
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = FinetuneConfig(
-        task=value(task), model=model, train=train, out=out, dev=dev, max_seq_len=max_seq_len, doc_stride=doc_stride,
-        max_query_length=max_query_length, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
-        grad_accum=grad_accum, lr=lr, warmup=warmup, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
-        freeze_embeddings=freeze_embeddings,
-        seed=seed, save_every=save_every, keep=keep, log_every=log_every, group_by_length=group_by_length,
-        eval_batch_size=eval_batch_size, resume=resume, overwrite=overwrite, precision=value(precision),
-        device=value(device),
-        quiet=quiet,
-    )
+    cfg = configure(FinetuneConfig, locals())
     from mlminilm import finetune
 
-    result = finetune.run(cfg)
-    if mlog.is_main_process():
-        score = (f"{result.selection_metric} {result.selected_score:.2f}" if result.selected_score is not None
-                 else "no dev set")
-        emit(
-            result.to_dict(), json_out,
-            f"model: {result.out}\nsteps: {result.steps}  loss: {loss_summary(result)}  examples/s: {result.examples_per_s:,.1f}\n"
-            f"selected: step {result.selected_step} ({score})",
-        )
+    emit(finetune.run(cfg), json_out, summary)
+
+
+def summary(result) -> str:
+    """What `mlminilm finetune` prints on stdout without --json."""
+    score = (f"{result.selection_metric} {result.selected_score:.2f}" if result.selected_score is not None
+             else "no dev set")
+    return (f"model: {result.out}\nsteps: {result.steps}  loss: {loss_summary(result)}  examples/s: {result.examples_per_s:,.1f}\n"
+            f"selected: step {result.selected_step} ({score})")

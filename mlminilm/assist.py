@@ -7,13 +7,14 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlminilm import distill, train
+from mlminilm import distill, training
 from mlminilm import logging as mlog
 from mlminilm.config import AssistConfig, DistillConfig
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.models import TeacherShape, check_encoder_config, load_config, student_config
-from mlminilm.stale import clean_stale
+from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config
+from mlminilm.models.student import student_config
+from mlminilm.io.stale import clean_stale
 
 log = mlog.get(__name__)
 
@@ -99,7 +100,7 @@ def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
 def _failed_stages(out: Path) -> bool:
     """Whether `out` holds only stage run directories that a failed run left before any checkpoint."""
     entries = list(out.iterdir())
-    return all(e.name in ("assistant-run", "student-run") and train.failed_run_leftovers(e) for e in entries)
+    return all(e.name in ("assistant-run", "student-run") and training.failed_run_leftovers(e) for e in entries)
 
 
 def run(cfg: AssistConfig) -> AssistResult:

@@ -12,28 +12,24 @@ import torch
 from torch import nn
 
 from mlminilm import logging as mlog
-from mlminilm import train
-from mlminilm.capture import layer_qkv, qkv_and_output
+from mlminilm import training
 from mlminilm.config import DistillConfig
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
-from mlminilm.losses import (
-    embedding_mse, hidden_cosine, hidden_mse, minilm_v1_terms, minilm_v2_terms, sentence_embedding,
-)
-from mlminilm.models import (
-    TeacherShape, build_student, check_encoder_config, export_model, freeze_unused, freeze_word_embeddings,
-    init_from_teacher, init_layers, load_config, load_teacher, load_tokenizer, resolve_model, student_config,
-)
+from mlminilm.distillation.objective import EmbeddingHead, StudentQKV, distill_terms, weighted_loss
+from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config, load_teacher, load_tokenizer, resolve_model
+from mlminilm.models.student import build_student, freeze_unused, freeze_word_embeddings, init_from_teacher, student_config
+from mlminilm.models.export import export_model
 from mlminilm.config import OUTPUT_TERMS_WEIGHT, parse_init_layers
-from mlminilm.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
+from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
-from mlminilm.sampling import BatchSampler
+from mlminilm.corpus.sampling import BatchSampler
 
 log = mlog.get(__name__)
 
 # OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
-ARTIFACTS = (train.RUN_RECORD, train.LEGACY_RUN_RECORD, train.METRICS, train.CHECKPOINTS, "student")
+ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.CHECKPOINTS, "student")
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
@@ -57,88 +53,13 @@ class DistillResult:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
-class StudentQKV(nn.Module):
-    """The student's forward for distillation: Q, K, V of its top layer, and with `outputs` also its last hidden
-    states (for the output terms). A module, so DDP can wrap it."""
-
-    def __init__(self, student: nn.Module, outputs: bool = False):
-        super().__init__()
-        self.student = student
-        self.outputs = outputs
-
-    def forward(self, input_ids, attention_mask):
-        if self.outputs:
-            return qkv_and_output(self.student, input_ids, attention_mask, -1)
-        return layer_qkv(self.student, input_ids, attention_mask, -1)
-
-
-@dataclass(frozen=True)
-class EmbeddingHead:
-    """How the teacher turns its last hidden states into a sentence embedding (its sentence-transformers Pooling
-    and Normalize modules): what the embedding term compares."""
-
-    modes: tuple[str, ...]
-    normalize: bool
-
-
-# The weight of each named loss term in the total; relation terms (attention, value, qq, kk, vv) weigh 1.
-def term_weights(cfg: DistillConfig) -> dict[str, float]:
-    return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0}
-
-
-def weighted_loss(parts: dict[str, torch.Tensor], cfg: DistillConfig) -> torch.Tensor:
-    """The loss the student minimises: relation terms plus the weighted output terms (metrics.jsonl records each
-    term unweighted, under its name)."""
-    weights = term_weights(cfg)
-    return sum(weights.get(name, 1.0) * value for name, value in parts.items())
-
-
-def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
-                  mask: torch.Tensor | None, cfg: DistillConfig, head: EmbeddingHead | None = None,
-                  ) -> dict[str, torch.Tensor]:
-    """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's, and with
-    output terms on (cfg.output_terms), the last hidden states and the sentence embedding (`head`).
-
-    `mask` is None for a batch without padding (then nothing is masked anywhere).
-
-    A module-level function so that benchmarks/distill_step.py times exactly what `distill` runs.
-    """
-    # The teacher runs in its weights' dtype (bf16 / fp16 when the run computes in them) with autocast off: under
-    # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
-    # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/relations.py).
-    with torch.no_grad(), torch.autocast(input_ids.device.type, enabled=False):
-        if cfg.output_terms:
-            t_qkv, t_out = qkv_and_output(teacher, input_ids, mask, teacher_layer)
-        else:
-            t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
-    if cfg.output_terms:
-        s_qkv, s_out = student_forward(input_ids, mask)
-    else:
-        s_qkv = student_forward(input_ids, mask)
-    if cfg.objective == "minilm":
-        parts = minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
-    else:
-        parts = minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
-    weights = term_weights(cfg)
-    if weights["hidden"] > 0:
-        distance = hidden_cosine if cfg.hidden_distance == "cosine" else hidden_mse
-        parts["hidden"] = distance(t_out, s_out, mask)
-    if weights["embedding"] > 0:
-        if head is None:
-            raise ValueError("the embedding term needs the teacher's EmbeddingHead")
-        with torch.no_grad():
-            t_emb = sentence_embedding(t_out, mask, head.modes, head.normalize)
-        parts["embedding"] = embedding_mse(t_emb, sentence_embedding(s_out, mask, head.modes, head.normalize))
-    return parts
-
-
 def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:
     """The config with --hidden-loss-weight / --embedding-loss-weight auto (None) decided: OUTPUT_TERMS_WEIGHT for
     a sentence-transformers teacher of the student's width (what its users use it for is its embedding), else 0,
     the pure MiniLM objective. Explicit weights are kept as given (and checked later)."""
     if cfg.hidden_loss_weight is not None and cfg.embedding_loss_weight is not None:
         return cfg
-    from mlminilm.evaluation.embeddings import read_sentence_transformers
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
 
     sentence_teacher = read_sentence_transformers(resolve_model(cfg.teacher)) is not None
     on = sentence_teacher and cfg.hidden == teacher_config.hidden_size
@@ -159,7 +80,8 @@ def embedding_head(cfg: DistillConfig) -> EmbeddingHead | None:
     sentence-transformers Pooling module), else None."""
     if not cfg.embedding_loss_weight:
         return None
-    from mlminilm.evaluation.embeddings import POOLING_MODES, read_sentence_transformers
+    from mlminilm.models.pooling import POOLING_MODES
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
 
     st = read_sentence_transformers(resolve_model(cfg.teacher))
     if st is None:
@@ -176,10 +98,10 @@ def embedding_head(cfg: DistillConfig) -> EmbeddingHead | None:
     return EmbeddingHead(tuple(st.pooling), st.normalize)
 
 
-def resolve_batch(cfg: DistillConfig, rt: train.Runtime, teacher: nn.Module, teacher_layer: int,
+def resolve_batch(cfg: DistillConfig, rt: training.Runtime, teacher: nn.Module, teacher_layer: int,
                   forward: nn.Module, seq_len: int, vocab_size: int | None,
                   head: EmbeddingHead | None = None) -> BatchPlan:
-    """The run's micro-batch and accumulation (mlminilm/batch_size.py); on CUDA `--batch-size auto` tries real
+    """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
     distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
     if cfg.batch_size != "auto" or rt.device.type != "cuda":
         return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
@@ -337,9 +259,9 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 
     # Validate everything cheap before anything is written or loaded.
     cfg, data, teacher_config, tokenizer = validate(cfg)
-    train.prepare_output_dir(out, cfg, ARTIFACTS)
+    training.prepare_output_dir(out, cfg, ARTIFACTS)
     if export_dir.parent != out:
-        from mlminilm.stale import clean_stale
+        from mlminilm.io.stale import clean_stale
 
         clean_stale(export_dir.parent, prefix=f".tmp-{export_dir.name}-")  # an export's temporary sits beside it
     warning = student_size_warning(cfg, teacher_config)
@@ -347,17 +269,17 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
         log.warning(warning)
     counts = {lang: data.num_sequences(lang) for lang in data.languages}
 
-    rt = train.setup_runtime(cfg.device, cfg.precision)
+    rt = training.setup_runtime(cfg.device, cfg.precision)
     try:
         return _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title)
     finally:
-        train.teardown_runtime(rt)
+        training.teardown_runtime(rt)
 
 
 def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title) -> DistillResult:
-    record = train.run_record(cfg, rt, {"teacher_model_type": teacher_config.model_type, "data_manifest": data.manifest.get("tokenizer")})
+    record = training.run_record(cfg, rt, {"teacher_model_type": teacher_config.model_type, "data_manifest": data.manifest.get("tokenizer")})
     if cfg.resume:
-        train.check_resume_compatible(out, record, RESUME_KEYS, write=rt.is_main)
+        training.check_resume_compatible(out, record, RESUME_KEYS, write=rt.is_main)
 
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
     # layer, or whole when an output term needs its last hidden states.
@@ -405,7 +327,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     _write_run_record(out, record, rt)
     rt.barrier()
 
-    state = train.setup_training(run_cfg, rt, forward, student, out)
+    state = training.setup_training(run_cfg, rt, forward, student, out)
     model, optimizer, scheduler, start, metrics = (
         state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
     )
@@ -423,7 +345,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     # sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
     terms_fn = torch.compile(distill_terms, dynamic=False) if compiled else None
 
-    def compute(step: int, micro: int) -> train.StepOutput:
+    def compute(step: int, micro: int) -> training.StepOutput:
         batch = next(batches)
         if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
             raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
@@ -433,7 +355,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch.input_ids, batch.attention_mask, cfg,
                                             head)
         loss = weighted_loss(parts, cfg)
-        return train.StepOutput(loss, parts, batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()})
+        return training.StepOutput(loss, parts, batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()})
 
     def on_log(step: int, payload: dict) -> None:
         info = payload["info"]
@@ -455,7 +377,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         rt.barrier()
     t0 = time.perf_counter()
     with loader:
-        result = train.train_loop(
+        result = training.train_loop(
             cfg=run_cfg, rt=rt, model=model, raw_model=student, optimizer=optimizer, scheduler=scheduler,
             compute=compute, out=out, metrics=metrics, start_step=start,
             checkpoint_state=lambda step: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
@@ -514,16 +436,16 @@ def card_info(cfg: DistillConfig, data: PreparedData, title: str, teacher_layer:
     }
 
 
-def _write_run_record(out: Path, record: dict, rt: train.Runtime) -> None:
+def _write_run_record(out: Path, record: dict, rt: training.Runtime) -> None:
     """The run record, once the inputs have loaded (main process; kept when it exists, as on --resume): a run
     that fails before this leaves nothing to block its retry."""
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        if not (out / train.RUN_RECORD).exists():
-            train.write_json_atomic(out / train.RUN_RECORD, record)
+        if not (out / training.RUN_RECORD).exists():
+            training.write_json_atomic(out / training.RUN_RECORD, record)
 
 
-def _run_probe(probe, student: nn.Module, rt: train.Runtime, step: int) -> dict | None:
+def _run_probe(probe, student: nn.Module, rt: training.Runtime, step: int) -> dict | None:
     """The probe's record for the student as it is at `step`, logged; None without a probe (or off rank 0)."""
     if probe is None:
         return None
@@ -542,7 +464,7 @@ def _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, titl
     if rt.is_main:
         found = _run_probe(probe, student, rt, 0)
         if found:
-            train.MetricsLog(out / train.METRICS).write({"step": 0, **found, "train_s": 0.0})
+            training.MetricsLog(out / training.METRICS).write({"step": 0, **found, "train_s": 0.0})
         card = card_info(cfg, data, title, teacher_layer, picked, head)
         export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher,
                      summary="Initialised only (--max-steps 0): no distillation step was taken.")

@@ -19,3 +19,26 @@ class CheckpointError(MlminilmError):
 
 class TrainingDiverged(MlminilmError):
     """The loss turned NaN or infinite."""
+
+
+class Problems:
+    """Every problem the cheap checks before a command's work find, reported at once as one error (of the first
+    problem's class, so the exit code and message kind stay those of the first)."""
+
+    def __init__(self):
+        self.errors: list[MlminilmError] = []
+
+    def add(self, error: MlminilmError) -> None:
+        self.errors.append(error)
+
+    def attempt(self, check):
+        """`check()`'s result, or None when it raised a known error (kept for `raise_any`)."""
+        try:
+            return check()
+        except MlminilmError as exc:
+            self.errors.append(exc)
+            return None
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise type(self.errors[0])("; ".join(str(e) for e in self.errors))

@@ -26,13 +26,13 @@ import torch
 from torch import nn
 
 from mlminilm import logging as mlog
-from mlminilm import train
+from mlminilm import training
 from mlminilm.config import FinetuneConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
-from mlminilm.models import (
-    _load_error, export_model, freeze_word_embeddings, load_config, load_tokenizer, resolve_model,
-)
+from mlminilm.models.loading import _load_error, load_config, load_tokenizer, resolve_model
+from mlminilm.models.export import export_model
+from mlminilm.models.student import freeze_word_embeddings
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, label_id, read_nli
 
 log = mlog.get(__name__)
@@ -46,7 +46,7 @@ MODEL_FILES = (
     "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
     "merges.txt", "sentencepiece.bpe.model", "spiece.model", "chat_template.jinja",
 )
-ARTIFACTS = (RUN_RECORD, "metrics.jsonl", SELECTION, train.CHECKPOINTS, *MODEL_FILES)
+ARTIFACTS = (RUN_RECORD, "metrics.jsonl", SELECTION, training.CHECKPOINTS, *MODEL_FILES)
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "model", "task", "train", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs", "max_steps",
@@ -109,7 +109,7 @@ def load_examples(task: str, source: str, role: str) -> list:
 
 
 def _load_hub(task: str, spec: str, role: str) -> list:
-    from mlminilm import hub
+    from mlminilm.io import hub
 
     name, _, split = spec.partition(":")
     local = "an XNLI/MultiNLI TSV or JSON lines file" if task == "xnli" else "a SQuAD v1.1 JSON file"
@@ -276,13 +276,13 @@ def run(cfg: FinetuneConfig) -> FinetuneResult:
             dev_examples = examples
     if problems:
         raise (DataError if data_problems else ConfigError)("; ".join(problems))
-    train.prepare_output_dir(out, cfg, ARTIFACTS)
+    training.prepare_output_dir(out, cfg, ARTIFACTS)
     rows, targets = featurise(cfg.task, train_examples, tokenizer, cfg, max_seq_len)
-    rt = train.setup_runtime(cfg.device, cfg.precision)
+    rt = training.setup_runtime(cfg.device, cfg.precision)
     try:
         return _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, out)
     finally:
-        train.teardown_runtime(rt)
+        training.teardown_runtime(rt)
 
 
 def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, out) -> FinetuneResult:
@@ -291,23 +291,23 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     steps_per_epoch = max(1, math.ceil(n / global_batch))
     rcfg = cfg.resolved(steps_per_epoch)
     metric = DEV_METRIC[cfg.task] if dev_examples is not None else None
-    record = train.run_record(rcfg, rt, {
+    record = training.run_record(rcfg, rt, {
         "train_examples": len(train_examples), "train_features": n, "steps_per_epoch": steps_per_epoch,
         "dev_examples": len(dev_examples) if dev_examples is not None else 0,
     })
     if cfg.resume:
-        train.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD, write=rt.is_main)
+        training.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD, write=rt.is_main)
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         if not (out / RUN_RECORD).exists():
-            train.write_json_atomic(out / RUN_RECORD, record)
+            training.write_json_atomic(out / RUN_RECORD, record)
     rt.barrier()
 
     raw_model = load_task_model(cfg.task, cfg.model, rcfg.seed).to(rt.device)
     if cfg.freeze_embeddings:
         log.info("word embeddings frozen: %.1fM parameters not trained", freeze_word_embeddings(raw_model) / 1e6)
     label_to_model = _label_to_model(raw_model, cfg.task)
-    state = train.setup_training(rcfg, rt, raw_model, raw_model, out)
+    state = training.setup_training(rcfg, rt, raw_model, raw_model, out)
     model, optimizer, scheduler, start, metrics = (
         state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
     )
@@ -321,7 +321,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     order = StreamOrder(n, rcfg.seed, global_batch, lengths)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
-    def compute(step: int, micro: int) -> train.StepOutput:
+    def compute(step: int, micro: int) -> training.StepOutput:
         first = step * global_batch + (micro * rt.world + rt.rank) * rcfg.batch_size
         index = order.indices(first, rcfg.batch_size)
         host = pad_batch(rows, index, pad_id)
@@ -333,7 +333,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
                 values = label_to_model[values]
             batch[key] = torch.from_numpy(values).to(rt.device)
         loss = model(**batch).loss
-        return train.StepOutput(loss, {}, tokens, {"examples": len(index)})
+        return training.StepOutput(loss, {}, tokens, {"examples": len(index)})
 
     dev = DevEvaluator(cfg.task, dev_examples, tokenizer, rcfg, rt) if dev_examples is not None else None
     selection = Selection.restore(out, metric, start, rt) if rt.is_main else Selection(metric)
@@ -342,7 +342,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
         """Main process: score checkpoint `step` on dev, export it when it is the best so far."""
         scores = dev.score(raw_model)
         if selection.offer(step, scores[metric]):
-            _export(raw_model, tokenizer, out / train.CHECKPOINTS / BEST, rcfg, selection, record)
+            _export(raw_model, tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
         selection.write(out, rcfg, cfg.dev)
         log.info("step %d: %s %.2f (best %.2f at step %d)", step, metric, scores[metric], selection.best_score,
                  selection.best_step)
@@ -364,7 +364,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     if start >= rcfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, rcfg.max_steps)
     t0 = time.perf_counter()
-    result = train.train_loop(
+    result = training.train_loop(
         cfg=rcfg, rt=rt, model=model, raw_model=raw_model, optimizer=optimizer, scheduler=scheduler,
         compute=compute, out=out, metrics=metrics, start_step=start,
         checkpoint_state=lambda step: {"data_order": "stateless(seed, step)", "seed": rcfg.seed},
@@ -374,7 +374,7 @@ def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, o
     if rt.is_main:
         if dev is None:
             selection.offer(rcfg.max_steps, None)
-            _export(raw_model, tokenizer, out / train.CHECKPOINTS / BEST, rcfg, selection, record)
+            _export(raw_model, tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
         _finalize(out)
         selection.write(out, rcfg, cfg.dev)
         log.info("selected step %d (%s); model at %s", selection.best_step, selection.rule(rcfg), out)
@@ -456,7 +456,7 @@ class Selection:
             if metric in record:
                 selection.offer(int(record["step"]), float(record[metric]))
         # The exported best model: in checkpoints/best/ during the run, at OUT's root once the run has finished.
-        best = out / train.CHECKPOINTS / BEST / "mlminilm.json"
+        best = out / training.CHECKPOINTS / BEST / "mlminilm.json"
         best = best if best.exists() else out / "mlminilm.json"
         saved = json.loads(best.read_text(encoding="utf-8")).get("selected_step") if best.exists() else None
         if selection.scores and saved != selection.best_step:
@@ -479,7 +479,7 @@ class Selection:
         )
 
     def write(self, out: Path, cfg: FinetuneConfig, dev: str | None) -> None:
-        train.write_json_atomic(out / SELECTION, {
+        training.write_json_atomic(out / SELECTION, {
             "rule": self.rule(cfg),
             "strict_zero_shot": True,
             "metric": self.metric,
@@ -524,7 +524,7 @@ def _export(model, tokenizer, path: Path, cfg: FinetuneConfig, selection: Select
 
 def _finalize(out: Path) -> None:
     """Move the selected model from checkpoints/best/ to OUT's root, one file at a time with os.replace."""
-    best = out / train.CHECKPOINTS / BEST
+    best = out / training.CHECKPOINTS / BEST
     if not best.is_dir():
         return  # already finalised (a --resume of a finished run)
     for item in best.iterdir():

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -121,6 +122,23 @@ def progress(unit: str = "it"):
     with bar:
         yield bar
 
+
+
+@contextlib.contextmanager
+def counter(description: str, total: int, unit: str):
+    """A progress bar over `total` items that shows their rate: yields `advance(n)`, which counts n more done."""
+    start = time.perf_counter()
+    done = 0
+    with progress() as bar:
+        task = bar.add_task(description, total=total, rate="")
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            rate = done / max(time.perf_counter() - start, 1e-9)
+            bar.update(task, completed=done, rate=f"{rate:,.0f} {unit}/s")
+
+        yield advance
 
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import prepare_data, save_tiny_teacher
+
 # Set before any test imports transformers / datasets / huggingface_hub, which read them at import time.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -127,6 +129,20 @@ def tiny_corpus_dir(tmp_path_factory) -> Path:
     for lang in ("en", "de", "ar", "zh"):
         (path / f"{lang}.txt").write_text("\n".join(sample_lines(lang, 40)) + "\n", encoding="utf-8")
     return path
+
+
+# Module scope, not session: each test module that asks builds its own teacher and data, as when every module
+# declared these fixtures itself, so that what one module's tests do to them never reaches another module.
+@pytest.fixture(scope="module")
+def wp_teacher(tiny_wordpiece_dir, tmp_path_factory) -> Path:
+    """The default tiny BERT teacher (`helpers.save_tiny_teacher`) with the tiny WordPiece tokenizer."""
+    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-teacher"))
+
+
+@pytest.fixture(scope="module")
+def wp_data(wp_teacher, tiny_corpus_dir, tmp_path_factory) -> Path:
+    """The tiny corpus prepared with `wp_teacher`'s tokenizer (`helpers.prepare_data`)."""
+    return prepare_data(wp_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("wp-data") / "data")
 
 
 @pytest.fixture(scope="module")

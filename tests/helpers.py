@@ -33,12 +33,36 @@ def save_tiny_teacher(tokenizer_dir: Path, out: Path, kind: str = "bert", layers
     return out
 
 
+def tiny_encoder_fixture(tokenizer: str, folder: str, **sizes):
+    """A module-scoped fixture: `save_tiny_teacher(**sizes)` with the session's tiny tokenizer fixture named
+    `tokenizer` (tiny_wordpiece_dir, tiny_sentencepiece_dir), saved once per test module in a temporary `folder`.
+    Assign it to the fixture's name in the module: `encoder = tiny_encoder_fixture("tiny_wordpiece_dir", ...)`."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def encoder(request, tmp_path_factory):
+        # By name: only the tokenizer this encoder uses is built.
+        return save_tiny_teacher(request.getfixturevalue(tokenizer), tmp_path_factory.mktemp(folder), **sizes)
+
+    return encoder
+
+
 def prepare_data(teacher_dir: Path, corpus_dir: Path, out: Path, seq_len: int = 32) -> Path:
     from mlminilm.config import PrepareConfig
     from mlminilm.corpus.prepare import run
 
     run(PrepareConfig(teacher=str(teacher_dir), inputs=(str(corpus_dir),), out=out, seq_len=seq_len, workers=1))
     return out
+
+
+def distill_config(teacher, data, out, **kw):
+    """A DistillConfig that trains a 2-layer, 32-wide student of the tiny teacher for 6 short steps on CPU,
+    checkpointing every 2 and logging every step; `kw` overrides any field."""
+    from mlminilm.config import DistillConfig
+
+    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
+                max_steps=6, batch_size=4, save_every=2, log_every=1, lr=1e-3, warmup=0.0)
+    return DistillConfig(**{**base, **kw})
 
 
 def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -117,21 +141,21 @@ class Killed(Exception):
 def run_killed_after_checkpoint(monkeypatch, step: int, run, *args, **kwargs) -> None:
     """Call `run(*args, **kwargs)` (distill.run, finetune.run ...) and make it die right after its checkpoint at
     `step`: the training loop raises as step `step` (0-based: the first after that checkpoint) starts, where
-    `train.step_seed` is called. The loop finishes a checkpoint write in flight before the exception leaves it."""
+    `training.step_seed` is called. The loop finishes a checkpoint write in flight before the exception leaves it."""
     import pytest
 
-    from mlminilm import train
+    from mlminilm import training
 
-    real = train.step_seed
+    real = training.step_seed
 
     def die(seed, current, rank):
         if current == step:
             raise Killed
         return real(seed, current, rank)
 
-    monkeypatch.setattr(train, "step_seed", die)
+    monkeypatch.setattr("mlminilm.training.loop.step_seed", die)
     try:
         with pytest.raises(Killed):
             run(*args, **kwargs)
     finally:
-        monkeypatch.setattr(train, "step_seed", real)
+        monkeypatch.setattr("mlminilm.training.loop.step_seed", real)

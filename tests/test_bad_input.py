@@ -11,20 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_error, assert_usage_error, prepare_data, run_main, save_tiny_teacher
+from helpers import assert_error, assert_usage_error, run_main, save_tiny_teacher
 from taskdata import save_head_model, squad_doc, write_json, write_nli_tsv, write_xnli_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def teacher(tiny_wordpiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("teacher"))
-
-
-@pytest.fixture(scope="module")
-def data(teacher, tiny_corpus_dir, tmp_path_factory):
-    return prepare_data(teacher, tiny_corpus_dir, tmp_path_factory.mktemp("data") / "data")
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +109,11 @@ def test_missing_required_option_is_a_usage_error(command, option, tmp_path, mon
 # --------------------------------------------------------------------------------------- prepare: exit 1
 
 
-def test_prepare_bad_inputs(teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys):
+def test_prepare_bad_inputs(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
 
     def prepare(*args, env=None):
-        return run_main(monkeypatch, capsys, "prepare", "--teacher", str(teacher), "--out", str(out),
+        return run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--out", str(out),
                         "--workers", "1", *args, env=env)
 
     assert_error(prepare("--input", str(tmp_path / "nowhere")), "does not exist")
@@ -162,7 +152,7 @@ def test_offline_fails_fast_and_says_so(tiny_corpus_dir, tmp_path, monkeypatch, 
     assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", "someone/not-cached-model", "--data",
                           str(tmp_path), env={"HF_HUB_OFFLINE": "1"}), "HF_HUB_OFFLINE=1")
     # Online, a hub id that could not be fetched: the hint names HF_HUB_OFFLINE=1 (no network is used here).
-    from mlminilm.models import _load_error
+    from mlminilm.models.loading import _load_error
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert "set HF_HUB_OFFLINE=1" in str(_load_error("model config", "someone/model", OSError("cannot connect")))
@@ -183,15 +173,15 @@ def _copy_data(data: Path, to: Path) -> Path:
     return to
 
 
-def test_distill_bad_data(teacher, data, tmp_path, monkeypatch, capsys):
+def test_distill_bad_data(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
 
     def distill(data_dir):
-        return run_main(monkeypatch, capsys, *distill_args(teacher, data_dir, out))
+        return run_main(monkeypatch, capsys, *distill_args(wp_teacher, data_dir, out))
 
     assert_error(distill(tmp_path / "missing"), "prepare")
     # A manifest whose shard path leads out of the data directory.
-    bad = _copy_data(data, tmp_path / "escape")
+    bad = _copy_data(wp_data, tmp_path / "escape")
     manifest = json.loads((bad / "manifest.json").read_text())
     lang = sorted(manifest["languages"])[0]
     shard = manifest["languages"][lang]["shards"][0]
@@ -205,81 +195,81 @@ def test_distill_bad_data(teacher, data, tmp_path, monkeypatch, capsys):
     (bad / "manifest.json").write_text(json.dumps(manifest))
     assert_error(distill(bad), "seq_len must be an integer")
     # A shard changed since prepare: same size, other bytes.
-    changed = _copy_data(data, tmp_path / "changed")
+    changed = _copy_data(wp_data, tmp_path / "changed")
     shard = changed / "shards" / f"{lang}-00000.bin"
     raw = bytearray(shard.read_bytes())
     raw[8:12] = bytes(reversed(raw[8:12])) if raw[8:12] != bytes(reversed(raw[8:12])) else b"\x01\x00\x00\x00"
     shard.write_bytes(bytes(raw))
     assert_error(distill(changed), "digest")
     # A truncated shard.
-    truncated = _copy_data(data, tmp_path / "truncated")
+    truncated = _copy_data(wp_data, tmp_path / "truncated")
     shard = truncated / "shards" / f"{lang}-00000.bin"
     shard.write_bytes(shard.read_bytes()[:-4])
     assert_error(distill(truncated), "bytes, expected")
     assert not out.exists()
 
 
-def test_distill_out_is_a_file_and_student_larger_than_teacher(teacher, data, tmp_path, monkeypatch, capsys):
+def test_distill_out_is_a_file_and_student_larger_than_teacher(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "file"
     out.write_text("mine")
-    assert_error(run_main(monkeypatch, capsys, *distill_args(teacher, data, out)), "is a file")
+    assert_error(run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, out)), "is a file")
     assert out.read_text() == "mine"
     # A student deeper than its 4-layer teacher trains, with a warning.
-    code, stdout, stderr = run_main(monkeypatch, capsys, *distill_args(teacher, data, tmp_path / "big"), "--layers", "5")
+    code, stdout, stderr = run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, tmp_path / "big"), "--layers", "5")
     assert code == 0, stderr
     assert "larger than teacher" in stderr and "layers 5 > 4" in stderr
 
 
-def test_distill_vocabulary_mismatch_says_what_differs(teacher, data, tiny_sentencepiece_dir, tiny_corpus_dir,
+def test_distill_vocabulary_mismatch_says_what_differs(wp_teacher, wp_data, tiny_sentencepiece_dir, tiny_corpus_dir,
                                                        tmp_path, monkeypatch, capsys):
     from transformers import AutoTokenizer
 
     # Same ids count, other tokens: a WordPiece tokenizer with two tokens swapped.
-    tok = AutoTokenizer.from_pretrained(teacher)
+    tok = AutoTokenizer.from_pretrained(wp_teacher)
     vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
     words = [w for w, _ in vocab]
     words[10], words[11] = words[11], words[10]
     other = tmp_path / "other-teacher"
-    shutil.copytree(teacher, other)
+    shutil.copytree(wp_teacher, other)
     (other / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
     (other / "tokenizer.json").unlink(missing_ok=True)
-    line = assert_error(run_main(monkeypatch, capsys, *distill_args(other, data, tmp_path / "o")),
+    line = assert_error(run_main(monkeypatch, capsys, *distill_args(other, wp_data, tmp_path / "o")),
                         "another tokenizer", f"both have {len(words)} ids", "different tokens or ids")
     assert line.count(str(len(words))) == 1  # not "(N ids), not ... (N ids)"
     # Another size: both sizes are named.
     sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp", kind="xlm-roberta")
-    assert_error(run_main(monkeypatch, capsys, *distill_args(sp_teacher, data, tmp_path / "o")),
+    assert_error(run_main(monkeypatch, capsys, *distill_args(sp_teacher, wp_data, tmp_path / "o")),
                  f"the data's has {len(words)} ids")
 
 
-def test_distill_vocabulary_must_fit_the_embedding_rows(teacher, data, tmp_path, monkeypatch, capsys):
+def test_distill_vocabulary_must_fit_the_embedding_rows(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     small = tmp_path / "small-embeddings"
-    shutil.copytree(teacher, small)
+    shutil.copytree(wp_teacher, small)
     config = json.loads((small / "config.json").read_text())
     config["vocab_size"] = 50  # the tokenizer has ~600 ids: most of the data's ids have no embedding row
     (small / "config.json").write_text(json.dumps(config))
-    assert_error(run_main(monkeypatch, capsys, *distill_args(small, data, tmp_path / "o")), "embedding rows", "50")
+    assert_error(run_main(monkeypatch, capsys, *distill_args(small, wp_data, tmp_path / "o")), "embedding rows", "50")
 
 
 # ---------------------------------------------------------------------------------------- assist: exit 1
 
 
-def test_assist_bad_input(teacher, data, tmp_path, monkeypatch, capsys):
+def test_assist_bad_input(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     file = tmp_path / "file"
     file.write_text("mine")
-    assert_error(run_main(monkeypatch, capsys, *assist_args(teacher, data, file)), "is a file")
-    assert_error(run_main(monkeypatch, capsys, *assist_args(teacher, tmp_path / "nodata", tmp_path / "o")), "prepare")
+    assert_error(run_main(monkeypatch, capsys, *assist_args(wp_teacher, wp_data, file)), "is a file")
+    assert_error(run_main(monkeypatch, capsys, *assist_args(wp_teacher, tmp_path / "nodata", tmp_path / "o")), "prepare")
     assert not (tmp_path / "o").exists()
 
 
 # --------------------------------------------------------------------------------- finetune and evaluation
 
 
-def test_finetune_bad_input(teacher, task_files, tmp_path, monkeypatch, capsys):
+def test_finetune_bad_input(wp_teacher, task_files, tmp_path, monkeypatch, capsys):
     out = tmp_path / "ft"
 
     def finetune(*args, env=None):
-        return run_main(monkeypatch, capsys, "finetune", "--model", str(teacher), "--out", str(out), *args, env=env)
+        return run_main(monkeypatch, capsys, "finetune", "--model", str(wp_teacher), "--out", str(out), *args, env=env)
 
     assert_error(finetune("--train", str(tmp_path / "none.tsv")), "no such file")
     # QA windows that cannot advance: the message names the flag that exists, --max-seq-len.

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers import assert_one_line_error, cli, prepare_data, save_tiny_teacher
-from mlminilm.batch_size import largest_fitting, plan_batch
+from mlminilm.training.batch_size import largest_fitting, plan_batch
 from mlminilm.errors import ConfigError
 
 

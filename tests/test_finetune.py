@@ -9,24 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, save_tiny_teacher
+from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, tiny_encoder_fixture
 from taskdata import squad_doc, write_json, write_nli_tsv
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def wp_encoder(tiny_wordpiece_dir, tmp_path_factory):
-    """A BERT encoder without any head, like a distilled student."""
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-enc"), layers=2, hidden=32, heads=4,
-                             intermediate=64)
-
-
-@pytest.fixture(scope="module")
-def sp_encoder(tiny_sentencepiece_dir, tmp_path_factory):
-    return save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("sp-enc"), kind="xlm-roberta", layers=2,
-                             hidden=32, heads=4, intermediate=64)
+# BERT and XLM-R encoders without any head, like distilled students.
+wp_encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "wp-enc", layers=2, hidden=32, heads=4, intermediate=64)
+sp_encoder = tiny_encoder_fixture("tiny_sentencepiece_dir", "sp-enc", kind="xlm-roberta", layers=2, hidden=32, heads=4,
+                                  intermediate=64)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from helpers import prepare_data, run_killed_after_checkpoint, save_tiny_teacher
-from mlminilm import train
+from mlminilm import training
 from mlminilm.config import DistillConfig, TrainConfig
 
 
@@ -28,17 +28,17 @@ class Scaled(nn.Module):
 
 def test_scaler_skips_an_overflowing_step_on_the_device(tmp_path):
     cfg = TrainConfig(out=tmp_path, max_steps=6, lr=0.1, warmup=0, log_every=1, save_every=100, weight_decay=0.0)
-    rt = train.Runtime(torch.device("cpu"), torch.float16)
+    rt = training.Runtime(torch.device("cpu"), torch.float16)
     model = Scaled()
-    state = train.setup_training(cfg, rt, model, model, tmp_path)
+    state = training.setup_training(cfg, rt, model, model, tmp_path)
     state.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 20)  # 2^20 x 0.25 = 262,144 > fp16's 65,504
     seen = []
 
     def compute(step, micro):
         seen.append(model.w.detach().clone())
-        return train.StepOutput(model(), {}, 1)
+        return training.StepOutput(model(), {}, 1)
 
-    result = train.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=state.optimizer,
+    result = training.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=state.optimizer,
                               scheduler=state.scheduler, compute=compute, out=tmp_path, metrics=state.metrics,
                               scaler=state.scaler)
     scales = [r["loss_scale"] for r in result.history]

@@ -109,8 +109,9 @@ def pad_tail(ids: torch.Tensor, pad_id: int, count: int) -> tuple[torch.Tensor, 
 def student_for(teacher_dir: Path, seed: int = 0):
     """The 2x32 student distill builds for `teacher_dir` (unused top-layer parts frozen), train mode, on DEVICE."""
     from mlminilm.config import StudentShape
-    from mlminilm.distill import StudentQKV
-    from mlminilm.models import build_student, freeze_unused, load_config, student_config
+    from mlminilm.distillation.objective import StudentQKV
+    from mlminilm.models.student import build_student, freeze_unused, student_config
+    from mlminilm.models.loading import load_config
 
     student = build_student(student_config(load_config(str(teacher_dir)), StudentShape(2, 32, 4, 64)), seed)
     freeze_unused(student, -1)
@@ -150,9 +151,9 @@ class RelationSpy(TorchFunctionMode):
 @pytest.mark.parametrize("kind", KINDS)
 def test_bf16_distill_step_is_finite_and_its_relations_are_float32(teachers, datasets, kind, objective, padded,
                                                                    tmp_path):
-    from mlminilm.capture import layer_qkv
-    from mlminilm.distill import distill_terms
-    from mlminilm.models import load_teacher, load_tokenizer
+    from mlminilm.distillation.capture import layer_qkv
+    from mlminilm.distillation.objective import distill_terms
+    from mlminilm.models.loading import load_teacher, load_tokenizer
 
     path = teachers[kind]
     tok = load_tokenizer(str(path))
@@ -232,7 +233,7 @@ def close(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
 @pytest.mark.parametrize("chunk", [1, 2, 4, 6, None])  # 4 does not divide 6 heads; None: the device's auto chunk
 @pytest.mark.parametrize("same", [False, True], ids=["qk", "vv"])
 def test_chunked_relation_kl_has_autograds_value_and_gradients(chunk, same, padded, monkeypatch):
-    from mlminilm.relations import relation_kl, relation_logits, relation_loss
+    from mlminilm.distillation.relations import relation_kl, relation_logits, relation_loss
 
     if CUDA:  # true fp32 matmuls for this comparison, whatever an earlier test left set (TF32 rounds to 10 bits)
         monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
@@ -273,7 +274,7 @@ def test_distill_steps_make_no_host_sync(teachers, datasets, kind, precision, tm
     The reads that end the log interval and the checkpoint happen in step 19's iteration (after `done` = 20), which
     runs with the mode off: they are allowed. Eager (`compile` off): a compiled graph autotunes on first use,
     which synchronizes by design."""
-    from mlminilm import distill, train
+    from mlminilm import distill, training
 
     def arm(on: bool) -> None:
         if CUDA:
@@ -290,7 +291,7 @@ def test_distill_steps_make_no_host_sync(teachers, datasets, kind, precision, tm
     starts: list[int] = []
     armed_steps: list[int] = []
     state = {"on": False}
-    real_seed = train.step_seed
+    real_seed = training.step_seed
 
     def step_seed(seed, step, rank):
         starts.append(step)
@@ -312,7 +313,7 @@ def test_distill_steps_make_no_host_sync(teachers, datasets, kind, precision, tm
             padded_steps.add(starts[-1])
         return real_terms(teacher, layer, forward, input_ids, mask, cfg, *rest)
 
-    monkeypatch.setattr(train, "step_seed", step_seed)
+    monkeypatch.setattr("mlminilm.training.loop.step_seed", step_seed)
     monkeypatch.setattr(distill, "distill_terms", distill_terms)
     extra = {"data_workers": 0} if "data_workers" in distill_fields() else {}
     cfg = distill_config(teachers[kind], datasets[kind], tmp_path / "run", max_steps=20, log_every=20, save_every=20,
@@ -343,8 +344,8 @@ def test_teacher_attention_runs_a_fused_sdpa_kernel_not_math(tiny_wordpiece_dir,
     body sees `_scaled_dot_product_flash_attention_for_cpu`; on CUDA the device kernels are checked too."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mlminilm.capture import layer_qkv
-    from mlminilm.models import load_teacher, load_tokenizer
+    from mlminilm.distillation.capture import layer_qkv
+    from mlminilm.models.loading import load_teacher, load_tokenizer
 
     path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher", layers=3, hidden=256, heads=4,
                              intermediate=512)
@@ -454,8 +455,8 @@ def test_distill_step_peak_memory_per_token_is_printed(teachers, datasets, tmp_p
     """One bf16 distill step (forward and backward) at two batch sizes; CUDA: its peak allocated memory (absolute,
     and above what was resident before the step), per token, printed (shown without -s); the larger batch needs
     more. The steps run on the CPU too, unmeasured."""
-    from mlminilm.distill import distill_terms
-    from mlminilm.models import load_teacher, load_tokenizer
+    from mlminilm.distillation.objective import distill_terms
+    from mlminilm.models.loading import load_teacher, load_tokenizer
 
     path = teachers["xlm-roberta"]
     cfg = distill_config(path, datasets["xlm-roberta"], tmp_path / "unused")

@@ -13,7 +13,7 @@ import torch
 from helpers import prepare_data
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.loader import MicroBatch, default_pin_memory, default_workers, make_loader
-from mlminilm.sampling import BatchSampler
+from mlminilm.corpus.sampling import BatchSampler
 
 BATCH, ACCUM, STEPS = 4, 2, 5
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlminilm.losses import minilm_v1_loss, minilm_v1_terms, minilm_v2_loss, minilm_v2_terms
+from mlminilm.distillation.losses import minilm_v1_loss, minilm_v1_terms, minilm_v2_loss, minilm_v2_terms
 
 
 def naive_relation_kl(t_x, t_y, s_x, s_y, mask, heads_t, heads_s):

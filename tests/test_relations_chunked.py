@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from mlminilm.losses import minilm_v1_loss, minilm_v1_terms, minilm_v2_terms
-from mlminilm.relations import auto_chunk, relation_kl, relation_logits, relation_loss
+from mlminilm.distillation.losses import minilm_v1_loss, minilm_v1_terms, minilm_v2_terms
+from mlminilm.distillation.relations import auto_chunk, relation_kl, relation_logits, relation_loss
 
 
 def reference_logits(x, y, heads):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from helpers import prepare_data, save_tiny_teacher
-from mlminilm import distill, train
+from mlminilm import distill, training
 from mlminilm.config import DistillConfig
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "numpy")
@@ -28,13 +28,13 @@ def test_distill_steps_read_nothing_from_the_device_between_log_steps(
     )
 
     events: list = []  # ("step", n) when step n starts; ("read", name) for every device read
-    real_seed = train.step_seed
+    real_seed = training.step_seed
 
     def step_seed(seed, step, rank):
         events.append(("step", step))
         return real_seed(seed, step, rank)
 
-    monkeypatch.setattr(train, "step_seed", step_seed)
+    monkeypatch.setattr("mlminilm.training.loop.step_seed", step_seed)
     for name in READS:
         original = getattr(torch.Tensor, name)
 

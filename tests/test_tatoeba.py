@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import sample_lines
-from helpers import assert_one_line_error, cli, save_tiny_teacher
+from helpers import assert_one_line_error, cli, run_main, save_tiny_teacher, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -22,11 +21,8 @@ REAL_COUNTS = {"ar": 1000, "bg": 1000, "de": 1000, "el": 1000, "es": 1000, "fr":
                "sw": 390, "th": 548, "tr": 1000, "ur": 1000, "vi": 1000, "zh": 1000}
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_wordpiece_dir, tmp_path_factory):
-    """3 layers (XTREME rule: hidden-states index 2), 160 positions (below the default max length 512)."""
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("enc"), layers=3, hidden=16, heads=2,
-                             intermediate=32)
+# 3 layers (XTREME rule: hidden-states index 2), 160 positions (below the default max length 512).
+encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "enc", layers=3, hidden=16, heads=2, intermediate=32)
 
 
 def write_pair(folder: Path, iso: str, source: list[str], english: list[str]) -> Path:
@@ -34,26 +30,6 @@ def write_pair(folder: Path, iso: str, source: list[str], english: list[str]) ->
     (folder / f"tatoeba.{iso}-eng.{iso}").write_text("".join(s + "\n" for s in source), encoding="utf-8")
     (folder / f"tatoeba.{iso}-eng.eng").write_text("".join(s + "\n" for s in english), encoding="utf-8")
     return folder
-
-
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """`mlminilm ARGS` in this process (no interpreter start, torch already imported): exit code, stdout, stderr."""
-    import logging
-
-    from mlminilm.commands.app import main
-
-    monkeypatch.setattr(sys, "argv", ["mlminilm", *args])
-    monkeypatch.delenv("MLMINILM_DEBUG", raising=False)
-    logger = logging.getLogger("mlminilm")  # the command sets up its own handler: restore the test's afterwards
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    capsys.readouterr()
-    try:
-        with pytest.raises(SystemExit) as info:
-            main()
-    finally:
-        logger.handlers[:], logger.level, logger.propagate = saved
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def known_answer_lines(lang: str, count: int = 6) -> list[str]:
@@ -128,8 +104,8 @@ def test_embeddings_equal_the_full_models_hidden_states(encoder):
 
     from mlminilm.config import TATOEBA_MAX_LENGTH
     from mlminilm.evaluation.embeddings import embed, encode, resolve_spec, truncate_at
-    from mlminilm.models import load_config, load_encoder
-    from mlminilm.train import setup_runtime
+    from mlminilm.models.loading import load_config, load_encoder
+    from mlminilm.training.runtime import setup_runtime
 
     spec = resolve_spec(str(encoder), load_config(str(encoder)), None, layer=None, pooling="auto", prefix=None,
                         max_length=None, default_max_length=TATOEBA_MAX_LENGTH)
@@ -157,7 +133,7 @@ def test_embeddings_equal_the_full_models_hidden_states(encoder):
 def test_sentence_transformers_setup(encoder, tmp_path):
     from mlminilm.errors import ConfigError
     from mlminilm.evaluation.embeddings import read_sentence_transformers, resolve_spec
-    from mlminilm.models import load_config
+    from mlminilm.models.loading import load_config
 
     model = tmp_path / "st"
     shutil.copytree(encoder, model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mlminilm import train
+from mlminilm import training
 
 
 def _factors(make_scheduler, steps: int) -> list[float]:
@@ -26,7 +26,7 @@ def _factors(make_scheduler, steps: int) -> list[float]:
 def test_linear_schedule_matches_transformers(warmup, total):
     from transformers import get_linear_schedule_with_warmup
 
-    ours = _factors(lambda opt: train.linear_schedule(opt, warmup, total), total + 2)
+    ours = _factors(lambda opt: training.linear_schedule(opt, warmup, total), total + 2)
     theirs = _factors(lambda opt: get_linear_schedule_with_warmup(opt, warmup, total), total + 2)
     assert ours == pytest.approx(theirs, abs=1e-12)
 
@@ -34,9 +34,9 @@ def test_linear_schedule_matches_transformers(warmup, total):
 def test_linear_schedule_hand_worked_values():
     # Warmup 4 of 10: 0, 1/4, 2/4, 3/4 during warmup; then (10 - s) / 6 from step 4 down to 0 at step 10.
     expected = [0, 0.25, 0.5, 0.75, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0]
-    assert _factors(lambda opt: train.linear_schedule(opt, 4, 10), 10) == pytest.approx(expected)
+    assert _factors(lambda opt: training.linear_schedule(opt, 4, 10), 10) == pytest.approx(expected)
     # No warmup: the peak at step 0, then (5 - s) / 5.
-    assert _factors(lambda opt: train.linear_schedule(opt, 0, 5), 5) == pytest.approx([1, 0.8, 0.6, 0.4, 0.2, 0])
+    assert _factors(lambda opt: training.linear_schedule(opt, 0, 5), 5) == pytest.approx([1, 0.8, 0.6, 0.4, 0.2, 0])
 
 
 class _Linear(torch.nn.Module):
@@ -54,16 +54,16 @@ def _one_step(tmp_path, max_grad_norm: float, grads: list[tuple[float, float]]) 
     tmp_path.mkdir()
     cfg = TrainConfig(out=tmp_path, max_steps=1, grad_accum=len(grads), save_every=1, log_every=1, lr=1.0,
                       warmup=0, max_grad_norm=max_grad_norm, device="cpu", precision="fp32", quiet=True)
-    rt = train.setup_runtime("cpu", "fp32")
+    rt = training.setup_runtime("cpu", "fp32")
     model = _Linear()
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
     def compute(step, micro):
-        return train.StepOutput(loss=(model.w * torch.tensor(grads[micro])).sum(), tokens=1)
+        return training.StepOutput(loss=(model.w * torch.tensor(grads[micro])).sum(), tokens=1)
 
-    train.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=optimizer, scheduler=scheduler,
-                     compute=compute, out=tmp_path, metrics=train.MetricsLog(tmp_path / "metrics.jsonl"))
+    training.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=optimizer, scheduler=scheduler,
+                     compute=compute, out=tmp_path, metrics=training.MetricsLog(tmp_path / "metrics.jsonl"))
     return model.w.detach().tolist()
 
 

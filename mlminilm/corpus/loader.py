@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mlminilm.corpus.dataset import PreparedData
-from mlminilm.sampling import BatchSampler
+from mlminilm.corpus.sampling import BatchSampler
 
 CUDA_WORKERS = 4  # enough to hide a micro-batch's read behind a GPU step; more only takes cores from the ranks
 

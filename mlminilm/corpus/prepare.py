@@ -30,7 +30,7 @@ from mlminilm.corpus.packing import SequencePacker
 from mlminilm.corpus.pretokenised import TextShape
 from mlminilm.corpus.shards import SHARDS_DIR, ShardWriter
 from mlminilm.corpus.workers import TokenizerPool
-from mlminilm.errors import ConfigError, MlminilmError
+from mlminilm.errors import ConfigError, MlminilmError, Problems
 
 log = mlog.get(__name__)
 
@@ -97,7 +97,7 @@ def run(config: PrepareConfig) -> PrepareResult:
     """Validate everything, tokenize and pack every language into `config.out`, then write the manifest."""
     out = Path(config.out)
     if out.is_dir():
-        from mlminilm.stale import clean_stale
+        from mlminilm.io.stale import clean_stale
 
         # A .tmp-prepare-<pid> of a run that died would otherwise make --out look taken.
         clean_stale(out, prefix=(".tmp-prepare-", f".{MANIFEST}.tmp-"))
@@ -121,19 +121,13 @@ def run(config: PrepareConfig) -> PrepareResult:
 
 def _validate(config: PrepareConfig, out: Path):
     """Every cheap check, before anything is written; all problems in one error."""
-    problems: list[MlminilmError] = []
-
-    def attempt(check):
-        try:
-            return check()
-        except MlminilmError as exc:
-            problems.append(exc)
+    problems = Problems()
+    attempt = problems.attempt
 
     attempt(lambda: _check_out(out, config.overwrite))
     sources = attempt(lambda: readers.resolve_inputs(config.inputs, config.langs, config.text_field))
     tokenizer = attempt(lambda: _load_tokenizer(config.teacher))
-    if problems:
-        raise type(problems[0])("; ".join(str(p) for p in problems))
+    problems.raise_any()
     return sources, tokenizer
 
 
@@ -147,14 +141,14 @@ def _check_out(out: Path, overwrite: bool) -> None:
 def _load_tokenizer(teacher: str):
     from transformers import AutoTokenizer
 
-    from mlminilm.models import resolve_model
+    from mlminilm.models.loading import resolve_model
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(teacher))
     except MlminilmError:
         raise
     except Exception as exc:  # noqa: BLE001 - missing files, offline Hub, bad name: one remedy
-        from mlminilm import hub
+        from mlminilm.io import hub
 
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         where = "check the path" if Path(teacher).exists() else f"or a hub id with the network on ({hub.unreachable_hint()})"

@@ -83,7 +83,7 @@ class HubSource:
         return f"{HUB_PREFIX}{self.dataset}" + (f":{self.config}" if self.config else "")
 
     def _rows(self):
-        from mlminilm import hub
+        from mlminilm.io import hub
 
         instead = "download the text and pass it as --input LANG=PATH"
         datasets = hub.import_datasets()

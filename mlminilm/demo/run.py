@@ -98,7 +98,7 @@ def write_tatoeba_layout(parallel: Path, out: Path) -> Path:
 
 def parameter_counts(model_dir: str) -> tuple[int, int]:
     """(all parameters, word-embedding parameters) of the encoder in `model_dir`."""
-    from mlminilm.models import load_encoder
+    from mlminilm.models.loading import load_encoder
 
     model = load_encoder(model_dir)
     return sum(p.numel() for p in model.parameters()), model.get_input_embeddings().weight.numel()
@@ -112,8 +112,8 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     )
     from mlminilm.corpus import prepare
     from mlminilm.evaluation import tatoeba, xnli
-    from mlminilm.models import load_config, resolve_model
-    from mlminilm.train import cpu_has_native_bf16
+    from mlminilm.models.loading import load_config, resolve_model
+    from mlminilm.training.runtime import cpu_has_native_bf16
 
     log = mlog.get("demo")
     t0 = time.perf_counter()
@@ -188,7 +188,7 @@ def _drop_checkpoints(run_dir: Path) -> None:
     0.5-0.9 GB) would only fill the disk; the exported models stay."""
     import shutil
 
-    from mlminilm.train import CHECKPOINTS
+    from mlminilm.training.checkpoint_layout import CHECKPOINTS
 
     shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.models import load_config
+from mlminilm.models.loading import load_config
 
 # task -> (architecture suffix, what the head is called in messages)
 HEADS = {
@@ -80,6 +80,16 @@ def read_selection(model: str | None) -> dict | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {"rule": f"unknown: {path} is not readable JSON"}
+
+
+def throughput_record(examples: int, elapsed: float, rt, batch_size: int, **rates: int) -> dict:
+    """A report's throughput record: examples per second, `rates` (name -> count, e.g. sentences=...) as
+    `<name>_per_s`, the time, what ran it and how."""
+    per_s = {f"{name}_per_s": count / max(elapsed, 1e-9) for name, count in rates.items()}
+    return {
+        "examples_per_s": examples / max(elapsed, 1e-9), **per_s, "elapsed_s": elapsed,
+        "device": device_name(rt), "precision": str(rt.dtype).replace("torch.", ""), "batch_size": batch_size,
+    }
 
 
 def device_name(rt) -> str:
@@ -156,7 +166,7 @@ class ReportDir:
         if self.final is None:
             return None
         self.final.parent.mkdir(parents=True, exist_ok=True)
-        from mlminilm.stale import clean_stale
+        from mlminilm.io.stale import clean_stale
 
         clean_stale(self.final.parent, prefix=f".tmp-{self.final.name}-")  # this report, from a run that died
         self.path = self.final.with_name(f".tmp-{self.final.name}-{os.getpid()}")

@@ -9,7 +9,6 @@ mean over real tokens of hidden-states index `layers // 2 + 1` (0 = the embeddin
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,96 +19,15 @@ import numpy as np
 from mlminilm import logging as mlog
 from mlminilm.errors import ConfigError
 from mlminilm.evaluation.common import length_order, pad_batch, position_limit, to_device
-from mlminilm.pooling import POOLING_MODES, pool  # noqa: F401 (re-exported: the evaluations import them from here)
+from mlminilm.models.pooling import POOLING_MODES, pool  # noqa: F401 (re-exported: the evaluations import them from here)
+from mlminilm.models.sentence_encoder import SentenceTransformerSetup, read_sentence_transformers  # noqa: F401
 
 log = mlog.get(__name__)
-
-# sentence-transformers' legacy boolean keys (before `pooling_mode`), in its concatenation order.
-_LEGACY_POOLING = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-
 
 def default_layer(num_layers: int) -> int:
     """XTREME's layer for base encoders as a hidden-states index: layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6,
     1 of 1); never the embedding output, never past the last layer."""
     return min(num_layers, num_layers // 2 + 1)
-
-
-def _model_file(model: str, name: str) -> Path | None:
-    """`name` in a local model directory, or in a hub repository's (cached) files; None when absent."""
-    if os.path.isdir(model):
-        path = Path(model) / name
-        return path if path.is_file() else None
-    try:
-        from transformers.utils import cached_file
-
-        found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
-    except Exception:  # offline, gated, not a repository: no sentence-transformers setup to read
-        return None
-    return Path(found) if found else None
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not readable JSON ({exc})") from None
-
-
-@dataclass(frozen=True)
-class SentenceTransformerSetup:
-    """What a model's sentence-transformers files say about embedding a sentence."""
-
-    pooling: tuple[str, ...]  # modes, concatenated in this order
-    include_prompt: bool = True  # False: prompt tokens are left out of the pooling
-    normalize: bool = False  # a Normalize module follows (cosine similarity makes it moot)
-    not_applied: tuple[str, ...] = ()  # modules after Pooling that this evaluation does not run (Dense, ...)
-    query_prompt: str | None = None
-    transformer_path: str = ""  # the encoder's subfolder ("" = the model directory itself)
-    max_seq_length: int | None = None
-
-
-def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
-    """The sentence-transformers setup of `model`, or None when it has no modules.json with a Pooling module."""
-    modules_path = _model_file(model, "modules.json")
-    if modules_path is None:
-        return None
-    modules = _read_json(modules_path)
-    if not isinstance(modules, list):
-        raise ConfigError(f"{modules_path}: expected a list of modules")
-    kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
-    pooling_at = next((i for i, (kind, _) in enumerate(kinds) if kind == "Pooling"), None)
-    if pooling_at is None:
-        return None
-    pool_cfg_path = _model_file(model, f"{kinds[pooling_at][1]}/config.json".lstrip("/"))
-    pool_cfg = _read_json(pool_cfg_path) if pool_cfg_path else {}
-    mode = pool_cfg.get("pooling_mode")
-    if mode:
-        modes = (mode,) if isinstance(mode, str) else tuple(mode)
-    else:
-        modes = tuple(m for key, m in _LEGACY_POOLING.items() if pool_cfg.get(key)) or ("mean",)
-    after = [kind for kind, _ in kinds[pooling_at + 1:]]
-    st_cfg_path = _model_file(model, "config_sentence_transformers.json")
-    prompts = (_read_json(st_cfg_path).get("prompts") or {}) if st_cfg_path else {}
-    bert_cfg_path = _model_file(model, "sentence_bert_config.json")
-    max_seq = _read_json(bert_cfg_path).get("max_seq_length") if bert_cfg_path else None
-    transformer = next((path for kind, path in kinds if kind == "Transformer"), "")
-    return SentenceTransformerSetup(
-        pooling=modes,
-        include_prompt=bool(pool_cfg.get("include_prompt", True)),
-        normalize="Normalize" in after,
-        not_applied=tuple(kind for kind in after if kind != "Normalize"),
-        query_prompt=prompts.get("query") if isinstance(prompts, dict) else None,
-        transformer_path=transformer,
-        max_seq_length=max_seq,
-    )
 
 
 @dataclass(frozen=True)
@@ -228,7 +146,7 @@ def truncate_at(model, layer: int):
     embedding output stays index 0 of `hidden_states`): they cannot change that layer's output."""
     from torch import nn
 
-    from mlminilm.capture import encoder_layers
+    from mlminilm.models.layers import encoder_layers
 
     layers = encoder_layers(model)
     keep = max(1, layer)

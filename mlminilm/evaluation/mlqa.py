@@ -24,7 +24,7 @@ from mlminilm import logging as mlog
 from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
-    ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings,
+    ReportDir, check_head, check_length, length_order, pad_batch, read_selection, run_settings, throughput_record,
     to_device, write_json,
 )
 from mlminilm.metrics import mlqa as mlqa_scorer
@@ -190,7 +190,7 @@ def load_qa_model(name: str, rt):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from mlminilm.models import _load_error, load_tokenizer, resolve_model
+    from mlminilm.models.loading import _load_error, load_tokenizer, resolve_model
 
     tokenizer = load_tokenizer(name)
     if not getattr(tokenizer, "is_fast", False):
@@ -297,9 +297,9 @@ def run(cfg: EvalMlqaConfig) -> dict:
 
 
 def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
-    from mlminilm import train
+    from mlminilm import training
 
-    rt = train.setup_runtime(cfg.device, cfg.precision)
+    rt = training.setup_runtime(cfg.device, cfg.precision)
     model, tokenizer = load_qa_model(cfg.model, rt)
     total = sum(len(d.examples) for d in datasets.values())
     log.info("%d files, %s questions; model %s on %s", len(files), f"{total:,}", cfg.model, rt.device)
@@ -329,14 +329,7 @@ def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
             done_before += len(examples)
             feature_total += features
     elapsed = time.perf_counter() - t0
-    return {
-        "examples_per_s": total / max(elapsed, 1e-9),
-        "features_per_s": feature_total / max(elapsed, 1e-9),
-        "elapsed_s": elapsed,
-        "device": device_name(rt),
-        "precision": str(rt.dtype).replace("torch.", ""),
-        "batch_size": cfg.batch_size,
-    }
+    return throughput_record(total, elapsed, rt, cfg.batch_size, features=feature_total)
 
 
 def _document(cfg, benchmark, scorer, files, languages, settings, throughput, elapsed) -> dict:

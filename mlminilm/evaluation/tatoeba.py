@@ -19,7 +19,7 @@ from mlminilm import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
-from mlminilm.evaluation.common import ReportDir, device_name
+from mlminilm.evaluation.common import ReportDir, throughput_record
 from mlminilm.evaluation.embeddings import (
     embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
 )
@@ -78,7 +78,7 @@ def _duplicates(sentences: list[str]) -> int:
 
 def _check(cfg: EvalTatoebaConfig):
     """Everything cheap, all problems at once: the data (read whole) and the model's config and setup."""
-    from mlminilm.models import check_encoder_config, load_config, resolve_model
+    from mlminilm.models.loading import check_encoder_config, load_config, resolve_model
 
     problems: list[str] = []
     data: dict[str, TatoebaSet] = {}
@@ -108,15 +108,15 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     into `cfg.out` when given)."""
     import torch
 
-    from mlminilm import train
-    from mlminilm.models import load_encoder, load_tokenizer
+    from mlminilm import training
+    from mlminilm.models.loading import load_encoder, load_tokenizer
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
     data, skipped, st, spec = _check(cfg)
     if skipped:
         log.warning("skipped Tatoeba files of languages not in langs/: %s", ", ".join(skipped))
 
-    rt = train.setup_runtime(cfg.device, cfg.precision)
+    rt = training.setup_runtime(cfg.device, cfg.precision)
     tokenizer = load_tokenizer(spec.weights)
     # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
     model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
@@ -128,16 +128,7 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     languages: dict[str, dict] = {}
     predictions: dict[str, dict[str, np.ndarray]] = {}
     t_all = time.perf_counter()
-    done = 0
-    with mlog.progress() as bar:
-        task = bar.add_task("tatoeba", total=total, rate="")
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            rate = done / max(time.perf_counter() - t_all, 1e-9)
-            bar.update(task, completed=done, rate=f"{rate:,.0f} sent/s")
-
+    with mlog.counter("tatoeba", total, "sent") as advance:
         for lang, pairs in data.items():
             t0 = time.perf_counter()
             vectors, cut = {}, {}
@@ -176,14 +167,8 @@ def run(cfg: EvalTatoebaConfig) -> dict:
                     "examples": pairs_total},
         "settings": {"max_length": spec.max_length, "batch_size": cfg.batch_size, "sorted_by_length": True,
                      "similarity": "cosine, float32, ties to the lowest index"},
-        "throughput": {
-            "examples_per_s": pairs_total / max(elapsed, 1e-9),  # sentence pairs (two sentences each)
-            "sentences_per_s": total / max(elapsed, 1e-9),
-            "elapsed_s": elapsed,
-            "device": device_name(rt),
-            "precision": str(rt.dtype).replace("torch.", ""),
-            "batch_size": cfg.batch_size,
-        },
+        # Examples are sentence pairs (two sentences each).
+        "throughput": throughput_record(pairs_total, elapsed, rt, cfg.batch_size, sentences=total),
         "mlminilm": __version__,
     }
 

@@ -17,7 +17,8 @@ from mlminilm import logging as mlog
 from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
-    ReportDir, check_head, check_length, device_name, length_order, pad_batch, read_selection, run_settings, to_device,
+    ReportDir, check_head, check_length, length_order, pad_batch, read_selection, run_settings, throughput_record,
+    to_device,
 )
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
 
@@ -145,7 +146,7 @@ def resolve_max_seq_len(cfg_value: int | None, model: str) -> int:
 def run(cfg: EvalXnliConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""
-    from mlminilm import train
+    from mlminilm import training
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
     langs = list(cfg.langs) or None
@@ -172,7 +173,7 @@ def run(cfg: EvalXnliConfig) -> dict:
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
 
-    rt = train.setup_runtime(cfg.device, cfg.precision)
+    rt = training.setup_runtime(cfg.device, cfg.precision)
     model, tokenizer = load_classifier(cfg.model, rt)
     total = sum(len(v) for v in data.values())
     log.info("XNLI %s: %d languages, %s examples; model %s on %s", cfg.split, len(data), f"{total:,}",
@@ -180,16 +181,7 @@ def run(cfg: EvalXnliConfig) -> dict:
     languages: dict[str, dict] = {}
     predictions: dict[str, list[str]] = {}
     t_all = time.perf_counter()
-    done = 0
-    with mlog.progress() as bar:
-        task = bar.add_task(f"xnli {cfg.split}", total=total, rate="")
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            rate = done / max(time.perf_counter() - t_all, 1e-9)
-            bar.update(task, completed=done, rate=f"{rate:,.0f} ex/s")
-
+    with mlog.counter(f"xnli {cfg.split}", total, "ex") as advance:
         for lang, examples in data.items():
             t0 = time.perf_counter()
             rows = encode_pairs(tokenizer, examples, max_seq_len)
@@ -234,13 +226,7 @@ def run(cfg: EvalXnliConfig) -> dict:
             "skipped": int(sum(s["skipped"] for s in languages.values())),
         },
         "settings": {"max_seq_len": max_seq_len, "batch_size": cfg.batch_size, "sorted_by_length": True},
-        "throughput": {
-            "examples_per_s": total / max(elapsed, 1e-9),
-            "elapsed_s": elapsed,
-            "device": device_name(rt),
-            "precision": str(rt.dtype).replace("torch.", ""),
-            "batch_size": cfg.batch_size,
-        },
+        "throughput": throughput_record(total, elapsed, rt, cfg.batch_size),
         "mlminilm": __version__,
     }
 
@@ -257,7 +243,7 @@ def load_classifier(name: str, rt):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from mlminilm.models import _load_error, load_tokenizer, resolve_model
+    from mlminilm.models.loading import _load_error, load_tokenizer, resolve_model
 
     tokenizer = load_tokenizer(name)
     try:

@@ -27,12 +27,11 @@ import functools
 import re
 import string
 import unicodedata
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from mlminilm.errors import DataError
-from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions
 from mlminilm.langs import get_language
+from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions, token_f1
 
 __all__ = [
     "normalize_answer",
@@ -104,12 +103,7 @@ def f1(prediction: str, gold: str, lang: str) -> float:
     """Bag-of-tokens F1 of the normalised token lists; 0.0 when they share no token (two empty lists included)."""
     predicted = normalize_answer(prediction, lang).split()
     expected = normalize_answer(gold, lang).split()
-    shared = sum((Counter(predicted) & Counter(expected)).values())
-    if shared == 0:
-        return 0.0
-    precision = shared / len(predicted)
-    recall = shared / len(expected)
-    return 2 * precision * recall / (precision + recall)
+    return token_f1(predicted, expected)
 
 
 def score_prediction(prediction: str, golds: Iterable[str], lang: str) -> tuple[float, float]:

@@ -1,8 +1,10 @@
 """What the MLQA and SQuAD v1.1 scorers share: the questions of a SQuAD-format file and the per-question
-aggregation (missing predictions score 0, totals in percent). Each scorer supplies its own normalisation."""
+aggregation (missing predictions score 0, totals in percent) and the token F1. Each scorer supplies its own
+normalisation."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Iterable, Mapping
 
 from mlminilm.errors import DataError
@@ -41,3 +43,14 @@ def aggregate(questions: Iterable[tuple[str, list[str]]], predictions: Mapping[s
         "examples": examples,
         "missing": missing,
     }
+
+
+def token_f1(predicted: list[str], expected: list[str]) -> float:
+    """The official scorers' bag-of-tokens F1 of two normalised token lists (SQuAD v1.1's `f1_score`, which
+    MLQA's copies): 0.0 when they share no token, two empty lists included."""
+    shared = sum((Counter(predicted) & Counter(expected)).values())
+    if shared == 0:
+        return 0.0
+    precision = shared / len(predicted)
+    recall = shared / len(expected)
+    return 2 * precision * recall / (precision + recall)

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import re
 import string
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from mlminilm.errors import DataError
-from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions
+from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions, token_f1
 
 __all__ = ["normalize_answer", "exact_match", "f1", "score_prediction", "evaluate_questions", "evaluate_dataset"]
 
@@ -50,12 +49,7 @@ def f1(prediction: str, gold: str) -> float:
     """Bag-of-tokens F1 of the normalised, whitespace-split token lists; 0.0 when they share no token."""
     predicted = normalize_answer(prediction).split()
     expected = normalize_answer(gold).split()
-    shared = sum((Counter(predicted) & Counter(expected)).values())
-    if shared == 0:
-        return 0.0
-    precision = shared / len(predicted)
-    recall = shared / len(expected)
-    return 2 * precision * recall / (precision + recall)
+    return token_f1(predicted, expected)
 
 
 def score_prediction(prediction: str, golds: Iterable[str]) -> tuple[float, float]:

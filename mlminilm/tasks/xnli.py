@@ -283,7 +283,7 @@ def _group_by_language(examples: list[NLIExample]) -> dict[str | None, list[NLIE
 
 
 def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
-    from mlminilm import hub
+    from mlminilm.io import hub
 
     hub_split = {"dev": "validation"}.get(split, split)
     instead = "pass a local directory with test-XX.tsv files instead (e.g. ../shared/data/xnli)"

@@ -24,7 +24,7 @@ import numpy as np
 from mlminilm import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TrimConfig
-from mlminilm.errors import ConfigError, MlminilmError
+from mlminilm.errors import ConfigError, Problems
 from mlminilm.vocab import counts as counting
 from mlminilm.vocab import tokenizer as tokens
 from mlminilm.vocab import weights
@@ -117,31 +117,25 @@ def run(config: TrimConfig) -> TrimResult:
 
 def _validate(config: TrimConfig, out: Path):
     """The checks that need no counting, all reported at once."""
-    from mlminilm.models import load_config, load_tokenizer, resolve_model
+    from mlminilm.models.loading import load_config, load_tokenizer, resolve_model
 
-    problems: list[MlminilmError] = []
-
-    def attempt(check):
-        try:
-            return check()
-        except MlminilmError as exc:
-            problems.append(exc)
+    problems = Problems()
+    attempt = problems.attempt
 
     model_dir = attempt(lambda: resolve_model(config.model))
     if out.exists() and not out.is_dir():
-        problems.append(ConfigError(f"--out {out} is a file; name a directory"))
+        problems.add(ConfigError(f"--out {out} is a file; name a directory"))
     elif out.is_dir() and any(out.iterdir()) and not config.overwrite:
-        problems.append(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
+        problems.add(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
     if model_dir and Path(model_dir).is_dir() and out.exists() and out.resolve() == Path(model_dir).resolve():
-        problems.append(ConfigError(f"--out {out} is the model directory itself; write the trimmed model elsewhere"))
+        problems.add(ConfigError(f"--out {out} is the model directory itself; write the trimmed model elsewhere"))
     for flag, path in (("--data", config.data), ("--corpus", config.corpus)):
         if path is not None and not Path(path).exists():
-            problems.append(ConfigError(f"{flag} {path} does not exist"))
+            problems.add(ConfigError(f"{flag} {path} does not exist"))
     model_config = attempt(lambda: load_config(config.model))
     tokenizer = attempt(lambda: load_tokenizer(config.model))
     doc = attempt(lambda: tokens.tokenizer_document(tokenizer, config.model)) if tokenizer is not None else None
-    if problems:
-        raise type(problems[0])("; ".join(str(p) for p in problems))
+    problems.raise_any()
     return tokenizer, doc, model_config, model_dir
 
 
@@ -178,7 +172,7 @@ def _str(path) -> str | None:
 
 def _copy_extras(model_dir: str, out: Path) -> bool:
     """Copy the sentence-transformers files and a finetune run's settings unchanged; True for a sentence encoder."""
-    from mlminilm.sentence_encoder import sentence_transformers_modules
+    from mlminilm.models.sentence_encoder import sentence_transformers_modules
 
     source = Path(model_dir)
     if not source.is_dir():
@@ -200,8 +194,8 @@ def _copy_extras(model_dir: str, out: Path) -> bool:
 
 
 def _write_card(config: TrimConfig, out: Path, record: dict, sentence_encoder: bool, model_config) -> None:
-    from mlminilm.cards import infer_card_data, source_card_data
-    from mlminilm.models import model_card
+    from mlminilm.models.cards import infer_card_data, source_card_data
+    from mlminilm.models.export import model_card
 
     languages = list(record["counts"]["languages"])
     before, after = record["vocab_size"]["before"], record["vocab_size"]["after"]

@@ -20,7 +20,7 @@ def load_any_model(name: str) -> tuple[nn.Module, set[str]]:
     (e.g. the pooler of an encoder saved without one), which a trimmed copy must not invent either."""
     import transformers
 
-    from mlminilm.models import _load_error, load_config, resolve_model
+    from mlminilm.models.loading import _load_error, load_config, resolve_model
 
     config = load_config(name)
     arch = (config.architectures or [None])[0]

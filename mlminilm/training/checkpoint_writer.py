@@ -2,7 +2,7 @@
 
 A checkpoint is taken in two parts. `snapshot` copies everything a checkpoint holds to host memory while the loop
 waits (training updates parameters and optimizer state in place, so the files must come from copies); it costs a
-device->host copy. `write_snapshot` then writes the files with the layout and atomicity `train.save_checkpoint` has
+device->host copy. `write_snapshot` then writes the files with the layout and atomicity `checkpoints.save_checkpoint` has
 always had (a `.tmp-step-N-<pid>` directory, state.json last, one `os.replace`, pruning to `keep`), and it can run
 in a background thread while training goes on: `AsyncCheckpointer`.
 
@@ -28,7 +28,9 @@ from safetensors.torch import _remove_duplicate_names, save_file
 from torch import nn
 
 from mlminilm import logging as mlog
-from mlminilm import train
+from mlminilm.io.atomic import write_json_atomic
+from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
+from mlminilm.training.checkpoints import load_error_reason
 from mlminilm.errors import CheckpointError
 
 log = mlog.get(__name__)
@@ -51,7 +53,7 @@ def snapshot(model: nn.Module, optimizer, scheduler, state: dict, step: int) -> 
 
     The model's tensors are chosen as `safetensors.torch.save_model` chooses them (tied weights, such as input and
     output embeddings, once, under the same name and with the same metadata), so the file loads with
-    `load_model` / `train.load_checkpoint` exactly as a file save_model writes. On CUDA the copies go into pinned
+    `load_model` / `checkpoints.load_checkpoint` exactly as a file save_model writes. On CUDA the copies go into pinned
     memory without blocking and the device is synchronised once; elsewhere they are plain clones."""
     model_state = model.state_dict()
     metadata: dict[str, str] | None = None
@@ -105,10 +107,10 @@ def _copy_tree(obj, devices: set):
 def write_snapshot(out: Path, snap: Snapshot, keep: int) -> Path:
     """Write checkpoints/step-N/ from `snap` under a temporary name and rename it into place; keep the last `keep`.
 
-    state.json is written last (its presence marks a whole checkpoint, see `train.checkpoint_dirs`). A write that
-    fails removes its temporary directory; one that is killed leaves `.tmp-step-N-<pid>`, which `mlminilm.stale`
+    state.json is written last (its presence marks a whole checkpoint, see `checkpoint_dirs`). A write that
+    fails removes its temporary directory; one that is killed leaves `.tmp-step-N-<pid>`, which `mlminilm.io.stale`
     removes when the next command starts."""
-    root = Path(out) / train.CHECKPOINTS
+    root = Path(out) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{snap.step}"
     tmp = root / f".tmp-step-{snap.step}-{os.getpid()}"
@@ -119,16 +121,24 @@ def write_snapshot(out: Path, snap: Snapshot, keep: int) -> Path:
         save_file(snap.model, str(tmp / "model.safetensors"), metadata=snap.model_metadata)
         torch.save(snap.optimizer, tmp / "optimizer.pt")
         torch.save(snap.trainer, tmp / "trainer.pt")
-        train.write_json_atomic(tmp / "state.json", {"step": snap.step, **snap.state})
+        write_json_atomic(tmp / "state.json", {"step": snap.step, **snap.state})
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # this process is alive: stale.py would never remove it
         raise
-    for _, old in train.checkpoint_dirs(out)[:-keep]:
+    for _, old in checkpoint_dirs(out)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def save_checkpoint(out: Path, step: int, model: nn.Module, optimizer, scheduler, state: dict, keep: int) -> Path:
+    """Write checkpoints/step-N/ under a temporary name and rename it into place; keep the last `keep`.
+
+    The synchronous form of `AsyncCheckpointer` below: the same host snapshot and the same writer, so a
+    checkpoint is the same files whichever wrote it."""
+    return write_snapshot(out, snapshot(model, optimizer, scheduler, state, step), keep)
 
 
 class AsyncCheckpointer:
@@ -183,9 +193,9 @@ class AsyncCheckpointer:
         try:
             path = write_snapshot(self.out, snap, self.keep)
         except Exception as exc:  # noqa: BLE001 - reported to the training thread, never lost
-            where = self.out / train.CHECKPOINTS / f"step-{snap.step}"
+            where = self.out / CHECKPOINTS / f"step-{snap.step}"
             error = CheckpointError(
-                f"checkpoint {where} could not be written ({train._reason(exc)}); nothing of it was kept and earlier "
+                f"checkpoint {where} could not be written ({load_error_reason(exc)}); nothing of it was kept and earlier "
                 "checkpoints are intact: fix the cause, then rerun the same command with --resume"
             )
             error.__cause__ = exc

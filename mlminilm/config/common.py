@@ -1,0 +1,43 @@
+"""What every command's config shares: the device and precision choices, reading a field's default (for the
+Typer options), and collecting problems into one ConfigError."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlminilm.errors import ConfigError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+COMPILE_MODES = ("auto", "on", "off")  # distill / assist --compile; auto: on for CUDA, off on CPU
+AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
+
+
+def default(cls, name: str):
+    """The default of field `name` of config class `cls` (for Typer option defaults)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                return f.default_factory()  # type: ignore[misc]
+            raise KeyError(f"{cls.__name__}.{name} has no default")
+    raise KeyError(f"{cls.__name__} has no field {name}")
+
+
+def problems_to_error(problems: list[str]) -> None:
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def check_choice(problems: list[str], value: str, choices: tuple[str, ...], flag: str) -> None:
+    if value not in choices:
+        problems.append(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+
+
+def unknown_langs(p: list[str], langs: tuple[str, ...], flag: str) -> None:
+    from mlminilm.langs import all_languages
+
+    unknown = [code for code in langs if code not in all_languages()]
+    if unknown:
+        p.append(f"{flag}: unknown language {', '.join(map(repr, unknown))}; known: {', '.join(all_languages())}")

@@ -1,0 +1,129 @@
+"""finetune: the task recipes (XTREME's XNLI and QA defaults) and the fine-tuning options."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from mlminilm.config.common import check_choice, problems_to_error
+from mlminilm.config.training import TrainConfig
+
+TASKS = ("xnli", "qa")
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """What differs between the two fine-tuning tasks; a FinetuneConfig field left at None takes these."""
+
+    max_seq_len: int
+    lr: float
+    epochs: float
+    warmup: float  # below 1: a fraction of the steps
+    weight_decay: float
+
+
+# XTREME's recipes (google-research/xtreme scripts/train_xnli.sh and scripts/train_qa.sh, METHOD.md section 7):
+# XNLI: lr 2e-5, 5 epochs, max length 128, batch 8 x 4 accumulation = 32, no warmup, no weight decay
+#   (run_classify.py defaults). QA: lr 3e-5, 2 epochs, max length 384, doc stride 128, max query 64, batch 32,
+#   weight decay 1e-4 and 500 warmup steps, which is about 10% of a 2-epoch SQuAD run at batch 32, hence 0.1.
+TASK_DEFAULTS = {
+    "xnli": TaskDefaults(max_seq_len=128, lr=2e-5, epochs=5.0, warmup=0.0, weight_decay=0.0),
+    "qa": TaskDefaults(max_seq_len=384, lr=3e-5, epochs=2.0, warmup=0.1, weight_decay=1e-4),
+}
+QA_DOC_STRIDE = 128  # context tokens shared by consecutive windows
+QA_MAX_QUERY_LENGTH = 64  # question tokens kept
+QA_N_BEST = 20
+QA_MAX_ANSWER_LENGTH = 30
+# The per-task fields of FinetuneConfig that default to TASK_DEFAULTS when None.
+_TASK_FIELDS = ("max_seq_len", "lr", "epochs", "warmup", "weight_decay")
+
+
+def qa_window_problems(p: list[str], max_seq_len, doc_stride, max_query_length) -> None:
+    if max_seq_len is not None and max_seq_len < 8:
+        p.append(f"--max-seq-len must be at least 8 (got {max_seq_len})")
+    if doc_stride is not None and doc_stride < 1:
+        p.append(f"--doc-stride must be at least 1 (got {doc_stride})")
+    if max_query_length is not None and max_query_length < 1:
+        p.append(f"--max-query-length must be at least 1 (got {max_query_length})")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TrainConfig):
+    """`finetune`: an encoder + English task data -> a task model (classification or span-extraction head).
+
+    `max_seq_len`, `lr`, `epochs`, `warmup` and `weight_decay` left at None take the task's XTREME default
+    (TASK_DEFAULTS); `max_steps` None means `epochs` worth of steps, `save_every` None once per epoch.
+    `resolved(steps_per_epoch)` returns the config with every one of them concrete (what `run.json` records)."""
+
+    model: str = ""
+    task: str = "xnli"
+    train: str = ""  # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
+    dev: str | None = None  # English dev file: checkpoint selection; None selects the last checkpoint
+    max_seq_len: int | None = None
+    doc_stride: int = QA_DOC_STRIDE
+    max_query_length: int = QA_MAX_QUERY_LENGTH
+    epochs: float | None = None
+    max_steps: int | None = None  # type: ignore[assignment]
+    lr: float | None = None  # type: ignore[assignment]
+    warmup: float | None = None  # type: ignore[assignment]
+    weight_decay: float | None = None  # type: ignore[assignment]
+    batch_size: int = 32
+    max_grad_norm: float = 1.0  # XTREME (HF run_* scripts): clip the global gradient norm at 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999  # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts)
+    adam_eps: float = 1e-8
+    save_every: int | None = None  # type: ignore[assignment]
+    eval_batch_size: int = 128  # dev evaluation
+    log_every: int = 10
+    keep: int = 1  # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
+    group_by_length: bool = False  # batches of similar length (less padding); off: plain shuffling, as XTREME
+
+    def task_default(self, name: str):
+        value = getattr(self, name)
+        if value is None and self.task in TASK_DEFAULTS:
+            return getattr(TASK_DEFAULTS[self.task], name)
+        return value
+
+    def resolved(self, steps_per_epoch: int) -> "FinetuneConfig":
+        """Every None filled in: task defaults, `max_steps` from `epochs`, `save_every` once per epoch."""
+        values = {name: self.task_default(name) for name in _TASK_FIELDS}
+        if self.max_steps is None:
+            values["max_steps"] = max(1, math.ceil(values["epochs"] * steps_per_epoch))
+        else:  # --max-steps decides; record how many epochs that is
+            values["epochs"] = round(self.max_steps / steps_per_epoch, 4)
+        if self.save_every is None:
+            values["save_every"] = max(1, steps_per_epoch)
+        return dataclasses.replace(self, **values)
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        check_choice(p, self.task, TASKS, "--task")
+        if not self.model:
+            p.append("--model is required (a hub id or a local model directory, e.g. a distilled student)")
+        if not self.train:
+            p.append("--train is required (a TSV / JSON lines / SQuAD JSON file, or hf:multi_nli / hf:squad)")
+        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
+            p.append(f"--epochs must be positive and finite (got {self.epochs})")
+        if self.eval_batch_size < 1:
+            p.append(f"--eval-batch-size must be at least 1 (got {self.eval_batch_size})")
+        qa_window_problems(p, self.max_seq_len, self.doc_stride, self.max_query_length)
+        # The shared training checks, on the values this config will run with.
+        probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        task = TASK_DEFAULTS.get(self.task, TASK_DEFAULTS["xnli"])  # an unknown task is reported above
+        probe.update({name: getattr(task, name) if getattr(self, name) is None else getattr(self, name)
+                      for name in _TASK_FIELDS})
+        probe["max_steps"] = 1 if self.max_steps is None else self.max_steps
+        probe["save_every"] = 1 if self.save_every is None else self.save_every
+        p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]
+        problems_to_error(p)
+
+
+class _Probe:
+    """Attribute access over a dict: lets TrainConfig's checks run on resolved values."""
+
+    AUTO_BATCH = False
+    ZERO_STEPS = False
+
+    def __init__(self, values: dict):
+        self.__dict__.update(values)

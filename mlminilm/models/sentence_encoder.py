@@ -1,0 +1,153 @@
+"""A model's sentence-transformers files: what they say about embedding a sentence (`read_sentence_transformers`),
+and carrying them over to a student.
+
+Students of a sentence-transformers teacher load as sentence encoders too.
+
+When the teacher's directory has sentence-transformers files (`modules.json` with Transformer, Pooling and
+optionally Normalize, e.g. all-MiniLM-L6-v2 and multilingual-e5-small), the exported student gets the same
+files, with the pooling's width set to the student's, so `SentenceTransformer(student_dir)` encodes the way the
+teacher does (same pooling, normalisation and prompts). A teacher with modules that hold weights of the
+teacher's width (Dense, ...) cannot be carried over: the student is exported without them and a warning says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlminilm import logging as mlog
+from mlminilm.errors import ConfigError
+
+log = mlog.get(__name__)
+
+# Modules whose folder holds only configuration that does not depend on the model's weights.
+_CARRIED = {"Transformer", "Pooling", "Normalize"}
+_TOP_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+# sentence-transformers' legacy boolean keys (before `pooling_mode`), in its concatenation order.
+_LEGACY_POOLING = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def _model_file(model: str, name: str) -> Path | None:
+    """`name` in a local model directory, or in a hub repository's (cached) files; None when absent."""
+    if os.path.isdir(model):
+        path = Path(model) / name
+        return path if path.is_file() else None
+    try:
+        from transformers.utils import cached_file
+
+        found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except Exception:  # offline, gated, not a repository: no sentence-transformers setup to read
+        return None
+    return Path(found) if found else None
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({exc})") from None
+
+
+@dataclass(frozen=True)
+class SentenceTransformerSetup:
+    """What a model's sentence-transformers files say about embedding a sentence."""
+
+    pooling: tuple[str, ...]  # modes, concatenated in this order
+    include_prompt: bool = True  # False: prompt tokens are left out of the pooling
+    normalize: bool = False  # a Normalize module follows (cosine similarity makes it moot)
+    not_applied: tuple[str, ...] = ()  # modules after Pooling that this evaluation does not run (Dense, ...)
+    query_prompt: str | None = None
+    transformer_path: str = ""  # the encoder's subfolder ("" = the model directory itself)
+    max_seq_length: int | None = None
+
+
+def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
+    """The sentence-transformers setup of `model`, or None when it has no modules.json with a Pooling module."""
+    modules_path = _model_file(model, "modules.json")
+    if modules_path is None:
+        return None
+    modules = _read_json(modules_path)
+    if not isinstance(modules, list):
+        raise ConfigError(f"{modules_path}: expected a list of modules")
+    kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+    pooling_at = next((i for i, (kind, _) in enumerate(kinds) if kind == "Pooling"), None)
+    if pooling_at is None:
+        return None
+    pool_cfg_path = _model_file(model, f"{kinds[pooling_at][1]}/config.json".lstrip("/"))
+    pool_cfg = _read_json(pool_cfg_path) if pool_cfg_path else {}
+    mode = pool_cfg.get("pooling_mode")
+    if mode:
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    else:
+        modes = tuple(m for key, m in _LEGACY_POOLING.items() if pool_cfg.get(key)) or ("mean",)
+    after = [kind for kind, _ in kinds[pooling_at + 1:]]
+    st_cfg_path = _model_file(model, "config_sentence_transformers.json")
+    prompts = (_read_json(st_cfg_path).get("prompts") or {}) if st_cfg_path else {}
+    bert_cfg_path = _model_file(model, "sentence_bert_config.json")
+    max_seq = _read_json(bert_cfg_path).get("max_seq_length") if bert_cfg_path else None
+    transformer = next((path for kind, path in kinds if kind == "Transformer"), "")
+    return SentenceTransformerSetup(
+        pooling=modes,
+        include_prompt=bool(pool_cfg.get("include_prompt", True)),
+        normalize="Normalize" in after,
+        not_applied=tuple(kind for kind in after if kind != "Normalize"),
+        query_prompt=prompts.get("query") if isinstance(prompts, dict) else None,
+        transformer_path=transformer,
+        max_seq_length=max_seq,
+    )
+
+
+def sentence_transformers_modules(model_dir: str | Path) -> list[dict] | None:
+    """The modules listed in `model_dir/modules.json`, or None when the directory has no such file."""
+    path = Path(model_dir) / "modules.json"
+    if not path.is_file():
+        return None
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return modules if isinstance(modules, list) else None
+
+
+def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden: int) -> bool:
+    """Copy the teacher's sentence-transformers files into the student directory `out`; True when done."""
+    teacher_dir = Path(teacher_dir)
+    if not os.path.isdir(teacher_dir):
+        return False
+    modules = sentence_transformers_modules(teacher_dir)
+    if not modules:
+        return False
+    kinds = {str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules}
+    if not kinds <= _CARRIED or "Pooling" not in kinds:
+        log.warning(
+            "teacher %s has sentence-transformers modules %s; only %s carry over to a student of another width, "
+            "so the student is exported as a plain encoder", teacher_dir, ", ".join(sorted(kinds - _CARRIED)),
+            ", ".join(sorted(_CARRIED)),
+        )
+        return False
+    for name in _TOP_FILES:
+        if (teacher_dir / name).is_file():
+            shutil.copyfile(teacher_dir / name, out / name)
+    for module in modules:
+        folder = str(module.get("path", ""))
+        if not folder:
+            continue
+        (out / folder).mkdir(parents=True, exist_ok=True)
+        for source in (teacher_dir / folder).glob("*.json") if (teacher_dir / folder).is_dir() else []:
+            config = json.loads(source.read_text(encoding="utf-8"))
+            if "word_embedding_dimension" in config:  # Pooling: its input width is the student's
+                config["word_embedding_dimension"] = hidden
+            (out / folder / source.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return True

@@ -1,0 +1,39 @@
+"""What every training loop shares (distill, assist, finetune), one concept per module:
+
+- `runtime`: device, precision and the torchrun process group (`setup_runtime`, `Runtime`);
+- `optim`: AdamW and the linear warmup-then-decay schedule;
+- `run_dir`: the output directory, the run record and its --resume check, the metrics log;
+- `checkpoint_layout`, `checkpoints`, `checkpoint_writer`: where checkpoints live, loading and resuming, writing
+  (synchronously or in a background thread);
+- `loop`: `setup_training` and `train_loop`;
+- `batch_size`: the micro-batch `--batch-size auto` picks.
+
+The names below are the ones the commands use, importable from `mlminilm.training` directly.
+"""
+
+from mlminilm.io.atomic import write_json_atomic
+from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
+from mlminilm.training.checkpoint_writer import save_checkpoint
+from mlminilm.training.checkpoints import load_checkpoint, resume_point
+from mlminilm.training.loop import LoopResult, StepOutput, TrainingState, setup_training, step_seed, train_loop
+from mlminilm.training.optim import linear_schedule, make_optimizer
+from mlminilm.training.run_dir import (
+    LEGACY_RUN_RECORD,
+    METRICS,
+    RUN_RECORD,
+    MetricsLog,
+    check_resume_compatible,
+    failed_run_leftovers,
+    prepare_output_dir,
+    read_run_record,
+    run_record,
+)
+from mlminilm.training.runtime import Runtime, cpu_has_native_bf16, setup_runtime, teardown_runtime
+
+__all__ = [
+    "CHECKPOINTS", "LEGACY_RUN_RECORD", "METRICS", "RUN_RECORD", "LoopResult", "MetricsLog", "Runtime", "StepOutput",
+    "TrainingState", "check_resume_compatible", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
+    "linear_schedule", "load_checkpoint", "make_optimizer", "prepare_output_dir", "read_run_record", "resume_point",
+    "run_record", "save_checkpoint", "setup_runtime", "setup_training", "step_seed", "teardown_runtime",
+    "train_loop", "write_json_atomic",
+]

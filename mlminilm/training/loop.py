@@ -1,0 +1,330 @@
+"""The training loop every command shares: DDP wrapping, gradient accumulation, per-step reseeding, losses kept
+on the device between log intervals, divergence stops, checkpoints and hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mlminilm import logging as mlog
+from mlminilm.config import TrainConfig
+from mlminilm.errors import TrainingDiverged
+from mlminilm.training.checkpoint_layout import checkpoint_dirs
+from mlminilm.training.checkpoints import resume_point
+from mlminilm.training.optim import linear_schedule, make_optimizer
+from mlminilm.training.run_dir import MetricsLog
+from mlminilm.training.runtime import Runtime, make_grad_scaler
+
+log = mlog.get(__name__)
+
+
+def weights_finite(model: nn.Module) -> bool:
+    """Whether every parameter is finite (one device sync for the whole model)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+@dataclass
+class TrainingState:
+    model: nn.Module  # what forward runs through (DDP-wrapped when distributed)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    start_step: int
+    metrics: "MetricsLog"
+    scaler: object | None = None  # torch.amp.GradScaler under fp16, else None
+
+
+def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn.Module, out: Path) -> TrainingState:
+    """DDP wrapping, AdamW over `params`, the schedule, the resume point and the metrics log, as every loop needs."""
+    model: nn.Module = forward
+    if rt.distributed:
+        # Default buckets: each bucket's all-reduce starts as soon as its gradients are ready, overlapping the rest
+        # of the backward. Gradients as views of the buckets save a copy and the memory of a second gradient set.
+        model = nn.parallel.DistributedDataParallel(
+            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+        )
+    optimizer = make_optimizer(params, cfg, rt.device)
+    scheduler = linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
+    scaler = make_grad_scaler(rt)
+    start, saved_state = resume_point(out, cfg, params, optimizer, scheduler)
+    if scaler is not None and saved_state.get("grad_scaler"):
+        scaler.load_state_dict(saved_state["grad_scaler"])
+    metrics = MetricsLog(Path(out) / "metrics.jsonl", enabled=rt.is_main)
+    if rt.is_main:
+        metrics.truncate_after(start)
+    return TrainingState(model, optimizer, scheduler, start, metrics, scaler)
+
+
+@dataclass
+class StepOutput:
+    loss: torch.Tensor  # the micro-batch loss (mean over its sequences), 0-dim
+    parts: dict = field(default_factory=dict)  # named loss terms (0-dim tensors)
+    tokens: int = 0  # real tokens in this micro-batch on this process, counted on the host (no device read)
+    info: dict = field(default_factory=dict)  # anything to aggregate into the log (e.g. language counts)
+
+
+@dataclass
+class LoopResult:
+    start_step: int
+    end_step: int
+    first_loss: float | None
+    last_loss: float | None
+    tokens_per_s: float
+    elapsed_s: float
+    history: list[dict]
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of the default generators (CPU and CUDA) for optimizer step `step` on process `rank`.
+
+    Dropout draws from these generators. Reseeding them from (seed, step, rank) at every step makes each step's
+    noise a pure function of where it is, like the batches: a resumed run draws what the uninterrupted one drew,
+    on every rank, without saving or restoring any device's RNG state, and ranks never share noise."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class _Window:
+    """Per-step losses of one log interval, kept on the device: read once, at the interval's end.
+
+    The step itself never reads a device value (no `.item()`, no `bool(tensor)`): on CUDA each read would stall
+    the host until the GPU caught up, leaving the GPU idle while the host queues the next step. What the loop
+    needs per step, it keeps as tensors: the loss and its parts, and the first step whose loss was not finite."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.losses: list[torch.Tensor] = []
+        self.parts: dict[str, list[torch.Tensor]] = {}
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
+        self.steps: list[int] = []
+
+    def add(self, step_number: int, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> None:
+        self.first_bad = torch.where(
+            (self.first_bad < 0) & ~torch.isfinite(loss), torch.full_like(self.first_bad, step_number), self.first_bad
+        )
+        self.losses.append(loss)
+        for k, v in parts.items():
+            self.parts.setdefault(k, []).append(v)
+        self.steps.append(step_number)
+
+    def read(self, rt: Runtime) -> tuple[list[float], dict[str, float], int]:
+        """(mean loss of each step over processes, mean of each part over steps and processes, first step with a
+        non-finite loss on any process or -1): one all-reduce and one device->host read for the whole interval."""
+        n = len(self.losses)
+        names = sorted(self.parts)
+        values = torch.stack(self.losses + [torch.stack(self.parts[k]).mean() for k in names]).float()
+        # The first bad step (-1: none), as a max over processes: any process's non-finite loss stops every one.
+        packed = torch.cat([values, self.first_bad.float().reshape(1)])
+        if rt.distributed:
+            flag = packed[-1:].clone()
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            summed = packed[:-1].clone()
+            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+            packed = torch.cat([summed / rt.world, flag])
+        host = packed.tolist()
+        return host[:n], dict(zip(names, host[n:-1])), int(host[-1])
+
+    def clear(self) -> None:
+        self.losses, self.parts, self.steps = [], {}, []
+
+
+def train_loop(
+    *,
+    cfg: TrainConfig,
+    rt: Runtime,
+    model: nn.Module,
+    raw_model: nn.Module,
+    optimizer,
+    scheduler,
+    compute: Callable[[int, int], StepOutput],
+    out: Path,
+    metrics: MetricsLog,
+    start_step: int = 0,
+    checkpoint_state: Callable[[int], dict] | None = None,
+    on_log: Callable[[int, dict], None] | None = None,
+    after_save: Callable[[int], dict | None] | None = None,
+    description: str = "training",
+    scaler=None,
+    checkpointer=None,
+    probe: Callable[[int], dict | None] | None = None,
+    probe_every: int = 0,
+) -> LoopResult:
+    """Run optimizer steps start_step .. cfg.max_steps-1.
+
+    `compute(step, micro)` runs one micro-batch forward and returns its loss; the loop does backward
+    (averaged over accumulation), the optimizer and schedule steps, logging and checkpoints. `model` is what
+    forward runs through (DDP-wrapped when distributed), `raw_model` what is saved.
+
+    Between log and save steps nothing is read from the device: losses and the finiteness flag stay on it
+    (`_Window`) and are read at the end of each log interval and before every checkpoint. A non-finite loss
+    therefore stops the run at the next such boundary (at most `log_every` steps later), always before a
+    checkpoint could be written from it; the last good checkpoint is named.
+
+    `probe(step)`, when given, runs after every `probe_every`-th step and the last (on every process; it returns
+    a record on the main one): the record goes to the metrics log with `train_s`, the training time so far
+    without the probes, whose time is also left out of tokens/s.
+    """
+    accum = cfg.grad_accum
+    history: list[dict] = []
+    first_loss = last_loss = None
+    total_tokens = 0
+    t_start = t_window = time.perf_counter()
+    window_tokens = 0
+    window_info: dict = {}
+    window = _Window(rt.device)
+    # Checkpoints are written in a background thread from a host copy (checkpoint_writer.AsyncCheckpointer): the
+    # steps go on while the files are written, one checkpoint at a time, each still atomic.
+    from mlminilm.training.checkpoint_writer import AsyncCheckpointer
+
+    writer = checkpointer if checkpointer is not None else AsyncCheckpointer(out, cfg.keep)
+    # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
+    log_lines = rt.is_main and not mlog.progress_enabled()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    probe_time = 0.0
+
+    with writer, mlog.progress() as bar:  # on any exit, a write in flight is finished first
+        task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
+        model.train()
+        for step in range(start_step, cfg.max_steps):
+            torch.manual_seed(step_seed(cfg.seed, step, rt.rank))
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = torch.zeros((), device=rt.device)
+            step_parts: dict[str, torch.Tensor] = {}
+            for micro in range(accum):
+                sync = micro == accum - 1 or not rt.distributed
+                ctx = contextlib.nullcontext() if sync else model.no_sync()
+                with ctx:
+                    with rt.autocast():
+                        res = compute(step, micro)
+                    loss = res.loss / accum
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
+                step_loss += res.loss.detach().float() / accum
+                for k, v in res.parts.items():
+                    step_parts[k] = step_parts.get(k, 0.0) + v.detach().float() / accum
+                window_tokens += int(res.tokens)
+                for k, v in res.info.items():
+                    window_info[k] = window_info.get(k, 0) + v
+            if cfg.max_grad_norm > 0:
+                # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
+                # every parameter the optimizer steps (unscaled first under fp16).
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped, on the device, when a gradient overflowed
+                scaler.update()
+            else:
+                optimizer.step()
+            scheduler.step()
+            done = step + 1
+            window.add(done, step_loss, step_parts)
+
+            log_now = done % cfg.log_every == 0 or done == cfg.max_steps
+            save_now = done % cfg.save_every == 0 or done == cfg.max_steps
+            probe_now = probe is not None and (done % probe_every == 0 or done == cfg.max_steps)
+            if not (log_now or save_now or probe_now):
+                continue
+            losses, parts, bad = window.read(rt)
+            if bad >= 0:
+                value = losses[window.steps.index(bad)]
+                writer.wait()  # the last good checkpoint, named below, is on disk
+                raise _diverged(out, f"loss became {value} at step {bad}")
+            first_loss = losses[0] if first_loss is None else first_loss
+            last_loss = losses[-1]
+            if log_now:
+                now = time.perf_counter()
+                tokens = window_tokens * rt.world  # each process counts its own share
+                rate = tokens / max(now - t_window, 1e-9)
+                total_tokens += tokens
+                record = {
+                    "step": done,
+                    "loss": sum(losses) / len(losses),
+                    **parts,
+                    "lr": scheduler.get_last_lr()[0],
+                    "tokens_per_s": rate,
+                    "elapsed_s": now - t_start,
+                }
+                if scaler is not None:
+                    record["loss_scale"] = scaler.get_scale()
+                if on_log is not None:
+                    on_log(done, {"info": window_info, "record": record})
+                history.append(record)
+                metrics.write(record)
+                bar.update(task, completed=done, rate=f"loss {record['loss']:.4f} · {rate:,.0f} tok/s")
+                if log_lines:
+                    per_step = (now - t_start) / max(done - start_step, 1)
+                    log.info(
+                        "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s", description, done, cfg.max_steps,
+                        record["loss"], record["lr"], f"{rate:,.0f}", _duration(per_step * (cfg.max_steps - done)),
+                    )
+                else:
+                    log.debug("step %d loss %.5f", done, record["loss"])
+                t_window, window_tokens, window_info = now, 0, {}
+                window.clear()
+
+            if save_now:
+                # A finite loss does not prove finite weights (an inf or NaN gradient, an overflowing update):
+                # never save, and never call "good", a checkpoint that holds NaN.
+                if not weights_finite(raw_model):
+                    writer.wait()
+                    raise _diverged(out, f"the weights became NaN or infinite at step {done} (the loss was still finite)")
+                state = checkpoint_state(done) if checkpoint_state else {}
+                if scaler is not None:
+                    state = {**state, "grad_scaler": scaler.state_dict()}
+                if rt.is_main:
+                    writer.save(done, raw_model, optimizer, scheduler, state)
+                if after_save is not None:
+                    writer.wait()  # what runs after a save may read the checkpoint
+                    rt.barrier()
+                    extra = after_save(done)
+                    if extra:
+                        metrics.write({"step": done, **extra})
+                        history.append({"step": done, **extra})
+            if probe_now:
+                t_probe = time.perf_counter()
+                found = probe(done)
+                rt.barrier()
+                spent = time.perf_counter() - t_probe
+                probe_time += spent
+                t_window += spent  # the next tokens/s is the training's alone
+                if found:
+                    found = {"step": done, **found, "train_s": round(t_probe - t_start - probe_time + spent, 2)}
+                    metrics.write(found)
+                    history.append(found)
+        writer.wait()
+        rt.barrier()
+    elapsed = time.perf_counter() - t_start
+    return LoopResult(
+        start_step, cfg.max_steps, first_loss, last_loss,
+        total_tokens / max(elapsed - probe_time, 1e-9), elapsed, history,
+    )
+
+
+def _diverged(out: Path, what: str) -> TrainingDiverged:
+    saved = checkpoint_dirs(out)
+    if saved:
+        where = (f"the last good checkpoint is {saved[-1][1]}: rerun the same command with --resume and a lower --lr "
+                 "or a longer --warmup to continue from it")
+    else:
+        where = "no checkpoint was saved yet: rerun with a lower --lr or a longer --warmup"
+    return TrainingDiverged(f"{what}; stopped, {where}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def is_finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)

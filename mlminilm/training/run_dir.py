@@ -1,0 +1,221 @@
+"""A training command's output directory: refusing or cleaning it, the run record (what made the run) and its
+--resume check, and the metrics log."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from mlminilm import __version__
+from mlminilm import logging as mlog
+from mlminilm.config import TrainConfig
+from mlminilm.errors import CheckpointError
+from mlminilm.io.atomic import write_json_atomic
+from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
+from mlminilm.training.runtime import Runtime
+
+log = mlog.get(__name__)
+RUN_RECORD = "run.json"  # the run record: not config.json, which from_pretrained(OUT) would take for a model's
+LEGACY_RUN_RECORD = "config.json"  # where distill and assist wrote it in earlier versions; still read on --resume
+METRICS = "metrics.jsonl"
+# Options that --resume may change (the advice after a divergence: lower --lr, longer --warmup), recorded in the run
+# record; any other option a command lists as defining its run must stay the same.
+RESUME_CHANGEABLE = ("lr", "warmup")
+
+
+def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], record_file: str = RUN_RECORD) -> None:
+    """Refuse a non-empty output directory unless resuming or overwriting; on overwrite remove only our artifacts.
+
+    Temporaries of dead processes are removed first, and a directory that holds only what a failed run left before
+    its first checkpoint (its run record and metrics log) is started over: there is nothing to resume in it."""
+    from mlminilm.io.stale import clean_stale
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
+    # Our names only at OUT's root (it may be a directory of the user's, refused below); all in checkpoints/.
+    clean_stale(out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json"))))
+    clean_stale(out / CHECKPOINTS)
+    existing = [p for p in out.iterdir()] if out.exists() else []
+    failed = bool(existing) and not cfg.resume and failed_run_leftovers(out, record_file)
+    if existing and not (cfg.resume or cfg.overwrite or failed):
+        raise CheckpointError(
+            f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
+        )
+    if failed and not cfg.overwrite:
+        log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
+    if cfg.overwrite or failed:
+        for name in artifacts:  # every torchrun process does this: another may have removed a file first
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+
+
+def failed_run_leftovers(out: Path, record_file: str = RUN_RECORD) -> bool:
+    """Whether `out` holds nothing but what a run that died before its first checkpoint leaves: its run record,
+    its metrics log, and a checkpoints/ directory without a whole checkpoint."""
+    out = Path(out)
+    if not out.is_dir() or checkpoint_dirs(out):
+        return False
+    allowed = {record_file, METRICS, CHECKPOINTS}
+    names = {p.name for p in out.iterdir()}
+    if not names or not names <= allowed | {LEGACY_RUN_RECORD}:
+        return False
+    if LEGACY_RUN_RECORD in names and LEGACY_RUN_RECORD != record_file and not _is_run_record(out / LEGACY_RUN_RECORD):
+        return False  # a model's config.json: this is not a failed run's directory
+    root = out / CHECKPOINTS
+    return not root.exists() or (root.is_dir() and not any(root.iterdir()))
+
+
+def _is_run_record(path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "command" in record and "config" in record
+
+
+def git_revision() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        return rev.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def run_record(cfg, rt: Runtime, extra: dict | None = None) -> dict:
+    """The resolved config with versions, device, seed and git revision: written before work starts."""
+    import transformers
+
+    record = {
+        "command": type(cfg).__name__.replace("Config", "").lower(),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()},
+        "mlminilm": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": str(rt.device) if rt.device.type == "cpu" else torch.cuda.get_device_name(rt.device),
+        "world_size": rt.world,
+        "precision": str(rt.dtype).replace("torch.", ""),
+        "git_revision": git_revision(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    record.update(extra or {})
+    return record
+
+
+class MetricsLog:
+    """JSON lines, one object per logged step, flushed as they happen (main process only)."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path = Path(path)
+        self.enabled = enabled
+
+    def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop records past the checkpoint so the log reads like the uninterrupted run.
+
+        A half-written last line (the process died while appending it) is dropped; a damaged line before it is an
+        error that names the line."""
+        if not self.enabled or not self.path.exists():
+            return
+        lines = [l for l in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()]
+        kept = []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError:
+                if number == len(lines):
+                    log.warning("%s: dropped a half-written last line (the run stopped while writing it)", self.path)
+                    break
+                raise CheckpointError(
+                    f"{self.path}:{number}: not a metrics record (the log is damaged); delete that line, or the "
+                    "whole file, to resume"
+                ) from None
+            if record.get("step", 0) <= step:
+                kept.append(line)
+        self.path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+
+
+def read_run_record(out: Path, record_file: str = RUN_RECORD) -> tuple[Path, dict] | None:
+    """The run record of the run in `out` (`record_file`, or the name distill used before, config.json, when it
+    holds a run record), or None when there is none. A damaged record is an error that says what to do."""
+    out = Path(out)
+    candidates = [out / record_file]
+    if record_file != LEGACY_RUN_RECORD:
+        candidates.append(out / LEGACY_RUN_RECORD)
+    for path in candidates:
+        if not path.exists():
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(record, dict) or not isinstance(record.get("config", {}), dict):
+                raise ValueError("not a run record object")
+        except FileNotFoundError:  # another torchrun process moved the old name to the new one just now
+            continue
+        except (UnicodeDecodeError, ValueError) as exc:
+            if path.name == LEGACY_RUN_RECORD and path.name != record_file:
+                continue  # a model's config.json, say: not ours
+            raise CheckpointError(
+                f"run record {path} is damaged ({str(exc).splitlines()[0]}): it cannot tell which options made this "
+                f"run; delete it to resume without that check (it is written again), or start over with --overwrite"
+            ) from None
+        if path.name == LEGACY_RUN_RECORD and path.name != record_file and "command" not in record:
+            continue
+        return path, record
+    return None
+
+
+def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], record_file: str = RUN_RECORD,
+                            write: bool = True) -> dict:
+    """On --resume, the run's defining options (`keys`) must equal those recorded in OUT/<record_file>.
+
+    Options in RESUME_CHANGEABLE may differ: each change is logged and recorded (the record's "config" takes the
+    new value, "resumes" keeps what changed and when), when `write` (the main process). Returns the changes."""
+    found = read_run_record(out, record_file)
+    if found is None:
+        return {}
+    path, old_record = found
+    old = old_record.get("config", {})
+    new = record["config"]
+    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+            if k not in RESUME_CHANGEABLE and old.get(k) != new.get(k)]
+    if diff:
+        raise CheckpointError(
+            f"--resume with options that differ from the run in {out} ({'; '.join(diff)}); use the same options "
+            f"(only {', '.join('--' + k for k in RESUME_CHANGEABLE)} may change) or a new --out"
+        )
+    changes = {k: [old[k], new.get(k)] for k in RESUME_CHANGEABLE if k in old and old[k] != new.get(k)}
+    if changes:
+        log.warning("--resume with %s (recorded in %s)",
+                    ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
+                    Path(out) / record_file)
+    if write and (changes or path.name != record_file):
+        updated = dict(old_record)
+        updated["config"] = {**old, **{k: b for k, (a, b) in changes.items()}}
+        if changes:
+            updated["resumes"] = [*old_record.get("resumes", []),
+                                  {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}]
+        write_json_atomic(Path(out) / record_file, updated)
+        if path.name != record_file:  # the old name: the record moves to its new one
+            path.unlink(missing_ok=True)
+    return changes
