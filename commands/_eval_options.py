@@ -10,7 +10,7 @@ import typer
 from mlminilm.commands._params import Precision as PrecisionChoice
 from mlminilm.commands._train_options import Device, Quiet, Verbose  # noqa: F401 (re-exported: the training commands' own)
 
-Langs = Annotated[list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: all of the benchmark's).")]
+Langs = Annotated[list[str], typer.Option("--langs", help="Only these languages, comma-separated or repeated (default: every language with a file in --data; MLQA: its 7).")]
 EvalOut = Annotated[Optional[Path], typer.Option(
     "--out", help="Report directory: metrics.json/.csv/.md, chart.png, predictions/ (must be empty unless --overwrite).")]
 EvalBatch = Annotated[int, typer.Option("--batch-size", min=1, help="Inputs per forward pass (sorted by length).")]

@@ -1,16 +1,20 @@
 """What the CLI checks itself, so that a bad option value exits 2 with a usage error naming the option: the choices
 of every choice option (as str Enums built from the tuples in mlminilm.config, listed in --help and completed by
-the shell) and the range of every number. The config dataclasses keep their own checks for Python API users;
-these only make the CLI fail at parse time, before any work."""
+the shell) and the range of every number: the floats by the callbacks below, the integers by their `min` and the
+bounds of mlminilm.config.limits, which `bound_integer_options` gives every command's integer options as it is
+registered. The config dataclasses keep their own checks for Python API users; these only make the CLI fail at
+parse time, before any work."""
 
 from __future__ import annotations
 
 import math
+import typing
 from enum import Enum
 
 import typer
 
 from mlminilm import config
+from mlminilm.config.limits import BATCH_MAX, int_limits
 
 
 def choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -33,6 +37,7 @@ EvalSplit = choices("EvalSplit", config.EVAL_SPLITS)
 QaScorer = choices("QaScorer", config.QA_SCORERS)
 Pooling = choices("Pooling", config.TATOEBA_POOLINGS)
 Compile = choices("Compile", config.COMPILE_MODES)
+ReportTo = choices("ReportTo", config.REPORT_TO)
 
 
 def _real(what: str, ok) -> callable:
@@ -61,6 +66,29 @@ def BATCH_SIZE(x):
         n = int(x)
     except ValueError:
         raise typer.BadParameter(f"{x!r} is neither a number of sequences nor auto") from None
-    if n < 1:
-        raise typer.BadParameter(f"{n} is not at least 1")
+    if not 1 <= n <= BATCH_MAX:
+        raise typer.BadParameter(f"{n} is not in 1..{BATCH_MAX}")
     return n
+
+
+def bound_integer_options(command) -> None:
+    """Bound every integer option of a command function (`int` or `Optional[int]`, by its parameter name) with
+    `mlminilm.config.limits.int_limits`, where the option declares no stricter bound: a huge or negative integer
+    is then a usage error at parse time, never a traceback (or a process killed for memory) later. Sets the
+    options' `min` / `max`, so --help shows the range."""
+    from typer.models import ParameterInfo
+
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        if typing.get_origin(hint) is not typing.Annotated:
+            continue
+        base, *metadata = typing.get_args(hint)
+        if int not in (base, *typing.get_args(base)):  # int, Optional[int]; bool is not int here
+            continue
+        least, most = int_limits(name)
+        for info in metadata:
+            if isinstance(info, ParameterInfo):
+                info.min = least if info.min is None else max(info.min, least)
+                info.max = most if info.max is None else min(info.max, most)
+        # Under `from __future__ import annotations` an annotation written in the signature is a string that Typer
+        # would evaluate again into a new, unbounded option: keep the evaluated one.
+        command.__annotations__[name] = hint

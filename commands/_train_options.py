@@ -14,6 +14,7 @@ from mlminilm.commands._params import HiddenDistance as HiddenDistanceChoice
 from mlminilm.commands._params import Init as InitChoice
 from mlminilm.commands._params import Objective as ObjectiveChoice
 from mlminilm.commands._params import Precision as PrecisionChoice
+from mlminilm.commands._params import ReportTo as ReportToChoice
 from mlminilm.config import DEFAULT_INIT_LAYERS
 
 Out = Annotated[Path, typer.Option("--out", help="Output directory (created; must be empty unless --resume/--overwrite).")]
@@ -59,6 +60,11 @@ Precision = Annotated[PrecisionChoice, typer.Option(
     "--precision", help="auto (bf16 on CUDA GPUs that have it and on CPUs with native bf16, AVX512-BF16 or AMX; fp16 "
     "on older GPUs; else fp32), fp32, bf16, or fp16 (with a gradient scaler; for GPUs without bf16: V100, T4).")]
 Device = Annotated[DeviceChoice, typer.Option("--device", help="auto, cpu or cuda.")]
+ReportTo = Annotated[ReportToChoice, typer.Option(
+    "--report-to",
+    help="Where the metrics records also go (metrics.jsonl is always written: --resume reads it): jsonl (nowhere "
+    "else), tensorboard (also TensorBoard event files in OUT/tb/; needs pip install 'mlminilm[tensorboard]') or "
+    "none (no extra sink, as jsonl). May change on --resume.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]

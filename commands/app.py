@@ -10,6 +10,7 @@ import sys
 import typer
 
 from mlminilm import __version__
+from mlminilm.commands._params import bound_integer_options
 
 app = typer.Typer(
     name="mlminilm",
@@ -30,6 +31,7 @@ COMMANDS = [
     ("eval-mlqa", "eval_mlqa"),
     ("eval-tatoeba", "eval_tatoeba"),
     ("trim", "trim"),
+    ("compare", "compare"),
 ]
 
 
@@ -43,12 +45,14 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa; eval-tatoeba needs no fine-tuning."""
+    """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa; eval-tatoeba needs no fine-tuning;
+    compare sets their reports side by side."""
 
 
 def _register() -> None:
     for name, module in COMMANDS:
         mod = importlib.import_module(f"mlminilm.commands.{module}")
+        bound_integer_options(mod.command)  # huge or negative integers: usage errors (mlminilm.config.limits)
         # EXAMPLES: one or two example command lines, shown at the end of the command's --help.
         app.command(name, help=mod.command.__doc__, epilog=getattr(mod, "EXAMPLES", None))(mod.command)
 

@@ -69,6 +69,7 @@ def command(
     compile: Compile = default(A, "compile"),
     data_workers: DataWorkers = default(A, "data_workers"),
     device: Device = default(A, "device"),
+    report_to: ReportTo = default(A, "report_to"),
     probe_tatoeba: ProbeTatoeba = default(A, "probe_tatoeba"),
     probe_langs: ProbeLangs = list(default(A, "probe_langs")),
     probe_every: ProbeEvery = default(A, "probe_every"),

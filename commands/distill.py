@@ -55,6 +55,7 @@ def command(
     compile: Compile = default(D, "compile"),
     data_workers: DataWorkers = default(D, "data_workers"),
     device: Device = default(D, "device"),
+    report_to: ReportTo = default(D, "report_to"),
     probe_tatoeba: ProbeTatoeba = default(D, "probe_tatoeba"),
     probe_langs: ProbeLangs = list(default(D, "probe_langs")),
     probe_every: ProbeEvery = default(D, "probe_every"),

@@ -31,7 +31,8 @@ def command(
                        "tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i of the other)."
     )] = ...,
     langs: Annotated[list[str], typer.Option(
-        "--langs", help="Only these languages (project codes: de, zh, sw, ...), comma-separated or repeated "
+        "--langs", help="Only these languages (project codes: de, zh, sw, ...; the file code of a language not in "
+                        "langs/), comma-separated or repeated "
                         "(default: every language found in --data).")] = list(default(E, "langs")),
     out: EvalOut = default(E, "out"),
     layer: Annotated[Optional[int], typer.Option(

@@ -76,6 +76,7 @@ def command(
     overwrite: Overwrite = default(F, "overwrite"),
     precision: Precision = default(F, "precision"),
     device: Device = default(F, "device"),
+    report_to: ReportTo = default(F, "report_to"),
     json_out: Json = False,
     quiet: Quiet = default(F, "quiet"),
     verbose: Verbose = False,

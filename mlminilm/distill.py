@@ -29,7 +29,8 @@ from mlminilm.corpus.sampling import BatchSampler
 log = mlog.get(__name__)
 
 # OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
-ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.CHECKPOINTS, "student")
+ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.TENSORBOARD,
+             training.CHECKPOINTS, "student")
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
@@ -144,6 +145,11 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
         )
     else:
         problems += _embedding_problems(cfg, teacher_config, data)
+    ids, rows = teacher_tokenizer.get("vocab_size"), getattr(teacher_config, "vocab_size", None)
+    if isinstance(ids, int) and isinstance(rows, int) and ids > rows:  # the student gets the teacher's rows
+        problems.append(f"teacher '{cfg.teacher}' has a tokenizer of {ids} ids but {rows} embedding rows (vocab_size "
+                        "in config.json): neither it nor its student could embed every id; use a teacher whose "
+                        "embeddings fit its tokenizer")
     layer = cfg.teacher_layer + t.layers if cfg.teacher_layer < 0 else cfg.teacher_layer
     if not 0 <= layer < t.layers:
         problems.append(f"--teacher-layer {cfg.teacher_layer} is out of range for a {t.layers}-layer teacher")
@@ -233,6 +239,7 @@ def student_size_warning(cfg: DistillConfig, teacher_config) -> str | None:
 def validate(cfg: DistillConfig):
     """Every cheap check of a run, before anything is written or loaded: (the config with auto choices decided,
     data, teacher config, tokenizer)."""
+    training.check_report_to(cfg.report_to)
     data = PreparedData.open(cfg.data)
     teacher_config = load_config(cfg.teacher)
     check_encoder_config(teacher_config, cfg.teacher)
@@ -244,6 +251,10 @@ def validate(cfg: DistillConfig):
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     embedding_head(cfg)
+    # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
+    from mlminilm.models.sentence_encoder import check_sentence_transformers_files
+
+    check_sentence_transformers_files(resolve_model(cfg.teacher))
     if cfg.probe_tatoeba is not None:
         from mlminilm.tasks.tatoeba import find_tatoeba_files
 
@@ -259,21 +270,22 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 
     # Validate everything cheap before anything is written or loaded.
     cfg, data, teacher_config, tokenizer = validate(cfg)
-    training.prepare_output_dir(out, cfg, ARTIFACTS)
-    if export_dir.parent != out:
-        from mlminilm.io.stale import clean_stale
+    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba}
+    with training.claimed_output(out, cfg, ARTIFACTS, inputs):
+        if export_dir.parent != out:
+            from mlminilm.io.stale import clean_stale
 
-        clean_stale(export_dir.parent, prefix=f".tmp-{export_dir.name}-")  # an export's temporary sits beside it
-    warning = student_size_warning(cfg, teacher_config)
-    if warning:
-        log.warning(warning)
-    counts = {lang: data.num_sequences(lang) for lang in data.languages}
+            clean_stale(export_dir.parent, prefix=f".tmp-{export_dir.name}-")  # an export's temporary sits beside it
+        warning = student_size_warning(cfg, teacher_config)
+        if warning:
+            log.warning(warning)
+        counts = {lang: data.num_sequences(lang) for lang in data.languages}
 
-    rt = training.setup_runtime(cfg.device, cfg.precision)
-    try:
-        return _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title)
-    finally:
-        training.teardown_runtime(rt)
+        rt = training.setup_runtime(cfg.device, cfg.precision)
+        try:
+            return _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title)
+        finally:
+            training.teardown_runtime(rt)
 
 
 def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, title) -> DistillResult:
@@ -463,8 +475,9 @@ def _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, titl
     _write_run_record(out, record, rt)
     if rt.is_main:
         found = _run_probe(probe, student, rt, 0)
-        if found:
-            training.MetricsLog(out / training.METRICS).write({"step": 0, **found, "train_s": 0.0})
+        with training.open_tracker(cfg, out, rt) as metrics:
+            if found:
+                metrics.write({"step": 0, **found, "train_s": 0.0})
         card = card_info(cfg, data, title, teacher_layer, picked, head)
         export_model(student, tokenizer, export_dir, card, sentence_teacher=cfg.teacher,
                      summary="Initialised only (--max-steps 0): no distillation step was taken.")

@@ -8,7 +8,8 @@ model is scored on the ENGLISH dev set only (strict zero-shot: no target-languag
 selection); the best checkpoint is exported and ends up as the plain Hugging Face directory at OUT's root.
 
 OUT/: config.json, model.safetensors, tokenizer files, README.md (the selected model); run.json (the run
-record), metrics.jsonl, selection.json (the rule and every dev score), checkpoints/.
+record), metrics.jsonl, selection.json (the rule and every dev score), checkpoints/, and tb/ with --report-to
+tensorboard.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from mlminilm import training
 from mlminilm.config import FinetuneConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
-from mlminilm.models.loading import _load_error, load_config, load_tokenizer, resolve_model
+from mlminilm.models.loading import (_load_error, check_model_config, check_vocabulary, load_config, load_model,
+                                      load_tokenizer)
 from mlminilm.models.export import export_model
 from mlminilm.models.student import freeze_word_embeddings
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, label_id, read_nli
@@ -46,7 +48,7 @@ MODEL_FILES = (
     "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
     "merges.txt", "sentencepiece.bpe.model", "spiece.model", "chat_template.jinja",
 )
-ARTIFACTS = (RUN_RECORD, "metrics.jsonl", SELECTION, training.CHECKPOINTS, *MODEL_FILES)
+ARTIFACTS = (RUN_RECORD, "metrics.jsonl", training.TENSORBOARD, SELECTION, training.CHECKPOINTS, *MODEL_FILES)
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "model", "task", "train", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs", "max_steps",
@@ -216,12 +218,12 @@ def load_task_model(task: str, name: str, seed: int) -> nn.Module:
             if not _has_nli_head(config):
                 kwargs = dict(num_labels=len(NLI_LABELS), id2label=dict(enumerate(NLI_LABELS)),
                               label2id={label: i for i, label in enumerate(NLI_LABELS)})
-            return AutoModelForSequenceClassification.from_pretrained(
-                resolve_model(name), ignore_mismatched_sizes=True, dtype=torch.float32, **kwargs
-            )
+            # Strict (load_model): only the head may be new (and the pooler the files never had).
+            return load_model(AutoModelForSequenceClassification, name, what=f"model (with a {HEAD_NAMES[task]} head)",
+                              new_head=True, dtype=torch.float32, **kwargs)[0]
         # fp32 weights whatever the checkpoint stores: the run's --precision decides the compute dtype.
-        return AutoModelForQuestionAnswering.from_pretrained(resolve_model(name), ignore_mismatched_sizes=True,
-                                                             dtype=torch.float32)
+        return load_model(AutoModelForQuestionAnswering, name, what=f"model (with a {HEAD_NAMES[task]} head)",
+                          new_head=True, dtype=torch.float32)[0]
     except MlminilmError:
         raise
     except Exception as exc:
@@ -251,9 +253,15 @@ def run(cfg: FinetuneConfig) -> FinetuneResult:
     tokenizer = None
     max_seq_len = cfg.task_default("max_seq_len")
     try:
+        training.check_report_to(cfg.report_to)
+    except MlminilmError as exc:
+        problems.append(str(exc))
+    try:
         model_config = load_config(cfg.model)
         tokenizer = load_tokenizer(cfg.model)
         check_length(model_config, cfg.model, max_seq_len)
+        check_model_config(model_config, cfg.model)  # absurd sizes, or a config its weights contradict
+        check_vocabulary(model_config, len(tokenizer), cfg.model)
         if cfg.task == "qa" and not getattr(tokenizer, "is_fast", False):
             raise ConfigError(
                 f"model {cfg.model}: QA needs a fast tokenizer (character offsets); its tokenizer.json is missing"
@@ -276,13 +284,14 @@ def run(cfg: FinetuneConfig) -> FinetuneResult:
             dev_examples = examples
     if problems:
         raise (DataError if data_problems else ConfigError)("; ".join(problems))
-    training.prepare_output_dir(out, cfg, ARTIFACTS)
-    rows, targets = featurise(cfg.task, train_examples, tokenizer, cfg, max_seq_len)
-    rt = training.setup_runtime(cfg.device, cfg.precision)
-    try:
-        return _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, out)
-    finally:
-        training.teardown_runtime(rt)
+    inputs = {"--model": cfg.model, "--train": cfg.train, "--dev": cfg.dev}
+    with training.claimed_output(out, cfg, ARTIFACTS, inputs, record_file=RUN_RECORD):
+        rows, targets = featurise(cfg.task, train_examples, tokenizer, cfg, max_seq_len)
+        rt = training.setup_runtime(cfg.device, cfg.precision)
+        try:
+            return _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, out)
+        finally:
+            training.teardown_runtime(rt)
 
 
 def _finetune(cfg, rt, tokenizer, train_examples, dev_examples, rows, targets, out) -> FinetuneResult:

@@ -310,3 +310,242 @@ def test_configs_refuse_non_finite_numbers_for_python_api_users():
             DistillConfig(teacher="t", out="o", **{field: bad})
         with pytest.raises(ConfigError, match=message):
             FinetuneConfig(model="m", train="t", out="o", **{field: bad})
+
+
+# ------------------------------------------- models, configs and data that would train on garbage (issue 19)
+
+
+def _edited_model(model: Path, to: Path, drop=(), add=(), config=None, as_bin: bool = False) -> Path:
+    """A copy of the model directory `model` whose weights lack the tensors `drop` and hold zero tensors `add`
+    ({name: shape}) besides, saved as safetensors (or as pytorch_model.bin), with config.json values replaced."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model, to)
+    weights = load_file(to / "model.safetensors")
+    for name in drop:
+        del weights[name]
+    weights.update({name: torch.zeros(shape) for name, shape in dict(add).items()})
+    if as_bin:  # no header to read before loading: found by the strict load itself
+        (to / "model.safetensors").unlink()
+        torch.save(weights, to / "pytorch_model.bin")
+    else:
+        save_file(weights, to / "model.safetensors", metadata={"format": "pt"})
+    if config:
+        (to / "config.json").write_text(json.dumps({**json.loads((to / "config.json").read_text()), **config}))
+    return to
+
+
+QUERY = "encoder.layer.1.attention.self.query.weight"
+
+
+@pytest.mark.parametrize("edit, named, verb", [
+    (dict(drop=[QUERY]), QUERY, "lack"),  # seen in the safetensors header: before the teacher loads
+    (dict(drop=[QUERY], as_bin=True), QUERY, "lack"),  # pytorch_model.bin: seen as it loads
+    (dict(drop=["embeddings.token_type_embeddings.weight"]), "embeddings.token_type_embeddings.weight", "lack"),
+    (dict(add={"encoder.layer.0.attention.self.extra.weight": (4,)}), "encoder.layer.0.attention.self.extra", "hold"),
+    (dict(add={"embeddings.extra.weight": (4,)}), "embeddings.extra.weight", "hold"),
+], ids=["layer-query", "bin-layer-query", "token-types", "extra-in-a-layer", "extra-in-embeddings"])
+def test_distill_refuses_a_teacher_whose_weights_lack_or_add_tensors(edit, named, verb, wp_teacher, wp_data, tmp_path,
+                                                                     monkeypatch, capsys):
+    """Such a teacher used to distil with the missing tensor randomly initialised (exit 0)."""
+    teacher = _edited_model(wp_teacher, tmp_path / "teacher", **edit)
+    out = tmp_path / "out"
+    line = assert_error(run_main(monkeypatch, capsys, *distill_args(teacher, wp_data, out)), named, verb)
+    assert str(teacher) in line
+    assert not out.exists()
+
+
+def test_a_pooler_the_files_never_had_is_allowed_but_not_half_of_one(wp_teacher, wp_data, tmp_path, monkeypatch,
+                                                                      capsys):
+    from transformers import AutoModel
+
+    from mlminilm.models.loading import load_encoder, load_model
+
+    # e5 ships without pooler weights: no loss or pooling reads the pooler, so such a teacher loads.
+    no_pooler = _edited_model(wp_teacher, tmp_path / "no-pooler", drop=["pooler.dense.weight", "pooler.dense.bias"])
+    load_encoder(str(no_pooler))
+    _, absent = load_model(AutoModel, str(no_pooler))
+    assert absent == {"pooler.dense.weight", "pooler.dense.bias"}
+    # Half a pooler is a damaged file.
+    half = _edited_model(wp_teacher, tmp_path / "half-pooler", drop=["pooler.dense.bias"])
+    assert_error(run_main(monkeypatch, capsys, *distill_args(half, wp_data, tmp_path / "out")), "pooler.dense.bias")
+    assert not (tmp_path / "out").exists()
+
+
+def test_finetune_trim_and_evaluation_load_strictly(wp_teacher, wp_data, xnli_model, task_files, tmp_path, monkeypatch,
+                                                     capsys):
+    broken = _edited_model(wp_teacher, tmp_path / "broken", drop=[QUERY])
+    out = tmp_path / "out"
+    # finetune: before anything is written (the header is read with the config), not after featurising the data.
+    assert_error(run_main(monkeypatch, capsys, "finetune", "--model", str(broken), "--train", str(task_files["nli"]),
+                          "--out", str(out)), QUERY)
+    assert_error(run_main(monkeypatch, capsys, "trim", "--model", str(broken), "--data", str(wp_data), "--out",
+                          str(out)), QUERY)
+    # An evaluated model must be whole: a classifier without its head's weights used to score a random head.
+    headless = _edited_model(xnli_model, tmp_path / "headless", drop=["classifier.weight"])
+    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(headless), "--data",
+                          str(task_files["xnli"]), "--out", str(out)), "classifier.weight")
+    assert not out.exists()
+
+
+class _NoLongerThan:
+    """Fail instead of hanging (a 100000-layer teacher used to build until killed): SIGALRM after `seconds`."""
+
+    def __init__(self, seconds: int):
+        self.seconds = seconds
+
+    def _hung(self, *_):
+        raise TimeoutError(f"still running after {self.seconds} s")
+
+    def __enter__(self):
+        import signal
+
+        self.previous = signal.signal(signal.SIGALRM, self._hung)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"num_hidden_layers": 100000}, "num_hidden_layers is 100000, but the weights hold 4 layers"),
+    ({"num_hidden_layers": 2}, "num_hidden_layers is 2, but the weights hold 4 layers"),
+    ({"layer_norm_eps": -1e-12}, "layer_norm_eps"),
+    ({"num_attention_heads": 5}, "num_attention_heads 5 does not divide hidden_size 64"),
+    ({"hidden_size": 0}, "hidden_size 0"),
+    ({"intermediate_size": 10**9}, "intermediate_size"),
+    ({"vocab_size": 50}, "vocab_size is 50, but the weights hold"),
+    ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+], ids=lambda x: next(iter(x)) if isinstance(x, dict) else None)
+def test_a_config_that_is_absurd_or_contradicts_its_weights_is_one_line(values, named, wp_teacher, wp_data, tmp_path,
+                                                                        monkeypatch, capsys):
+    teacher = _edited_model(wp_teacher, tmp_path / "teacher", config=values)
+    out = tmp_path / "out"
+    with _NoLongerThan(120):
+        assert_error(run_main(monkeypatch, capsys, *distill_args(teacher, wp_data, out)), named)
+    assert not out.exists()
+
+
+def test_a_vocabulary_larger_than_the_embedding_rows_is_refused(tiny_wordpiece_dir, wp_data, task_files, tmp_path,
+                                                                monkeypatch, capsys):
+    """Config and weights agree on 50 rows, but the tokenizer has ~600 ids."""
+    from transformers import AutoModel, AutoTokenizer, BertConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_wordpiece_dir)
+    small = tmp_path / "small"
+    AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=160)).save_pretrained(small)
+    tokenizer.save_pretrained(small)
+    out = tmp_path / "out"
+    assert_error(run_main(monkeypatch, capsys, *distill_args(small, wp_data, out)), f"{len(tokenizer)} ids", "50")
+    assert_error(run_main(monkeypatch, capsys, "finetune", "--model", str(small), "--train", str(task_files["nli"]),
+                          "--out", str(out)), f"{len(tokenizer)} ids", "50 embedding rows")
+    assert not out.exists()
+
+
+def _shard_with_ids_outside(data: Path, to: Path, record: str) -> tuple[Path, str]:
+    """A copy of prepared data whose first de shard holds -1 and vocab_size + 5 (in each of its sequences, so that
+    training reads them), edited by hand with its digest brought up to date. `record`: "true" (the manifest records the shard's real id range), "none" (no ranges at
+    all, as an older prepare wrote) or "stale" (the range recorded before the edit)."""
+    import numpy as np
+
+    from mlminilm.corpus.manifest import shard_digest
+
+    shutil.copytree(data, to)
+    manifest = json.loads((to / "manifest.json").read_text())
+    shard = manifest["languages"]["de"]["shards"][0]
+    ids = np.fromfile(to / shard["file"], dtype="<i4").reshape(shard["sequences"], manifest["seq_len"])
+    ids[:, 1], ids[:, 2] = -1, manifest["tokenizer"]["vocab_size"] + 5
+    ids.tofile(to / shard["file"])
+    shard["digest"] = shard_digest(to / shard["file"])
+    for info in manifest["languages"].values():
+        for entry in info["shards"]:
+            if record == "none":
+                entry.pop("id_range", None)
+    if record == "true":
+        shard["id_range"] = [int(ids.min()), int(ids.max())]
+    (to / "manifest.json").write_text(json.dumps(manifest))
+    return to, shard["file"]
+
+
+def test_prepare_records_each_shards_token_id_range(wp_data):
+    import numpy as np
+
+    from mlminilm.corpus.dataset import PreparedData
+
+    manifest = json.loads((wp_data / "manifest.json").read_text())
+    vocab = manifest["tokenizer"]["vocab_size"]
+    for info in manifest["languages"].values():
+        for shard in info["shards"]:
+            ids = np.fromfile(wp_data / shard["file"], dtype="<i4")
+            assert shard["id_range"] == [int(ids.min()), int(ids.max())]
+    lowest, highest = PreparedData.open(wp_data).token_id_range()
+    assert 0 <= lowest <= highest < vocab
+
+
+@pytest.mark.parametrize("record", ["true", "none", "stale"])
+def test_token_ids_outside_the_vocabulary_are_one_line(record, wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    """They used to end in `IndexError: index out of range in self` from the embedding (a CUDA assert on a GPU)."""
+    data, shard = _shard_with_ids_outside(wp_data, tmp_path / "data", record)
+    out = tmp_path / "out"
+    line = assert_error(run_main(monkeypatch, capsys, *distill_args(wp_teacher, data, out)), shard,
+                        "-1..", "prepare")
+    if record == "stale":
+        # The recorded range says nothing is wrong: the sequence read during training is checked, before the model.
+        assert "changed since prepare" in line
+        assert not (out / "student").exists() and not (out / "checkpoints").exists()
+    else:  # checked at open, from the manifest or by reading the shards: before anything is written
+        assert "outside the tokenizer's 0.." in line
+        assert not out.exists()
+
+
+# Integer options beyond what any run needs: numpy, torch or the operating system used to end them in a traceback
+# (or a process killed for memory, `prepare --seq-len 2000000000`).
+INTEGER_CASES = [
+    ("distill", ["--seed", "-1"], "--seed"),
+    ("distill", ["--seed", str(2**70)], "--seed"),
+    ("distill", ["--max-steps", str(2 * 10**19)], "--max-steps"),
+    ("prepare", ["--seq-len", "2000000000"], "--seq-len"),
+    ("assist", ["--seed", "-1"], "--seed"),
+    ("finetune", ["--seed", str(2**70)], "--seed"),
+    ("distill", ["--grad-accum", str(2**63)], "--grad-accum"),
+    ("distill", ["--data-workers", str(10**6)], "--data-workers"),
+    ("distill", ["--batch-size", str(10**12)], "--batch-size"),
+    ("distill", ["--teacher-layer", str(-(2**64))], "--teacher-layer"),
+    ("prepare", ["--workers", str(2**40)], "--workers"),
+    ("prepare", ["--max-docs", str(2**64)], "--max-docs"),
+    ("finetune", ["--max-seq-len", str(2**40)], "--max-seq-len"),
+    ("eval-xnli", ["--batch-size", str(2**64)], "--batch-size"),
+    ("eval-mlqa", ["--doc-stride", str(2**64)], "--doc-stride"),
+    ("eval-tatoeba", ["--layer", str(-(2**64))], "--layer"),
+]
+
+
+@pytest.mark.parametrize("command, extra, option", INTEGER_CASES,
+                         ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+def test_huge_or_negative_integers_are_usage_errors(command, extra, option, tmp_path, monkeypatch, capsys):
+    assert_usage_error(run_main(monkeypatch, capsys, command, *required(command, tmp_path), *extra), option)
+    assert not (tmp_path / "out").exists()
+
+
+def test_configs_bound_integers_for_python_api_users():
+    from mlminilm.config import DistillConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig
+    from mlminilm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--seed must be at least 0"):
+        DistillConfig(teacher="t", out="o", seed=-1)
+    with pytest.raises(ConfigError, match="--seed must be at most 4294967295"):
+        FinetuneConfig(model="m", train="t", out="o", seed=2**70)
+    with pytest.raises(ConfigError, match="--max-steps must be at most"):
+        DistillConfig(teacher="t", out="o", max_steps=2 * 10**19)
+    with pytest.raises(ConfigError, match="--seq-len must be at most 65536"):
+        PrepareConfig(teacher="t", inputs=("x",), out="o", seq_len=2_000_000_000)
+    with pytest.raises(ConfigError, match="--batch-size must be at most"):
+        EvalXnliConfig(model="m", data="d", batch_size=2**64)
+    # A float option that becomes a step count: finetune --epochs 1e30 trained towards 10^30 steps.
+    with pytest.raises(ConfigError, match="give fewer --epochs"):
+        FinetuneConfig(model="m", train="t", out="o", epochs=1e30).resolved(steps_per_epoch=1)

@@ -20,6 +20,7 @@ CONFIG_OF = {
     "eval-mlqa": "EvalMlqaConfig",
     "eval-tatoeba": "EvalTatoebaConfig",
     "trim": "TrimConfig",
+    "compare": "CompareConfig",
 }
 
 

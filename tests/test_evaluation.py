@@ -88,6 +88,27 @@ def test_eval_xnli_report(xnli_model, tmp_path):
     assert "| de | German | 9 |" in (out / "metrics.md").read_text()
 
 
+def test_eval_xnli_every_split_file(xnli_model, tmp_path, monkeypatch, capsys):
+    """Without --langs: every test-XX.tsv of the folder, XNLI's 15 or not (ja, ast: registered; qu: not), scored
+    alike; one warning names the language langs/ does not have."""
+    from helpers import run_main
+
+    data = write_xnli_dir(tmp_path / "xnli", ("en",), count=6)
+    for i, lang in enumerate(("ja", "qu", "ast")):
+        write_nli_tsv(data / f"test-{lang}.tsv", ("fr", "ru", "de")[i], 3 * (i + 2), seed=i)
+    write_nli_tsv(data / "dev-de.tsv", "de", 3)  # another split: not evaluated
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", str(data),
+                                    "--json")
+    assert code == 0, stderr
+    doc = json.loads(stdout)
+    assert {lang: s["examples"] for lang, s in doc["languages"].items()} == {"ast": 12, "en": 6, "ja": 6, "qu": 9}
+    for lang, scores in doc["languages"].items():
+        assert scores["file"].endswith(f"test-{lang}.tsv") and sum(map(sum, scores["confusion"])) == scores["examples"]
+    assert doc["average"]["accuracy"] == pytest.approx(sum(s["accuracy"] for s in doc["languages"].values()) / 4)
+    warnings = [line for line in stderr.splitlines() if "not in the language registry" in line]
+    assert len(warnings) == 1 and "language qu not in" in warnings[0], stderr
+
+
 def test_eval_xnli_table_and_xnli10_layout(xnli_model, tmp_path):
     from mlminilm.config import EvalXnliConfig
     from mlminilm.evaluation import xnli
@@ -331,7 +352,7 @@ def test_qa_layouts_and_prediction_files(tmp_path):
 
 def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
     from mlminilm.config import EvalXnliConfig
-    from mlminilm.errors import CheckpointError, DataError
+    from mlminilm.errors import CheckpointError, ConfigError, DataError
     from mlminilm.evaluation import xnli
 
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de"), count=3)
@@ -346,7 +367,7 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
         "has no span-extraction", "finetune --task qa",
     )
     assert_one_line_error(cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,xx"),
-                          "unknown language 'xx'", "known: ar, bg")
+                          "unknown language 'xx'", "not an ISO 639-1 or 639-3 code", "known: af, am")
     assert not out.exists()
     # In-process: the same errors the CLI prints as one line.
     (data / "test-de.tsv").write_text("a\tb\tentailment\nc\td\tneutral\te\n", encoding="utf-8")
@@ -360,10 +381,16 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
     (out / "mine.txt").write_text("keep")
     with pytest.raises(CheckpointError, match="--overwrite"):
         xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out))
-    with pytest.raises(CheckpointError, match="overlaps"):
+    with pytest.raises(ConfigError, match="is the --model input"):
         xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=xnli_model, overwrite=True))
+    # --overwrite replaces a report, never the user's files: a directory holding one is refused, naming it.
+    with pytest.raises(CheckpointError, match="mine.txt"):
+        xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out, overwrite=True))
+    assert (out / "mine.txt").read_text() == "keep"
+    (out / "mine.txt").unlink()
+    xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out))
     doc = xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out, overwrite=True))
-    assert not (out / "mine.txt").exists() and check_report(out)["languages"]["en"]["examples"] == 3
+    assert check_report(out)["languages"]["en"]["examples"] == 3
 
 
 # ------------------------------------------------------------------------------------------- real data

@@ -23,7 +23,7 @@ LAYERS = (
     ("machinery", ("mlminilm.corpus", "mlminilm.distillation", "mlminilm.training")),
     ("evaluation and vocabulary", ("mlminilm.evaluation", "mlminilm.vocab")),
     ("commands' library calls", ("mlminilm.distill", "mlminilm.assist", "mlminilm.finetune", "mlminilm.demo",
-                                 "mlminilm.losses", "mlminilm.capture")),
+                                 "mlminilm.losses", "mlminilm.capture", "mlminilm.compare")),
     ("command line", ("mlminilm.commands", "mlminilm.__main__")),
 )
 

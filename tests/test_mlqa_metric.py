@@ -115,8 +115,13 @@ def test_evaluate_dataset_scores_missing_predictions_as_zero():
 
 
 def test_evaluate_dataset_rejects_unknown_language_and_empty_dataset():
-    with pytest.raises(DataError, match="unknown language 'xx'.*known:.*en"):
+    with pytest.raises(DataError, match="unknown language 'xx'.*MLQA normalisation needs the language's rules.*known:"):
         evaluate_dataset(_dataset([("q1", ["a"])]), {"q1": "a"}, "xx")
+    # A registered language without an [mlqa] table: normalisation depends on the language, so no guessing.
+    with pytest.raises(DataError, match=r"langs/ja\.toml has no \[mlqa\] table.*languages with rules: ar, bg"):
+        evaluate_dataset(_dataset([("q1", ["a"])]), {"q1": "a"}, "ja")
+    with pytest.raises(DataError, match=r"langs/it\.toml has no \[mlqa\] table"):
+        normalize_answer("il gatto", "it")
     with pytest.raises(DataError, match="no questions"):
         evaluate_dataset({"data": []}, {}, "en")
 

@@ -177,11 +177,29 @@ def test_find_and_load_official_xnli_layout(tmp_path):
         load_xnli_split(tmp_path, "test", ["fr"])
 
 
+def test_find_xnli_files_default_is_every_split_file(tmp_path):
+    # Every test-XX file (plain or .gz), XNLI's 15 or not, registered or not ("qu" is ISO 639-1, not in langs/);
+    # dev files, train files and other names are not test languages.
+    for name in ("test-en.tsv", "test-ja.tsv", "test-qu.tsv", "test-zh-Hant.tsv", "dev-de.tsv", "train-en.tsv",
+                 "test-en.mt.tsv", "notes.tsv"):
+        _write(tmp_path / name, "A\tB\tneutral\n")
+    (tmp_path / "test-it.tsv.gz").write_bytes(gzip.compress(b"A\tB\tentailment\n"))
+    sources = find_xnli_files(tmp_path, "test")
+    assert {lang: s.path.name for lang, s in sources.items()} == {
+        "en": "test-en.tsv", "it": "test-it.tsv.gz", "ja": "test-ja.tsv", "qu": "test-qu.tsv",
+        "zh-Hant": "test-zh-Hant.tsv"}
+    assert list(load_xnli_split(tmp_path, "dev")) == ["de"]
+    # A file whose name cannot hold a language code stops the run, as a bad --langs code would.
+    _write(tmp_path / "test-xx.tsv", "A\tB\tneutral\n")
+    with pytest.raises(DataError, match="unknown language 'xx' \\(not an ISO 639-1 or 639-3 code"):
+        find_xnli_files(tmp_path, "test")
+
+
 def test_find_xnli_files_reports_every_missing_language_and_unknown_codes(tmp_path):
     _write(tmp_path / "test-en.tsv", "A\tB\tneutral\n")
     with pytest.raises(DataError, match=r"no XNLI test file for de, sw in .*present: test-en\.tsv"):
         find_xnli_files(tmp_path, "test", ["en", "de", "sw"])
-    with pytest.raises(DataError, match=r"unknown languages 'qq', 'xx'; known: .*en"):
+    with pytest.raises(DataError, match=r"unknown languages 'qq', 'xx' \(not ISO 639-1 or 639-3 codes.*; known: .*en"):
         find_xnli_files(tmp_path, "test", ["en", "xx", "qq"])
     with pytest.raises(DataError, match="does not exist"):
         find_xnli_files(tmp_path / "absent", "test", ["en"])

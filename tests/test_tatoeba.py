@@ -192,8 +192,14 @@ def test_iso639_3_lookup():
     from mlminilm.langs import from_iso639_3, to_iso639_3
 
     assert [to_iso639_3(c) for c in ("zh", "sw", "de", "en")] == ["cmn", "swh", "deu", "eng"]
-    assert (from_iso639_3("cmn"), from_iso639_3("ara"), from_iso639_3("jpn")) == ("zh", "ar", None)
-    with pytest.raises(DataError, match="unknown language 'xx'; known: ar, bg"):
+    assert (from_iso639_3("cmn"), from_iso639_3("ara"), from_iso639_3("qya")) == ("zh", "ar", None)
+    # Languages beyond the first 21, with Tatoeba codes that are not the ISO 639-2 ones.
+    assert [to_iso639_3(c) for c in ("ja", "fa", "ms", "lv", "nb", "yue")] == ["jpn", "pes", "zsm", "lvs", "nob", "yue"]
+    assert [from_iso639_3(c) for c in ("jpn", "pes", "zsm", "lvs", "nob", "ber")] == [
+        "ja", "fa", "ms", "lv", "nb", "ber"]
+    # CC-100's variants share their language's code; a Tatoeba file means the language itself.
+    assert (to_iso639_3("hi_rom"), from_iso639_3("hin"), from_iso639_3("cmn")) == ("hin", "hi", "zh")
+    with pytest.raises(DataError, match="unknown language 'xx'; known: af, am"):
         to_iso639_3("xx")
 
 
@@ -203,15 +209,18 @@ def test_reader(tmp_path):
 
     data = write_pair(tmp_path / "t", "cmn", ["我们走吧。", "你好！"], ["Let's go.", "Hello!"])
     write_pair(data, "deu", ["Hallo!", "Geh."], ["Hello!", "Go."])
-    write_pair(data, "jpn", ["こんにちは"], ["Hello"])  # a language outside langs/: skipped by default
+    write_pair(data, "qya", ["Aiya!"], ["Hail!"])  # a language outside langs/: evaluated under its file code
     (data / "tatoeba.deu-eng.deu").write_bytes("\ufeffHallo!\r\nGeh.\r\n".encode())  # BOM and CRLF are fine
     (data / "README").write_text("not a Tatoeba file")
-    sets, skipped = load_tatoeba(data)
-    assert list(sets) == ["de", "zh"] and skipped == ["jpn"]
+    sets, unregistered = load_tatoeba(data)
+    assert list(sets) == ["de", "qya", "zh"] and unregistered == ["qya"]
+    assert sets["qya"].files.iso == "qya" and sets["qya"].source == ["Aiya!"]
     assert sets["de"].source == ["Hallo!", "Geh."] and sets["zh"].english == ["Let's go.", "Hello!"]
     assert sets["zh"].files.iso == "cmn" and sets["zh"].files.source.name == "tatoeba.cmn-eng.cmn"
-    sets, skipped = load_tatoeba(data, ["zh"])
-    assert list(sets) == ["zh"] and len(sets["zh"]) == 2 and skipped == []
+    sets, unregistered = load_tatoeba(data, ["zh"])
+    assert list(sets) == ["zh"] and len(sets["zh"]) == 2 and unregistered == []
+    sets, unregistered = load_tatoeba(data, ["qya", "de"])  # a file code not in langs/ names its own files
+    assert list(sets) == ["qya", "de"] and unregistered == ["qya"]
 
     with pytest.raises(DataError, match="no such directory"):
         load_tatoeba(tmp_path / "missing")
@@ -285,11 +294,68 @@ def test_cli_report_known_answer(encoder, tmp_path, monkeypatch, capsys):
     assert "layer 3 of 3 (--layer)" in stdout and "prefix 'query: ' (--prefix)" in stdout
 
 
+def test_cli_every_language_of_the_folder(encoder, tmp_path, monkeypatch, capsys):
+    """Hand-made Tatoeba files of languages outside the first 21 (jpn, ita, por, ast, kab: in langs/ since it holds
+    LASER's 112) and of one no registered language has (qya, Quenya): all evaluated by default, each under its
+    project code, with one warning naming the unregistered one."""
+    data = tmp_path / "tatoeba"
+    codes = {"jpn": "ja", "ita": "it", "por": "pt", "ast": "ast", "kab": "kab", "qya": "qya"}
+    for i, iso in enumerate(codes):
+        lines = known_answer_lines(("fr", "ru", "el", "ar", "hi", "de")[i])
+        write_pair(data, iso, lines, lines)
+    out = tmp_path / "report"
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
+                                    "--out", str(out), "--precision", "fp32", "--json")
+    assert code == 0, stderr
+    doc = json.loads(stdout)
+    assert list(doc["languages"]) == sorted(codes.values()) == ["ast", "it", "ja", "kab", "pt", "qya"]
+    for iso, lang in codes.items():
+        scores = doc["languages"][lang]
+        assert scores["iso639_3"] == iso and scores["files"]["xx"].endswith(f"tatoeba.{iso}-eng.{iso}")
+        assert (scores["examples"], scores["correct_xx_to_en"], scores["correct_en_to_xx"]) == (6, 5, 5), lang
+        assert (out / "predictions" / f"test-{lang}.tsv").is_file()
+    assert doc["data"]["unregistered"] == ["qya"] and doc["average"]["examples"] == 36
+    warnings = [line for line in stderr.splitlines() if "not in the language registry" in line]
+    assert len(warnings) == 1 and "language qya not in" in warnings[0] and "Tatoeba file code" in warnings[0]
+    table = (out / "metrics.md").read_text(encoding="utf-8")
+    assert "| ja | Japanese | 6 |" in table and "| kab | Kabyle | 6 |" in table and "| qya |  | 6 |" in table
+
+    # --langs: registered codes beyond the first 21 (ast: no ISO 639-1 code, so the file code is the project code)
+    # and an unregistered file code, in the order given.
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
+                                    "--langs", "qya,pt,ast", "--precision", "fp32", "--json")
+    assert code == 0, stderr
+    assert list(json.loads(stdout)["languages"]) == ["qya", "pt", "ast"]
+    assert sum("not in the language registry" in line for line in stderr.splitlines()) == 1
+
+
+def test_cli_codes_that_name_no_tatoeba_file(encoder, tmp_path, monkeypatch, capsys):
+    data = write_pair(tmp_path / "t", "hin", ["नमस्ते"], ["Hello"])
+    write_pair(data, "que", ["Napaykullayki"], ["Hello"])
+
+    def error_line(langs: str) -> str:
+        code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data",
+                                        str(data), "--langs", langs)
+        errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+        assert code == 1 and len(errors) == 1 and not stdout and "Traceback" not in stderr, (code, stdout, stderr)
+        return errors[0]
+
+    # A two-letter code langs/ does not have: which file code it means is unknown, and the line says what to do.
+    assert "qu: not in langs/, so its Tatoeba file code is unknown" in error_line("qu")
+    # CC-100's romanized Hindi is not what Tatoeba's hin files hold.
+    assert "hi_rom is CC-100's Hindi (romanized), a variant of hi" in error_line("hi_rom")
+    # Where the file is there, the same languages work: the file code as the project code.
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
+                                    "--langs", "que,hi", "--precision", "fp32", "--json")
+    assert code == 0, stderr
+    assert list(json.loads(stdout)["languages"]) == ["que", "hi"]
+
+
 def test_cli_unknown_language(encoder, tmp_path):
     """The real entry point in a fresh interpreter: exit 1 and one `Error:` line (caught before torch loads)."""
     data = write_pair(tmp_path / "t", "deu", ["Hallo!"], ["Hello!"])
     assert_one_line_error(cli("eval-tatoeba", "--model", str(encoder), "--data", str(data), "--langs", "de,xx"),
-                          "unknown language 'xx'", "known: ar, bg")
+                          "unknown language 'xx'", "not an ISO 639-1 or 639-3 code", "known: af, am")
 
 
 def test_cli_errors(encoder, tmp_path, monkeypatch, capsys):
@@ -321,8 +387,8 @@ def test_real_tatoeba_14_languages(shared_data, tiny_sentencepiece_dir, tmp_path
     from mlminilm.evaluation import tatoeba
     from mlminilm.tasks.tatoeba import load_tatoeba
 
-    sets, skipped = load_tatoeba(shared_data / "tatoeba")
-    assert {lang: len(s) for lang, s in sets.items()} == REAL_COUNTS and skipped == []
+    sets, unregistered = load_tatoeba(shared_data / "tatoeba")
+    assert {lang: len(s) for lang, s in sets.items()} == REAL_COUNTS and unregistered == []
     assert all(len(s.english) == len(s.source) for s in sets.values())
     model = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "m", kind="xlmr", layers=1, hidden=16, heads=2,
                               intermediate=32)

@@ -5,7 +5,7 @@ and names the CLI flag in its message, so a bad option fails before any expensiv
 
 One module per command family: `common` (device, precision, the helpers), `training` (what distill, assist and
 finetune share), `distill` (and assist), `prepare`, `finetune`, `evaluation` (eval-xnli, eval-mlqa,
-eval-tatoeba), `trim`. Every name is importable from `mlminilm.config`.
+eval-tatoeba), `trim`, `compare`. Every name is importable from `mlminilm.config`.
 """
 
 from mlminilm.config.common import (  # noqa: F401
@@ -16,6 +16,7 @@ from mlminilm.config.common import (  # noqa: F401
     default,
 )
 from mlminilm.config.training import (  # noqa: F401
+    REPORT_TO,
     TrainConfig,
 )
 from mlminilm.config.distill import (  # noqa: F401
@@ -56,4 +57,7 @@ from mlminilm.config.evaluation import (  # noqa: F401
 )
 from mlminilm.config.trim import (  # noqa: F401
     TrimConfig,
+)
+from mlminilm.config.compare import (  # noqa: F401
+    CompareConfig,
 )

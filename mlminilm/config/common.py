@@ -36,8 +36,22 @@ def check_choice(problems: list[str], value: str, choices: tuple[str, ...], flag
 
 
 def unknown_langs(p: list[str], langs: tuple[str, ...], flag: str) -> None:
-    from mlminilm.langs import all_languages
+    """Codes that cannot be language codes (a code the registry does not know is fine: the run warns once)."""
+    from mlminilm.errors import DataError
+    from mlminilm.langs import accept_codes
 
-    unknown = [code for code in langs if code not in all_languages()]
-    if unknown:
-        p.append(f"{flag}: unknown language {', '.join(map(repr, unknown))}; known: {', '.join(all_languages())}")
+    try:
+        accept_codes(langs)
+    except DataError as exc:
+        p.append(f"{flag}: {exc}")
+
+
+def unregistered_langs(p: list[str], langs: tuple[str, ...], flag: str, needs: str) -> None:
+    """Every code the registry does not know, for options whose work needs the registry's facts (`needs`)."""
+    from mlminilm.errors import DataError
+    from mlminilm.langs import validate_codes
+
+    try:
+        validate_codes(langs, needs)
+    except DataError as exc:
+        p.append(f"{flag}: {exc}")

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import DEVICES, PRECISIONS, check_choice, problems_to_error, unknown_langs
+from mlminilm.config.common import (
+    DEVICES,
+    PRECISIONS,
+    check_choice,
+    problems_to_error,
+    unknown_langs,
+    unregistered_langs,
+)
 from mlminilm.config.finetune import QA_MAX_ANSWER_LENGTH, QA_N_BEST, qa_window_problems
+from mlminilm.config.limits import int_problems
 
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
 EVAL_SPLITS = ("dev", "test")  # eval-xnli / eval-mlqa --split
@@ -38,8 +46,13 @@ class EvalConfig:
             p.append(f"--max-seq-len must be at least 8 (got {self.max_seq_len})")
         check_choice(p, self.precision, PRECISIONS, "--precision")
         check_choice(p, self.device, DEVICES, "--device")
-        unknown_langs(p, self.langs, "--langs")
+        self._lang_problems(p, self.langs, "--langs")
+        p += int_problems(self)
         return p
+
+    def _lang_problems(self, p: list[str], langs: tuple[str, ...], flag: str) -> None:
+        # XNLI accuracy does not depend on the language: a code the registry does not know is taken (one warning).
+        unknown_langs(p, langs, flag)
 
 
 @dataclass(frozen=True)
@@ -104,8 +117,13 @@ class EvalMlqaConfig(EvalConfig):
         if self.max_answer_length < 1:
             p.append(f"--max-answer-length must be at least 1 (got {self.max_answer_length})")
         if self.lang is not None:
-            unknown_langs(p, (self.lang,), "--lang")
+            self._lang_problems(p, (self.lang,), "--lang")
         problems_to_error(p)
+
+    def _lang_problems(self, p: list[str], langs: tuple[str, ...], flag: str) -> None:
+        from mlminilm.langs import MLQA_NEEDS
+
+        unregistered_langs(p, langs, flag, MLQA_NEEDS)  # MLQA normalisation depends on the language
 
 
 TATOEBA_MAX_LENGTH = 512  # XTREME's max length for Tatoeba (capped at the model's position limit)
@@ -151,8 +169,10 @@ class EvalTatoebaConfig:
         check_choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
         check_choice(p, self.precision, PRECISIONS, "--precision")
         check_choice(p, self.device, DEVICES, "--device")
+        p += int_problems(self)
         # A Tatoeba file code given where a project code is expected: name the project code.
-        iso = [code for code in self.langs if from_iso639_3(code)]
+        # (A language with no ISO 639-1 code, e.g. ast, has its file code as its project code.)
+        iso = [code for code in self.langs if from_iso639_3(code) not in (None, code)]
         if iso:
             p.append(f"--langs takes project language codes, not Tatoeba file codes: use "
                      f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}")

@@ -7,7 +7,9 @@ import math
 from dataclasses import dataclass
 
 from mlminilm.config.common import check_choice, problems_to_error
+from mlminilm.config.limits import COUNT_MAX
 from mlminilm.config.training import TrainConfig
+from mlminilm.errors import ConfigError
 
 TASKS = ("xnli", "qa")
 
@@ -90,6 +92,9 @@ class FinetuneConfig(TrainConfig):
         values = {name: self.task_default(name) for name in _TASK_FIELDS}
         if self.max_steps is None:
             values["max_steps"] = max(1, math.ceil(values["epochs"] * steps_per_epoch))
+            if values["max_steps"] > COUNT_MAX:
+                raise ConfigError(f"--epochs {values['epochs']:g} makes {values['max_steps']} steps ({steps_per_epoch} "
+                                  f"per epoch), more than the {COUNT_MAX} a run may have; give fewer --epochs")
         else:  # --max-steps decides; record how many epochs that is
             values["epochs"] = round(self.max_steps / steps_per_epoch, 4)
         if self.save_every is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.config.common import problems_to_error
+from mlminilm.config.limits import int_problems
 
 
 @dataclass(frozen=True)
@@ -40,4 +41,5 @@ class PrepareConfig:
             p.append("--text-field must not be empty")
         if self.max_docs is not None and self.max_docs < 1:
             p.append(f"--max-docs must be at least 1 (got {self.max_docs})")
+        p += int_problems(self)
         problems_to_error(p)

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.config.common import AUTO, DEVICES, PRECISIONS, check_choice
+from mlminilm.config.limits import int_problems
+
+# --report-to: where the metrics records go besides metrics.jsonl, which is always written (--resume and finetune's
+# checkpoint selection read it back): jsonl (the default) and none nowhere else; tensorboard also to event files
+# in OUT/tb/ (mlminilm.training.tracking).
+REPORT_TO = ("jsonl", "tensorboard", "none")
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class TrainConfig:
     precision: str = "auto"
     device: str = "auto"
     quiet: bool = False
+    report_to: str = "jsonl"  # one of REPORT_TO; may change on --resume (only from that step on)
 
     def _train_problems(self) -> list[str]:
         p: list[str] = []
@@ -77,6 +84,8 @@ class TrainConfig:
             p.append("--resume and --overwrite cannot be used together")
         check_choice(p, self.precision, PRECISIONS, "--precision")
         check_choice(p, self.device, DEVICES, "--device")
+        check_choice(p, self.report_to, REPORT_TO, "--report-to")
+        p += int_problems(self)
         return p
 
     def warmup_steps(self) -> int:

@@ -12,10 +12,17 @@ from mlminilm.config.common import problems_to_error, unknown_langs
 class TrimConfig:
     """`trim`: keep the part of a model's vocabulary that a corpus uses (mlminilm.vocab).
 
-    Token counts come from `data` (a `prepare` output: token_counts.npy, made with the model's own tokenizer) or
-    are counted in `corpus` (<lang>.txt files, only `langs` when given) with the model's tokenizer. Kept: every
-    special and added token, and the most frequent other ids that occur at least `min_count` times, until they
-    cover `coverage` of the corpus's other tokens, at most `max_vocab` ids in all (None: no limit)."""
+    Token counts come from `data` (a `prepare` output: token_counts.npy and, per language, its shards, made with
+    the model's own tokenizer) or are counted in `corpus` (<lang>.txt files, only `langs` when given) with the
+    model's tokenizer. Kept, the union of: every special and added token; the pieces of the model's prompts
+    (sentence-transformers' "query: ", ...); with `per_lang_top_k` k, each language's k most frequent ids that occur
+    at least `min_count` times in it; with `coverage` (None: 1.0 without `per_lang_top_k`, nothing with it) the
+    most frequent ids of all languages pooled that occur at least `min_count` times, until they cover `coverage` of
+    the corpus's other tokens; with `script_chars`, every single-character piece of the scripts the languages are
+    written in (and Common characters: digits, punctuation); `script_fill` more pieces of each language's scripts
+    that its counts do not show, the likeliest first (mlminilm.vocab.scripts). At most `max_vocab` ids in all (None:
+    no limit): the pooled ids fill the room the other rules leave. `check`: a directory of held-out
+    <lang>.txt files (one sentence per line) whose tokenisation before and after is compared."""
 
     model: str = ""
     out: Path | None = None
@@ -23,8 +30,12 @@ class TrimConfig:
     corpus: Path | None = None
     langs: tuple[str, ...] = ()
     min_count: int = 1
-    coverage: float = 1.0
+    coverage: float | None = None  # None: 1.0 without per_lang_top_k, no pooled selection with it
     max_vocab: int | None = None
+    per_lang_top_k: int | None = None
+    script_chars: bool = True
+    script_fill: int = 0
+    check: Path | None = None
     workers: int = 0  # tokenizer processes counting --corpus; 0 = all cores
     overwrite: bool = False
     quiet: bool = False
@@ -43,11 +54,22 @@ class TrimConfig:
                      "(prepare it with --langs instead)")
         if self.min_count < 1:
             p.append(f"--min-count must be at least 1 (got {self.min_count})")
-        if not 0.0 < self.coverage <= 1.0:  # also false for NaN
+        if self.coverage is not None and not 0.0 < self.coverage <= 1.0:  # also false for NaN
             p.append(f"--coverage must be in (0, 1], a fraction of the corpus tokens (got {self.coverage})")
+        if self.per_lang_top_k is not None and self.per_lang_top_k < 1:
+            p.append(f"--per-lang-top-k must be at least 1, the ids each language keeps (got {self.per_lang_top_k})")
+        if self.script_fill < 0:
+            p.append(f"--script-fill must be 0 (none) or more, pieces added per language (got {self.script_fill})")
         if self.max_vocab is not None and self.max_vocab < 1:
             p.append(f"--max-vocab must be at least 1 (got {self.max_vocab})")
         if self.workers < 0:
             p.append(f"--workers must be 0 (all cores) or more (got {self.workers})")
         unknown_langs(p, self.langs, "--langs")
         problems_to_error(p)
+
+    @property
+    def pooled_coverage(self) -> float | None:
+        """The coverage of the pooled selection; None: no pooled selection (--per-lang-top-k alone)."""
+        if self.coverage is None:
+            return None if self.per_lang_top_k is not None else 1.0
+        return self.coverage

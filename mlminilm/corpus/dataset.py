@@ -7,9 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.corpus.manifest import FORMAT_VERSION, MANIFEST, shard_digest
+from mlminilm import logging as mlog
+from mlminilm.corpus.manifest import FORMAT_VERSION, ID_RANGE, MANIFEST, shard_digest
 from mlminilm.corpus.packing import DTYPE
 from mlminilm.errors import DataError
+
+log = mlog.get(__name__)
+SCAN_CHUNK = 1 << 22  # token ids read at a time when a shard's id range has to be found by reading it
 
 
 def sampling_probabilities(counts: dict[str, int | float], alpha: float) -> dict[str, float]:
@@ -43,14 +47,23 @@ class PreparedData:
             lang: np.cumsum([0] + [s["sequences"] for s in shards])[:-1] for lang, shards in self._shards.items()
         }
         self._maps: dict[str, np.memmap] = {}
+        # Each shard's (lowest, highest) token id: from the manifest, or found by `open` for an older manifest.
+        self._id_ranges: dict[str, tuple[int, int]] = {
+            shard["file"]: tuple(shard[ID_RANGE]) for shards in self._shards.values() for shard in shards
+            if ID_RANGE in shard
+        }
+        self._vocab_size: int = self.tokenizer["vocab_size"]
 
     @classmethod
     def open(cls, path: str | Path) -> PreparedData:
-        """Read and check `path/manifest.json` and every shard it names (existence, size, digest), all problems at
-        once. The manifest is not trusted: its paths must stay inside `path`, its values must have their types."""
+        """Read and check `path/manifest.json` and every shard it names (existence, size, digest, token ids within
+        the tokenizer's vocabulary), all problems at once. The manifest is not trusted: its paths must stay inside
+        `path`, its values must have their types. The ids are checked from each shard's recorded range; the shards
+        of a manifest without ranges (an older prepare) are read once to find them."""
         root = Path(path)
         manifest = _read_manifest(root)
-        problems = []
+        vocab = manifest["tokenizer"]["vocab_size"]
+        problems, scanned, outside = [], {}, []
         for lang, info in sorted(manifest["languages"].items()):
             for shard in info["shards"]:
                 file = root / shard["file"]
@@ -61,16 +74,41 @@ class PreparedData:
                 size = file.stat().st_size
                 if size != expected or shard.get("bytes", size) != size:
                     problems.append(f"shard {shard['file']} has {size} bytes, expected {expected}")
-                elif "digest" in shard and shard_digest(file) != shard["digest"]:
+                    continue
+                if "digest" in shard and shard_digest(file) != shard["digest"]:
                     problems.append(f"shard {shard['file']} does not match its digest (changed since prepare)")
+                    continue
+                if ID_RANGE not in shard:
+                    if not scanned:
+                        log.info("%s: the manifest records no token id range (written by an older prepare): reading "
+                                 "the shards to check their ids; prepare again to record it", root)
+                    scanned[shard["file"]] = _scan_ids(file)
+                ids = shard.get(ID_RANGE) or scanned[shard["file"]]
+                if ids is not None and (ids[0] < 0 or ids[1] >= vocab):
+                    outside.append(f"{shard['file']} ({ids[0]}..{ids[1]})")
+        if outside:
+            problems.append(f"token ids outside the tokenizer's 0..{vocab - 1} in shard(s) {', '.join(outside[:3])}"
+                            f"{f' and {len(outside) - 3} more' if len(outside) > 3 else ''}")
         if not (root / manifest["token_counts"]).is_file():
             problems.append(f"{manifest['token_counts']} is missing")
         if problems:
             raise DataError(f"{root}: {'; '.join(problems)}; run `mlminilm prepare` again")
-        return cls(root, manifest)
+        data = cls(root, manifest)
+        data._id_ranges.update({file: ids for file, ids in scanned.items() if ids is not None})
+        return data
+
+    def token_id_range(self) -> tuple[int, int] | None:
+        """The lowest and highest token id stored in the shards, or None when no shard's range is known."""
+        if not self._id_ranges:
+            return None
+        return min(lo for lo, _ in self._id_ranges.values()), max(hi for _, hi in self._id_ranges.values())
 
     def highest_token_id(self) -> int | None:
-        """The largest token id stored in the shards (from token_counts.npy), or None when it cannot be read."""
+        """The largest token id stored in the shards (from their id ranges, else token_counts.npy), or None when
+        it cannot be read."""
+        known = self.token_id_range()
+        if known is not None and len(self._id_ranges) == sum(len(s) for s in self._shards.values()):
+            return known[1]
         try:
             counts = self.token_counts()
         except (OSError, ValueError):
@@ -86,18 +124,38 @@ class PreparedData:
 
     def get(self, lang: str, index: int) -> np.ndarray:
         """Sequence `index` of `lang`: int32 [seq_len], a copy (not a view of the memory map)."""
+        sequence = self._read(lang, index)
+        self._check_ids(sequence[None], [(lang, index)])
+        return sequence
+
+    def batch(self, pairs: list[tuple[str, int]]) -> np.ndarray:
+        """int32 [len(pairs), seq_len]: the sequences named by (language, index) pairs, in order."""
+        out = np.empty((len(pairs), self.seq_len), np.int32)
+        for row, (lang, index) in enumerate(pairs):
+            out[row] = self._read(lang, index)
+        self._check_ids(out, pairs)
+        return out
+
+    def _read(self, lang: str, index: int) -> np.ndarray:
         count = self.num_sequences(lang)
         if not 0 <= index < count:
             raise IndexError(f"sequence {index} out of range for {lang!r} ({count} sequences)")
         shard = int(np.searchsorted(self._starts[lang], index, side="right")) - 1
         return np.array(self._map(lang, shard)[index - self._starts[lang][shard]])
 
-    def batch(self, pairs: list[tuple[str, int]]) -> np.ndarray:
-        """int32 [len(pairs), seq_len]: the sequences named by (language, index) pairs, in order."""
-        out = np.empty((len(pairs), self.seq_len), np.int32)
-        for row, (lang, index) in enumerate(pairs):
-            out[row] = self.get(lang, index)
-        return out
+    def _check_ids(self, rows: np.ndarray, pairs: list[tuple[str, int]]) -> None:
+        """Every id read must index the vocabulary. A shard changed where its digest does not look (between its
+        first and last 64 KiB) is one line here, not an index error in the embedding (or a CUDA assert) later."""
+        if rows.size == 0 or (rows.min() >= 0 and rows.max() < self._vocab_size):
+            return
+        row = int(np.flatnonzero((rows < 0).any(axis=1) | (rows >= self._vocab_size).any(axis=1))[0])
+        lang, index = pairs[row]
+        shard = int(np.searchsorted(self._starts[lang], index, side="right")) - 1
+        raise DataError(
+            f"{self.root}: sequence {index} of {lang} ({self._shards[lang][shard]['file']}) holds token ids "
+            f"{int(rows[row].min())}..{int(rows[row].max())}, outside the tokenizer's 0..{self._vocab_size - 1} "
+            "(the shard changed since prepare); run `mlminilm prepare` again"
+        )
 
     def language_shares(self) -> dict[str, float]:
         """p_i: each language's share of all sequences."""
@@ -122,6 +180,18 @@ class PreparedData:
                 self.root / info["file"], dtype=DTYPE, mode="r", shape=(info["sequences"], self.seq_len)
             )
         return self._maps[key]
+
+
+def _scan_ids(file: Path) -> tuple[int, int] | None:
+    """The lowest and highest id in a shard, read in chunks (memory stays flat); None for an empty shard."""
+    ids = np.memmap(file, dtype=DTYPE, mode="r") if file.stat().st_size else np.empty(0, DTYPE)
+    lowest = highest = None
+    for start in range(0, len(ids), SCAN_CHUNK):
+        chunk = ids[start : start + SCAN_CHUNK]
+        lo, hi = int(chunk.min()), int(chunk.max())
+        lowest = lo if lowest is None else min(lowest, lo)
+        highest = hi if highest is None else max(highest, hi)
+    return None if lowest is None else (lowest, highest)
 
 
 def _read_manifest(root: Path) -> dict:
@@ -199,4 +269,7 @@ def _manifest_problems(root: Path, manifest: dict) -> list[str]:
                 p.append(f"{where}.bytes must be an integer (got {shard['bytes']!r})")
             if "digest" in shard and not isinstance(shard["digest"], str):
                 p.append(f"{where}.digest must be a string (got {shard['digest']!r})")
+            ids = shard.get(ID_RANGE, [0, 0])
+            if not (isinstance(ids, list) and len(ids) == 2 and all(map(_is_int, ids)) and ids[0] <= ids[1]):
+                p.append(f"{where}.{ID_RANGE} must be [lowest, highest], two integers (got {ids!r})")
     return p

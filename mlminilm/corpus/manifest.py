@@ -11,6 +11,10 @@ MANIFEST = "manifest.json"
 TOKEN_COUNTS = "token_counts.npy"
 FORMAT_VERSION = 1
 SPECIAL_TOKENS = ("cls", "sep", "pad", "unk", "mask")
+# Each shard's entry records the lowest and highest token id it holds, [lowest, highest], written by `prepare` as
+# the shard is written. Reading checks it against the tokenizer's vocabulary without reading the shard; a manifest
+# of an older prepare has none, and its shards are scanned once at open instead (PreparedData.open).
+ID_RANGE = "id_range"
 
 
 def tokenizer_identity(tokenizer) -> dict:

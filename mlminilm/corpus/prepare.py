@@ -94,28 +94,31 @@ class PrepareResult:
 
 
 def run(config: PrepareConfig) -> PrepareResult:
-    """Validate everything, tokenize and pack every language into `config.out`, then write the manifest."""
-    out = Path(config.out)
-    if out.is_dir():
-        from mlminilm.io.stale import clean_stale
+    """Validate everything, tokenize and pack every language into a new directory beside `config.out`, write the
+    manifest last, then swap it in: data already at `config.out` stays whole until the new data is complete."""
+    from mlminilm.io.outputs import OutputLock, recover_swap, swap_in
+    from mlminilm.io.stale import clean_stale
 
-        # A .tmp-prepare-<pid> of a run that died would otherwise make --out look taken.
+    out = Path(config.out)
+    recover_swap(out)
+    # A .tmp-prepare-<name>-<pid> of a run that died (beside --out; inside it in earlier versions).
+    clean_stale(out.parent, prefix=f".tmp-prepare-{out.name}-")
+    if out.is_dir():
         clean_stale(out, prefix=(".tmp-prepare-", f".{MANIFEST}.tmp-"))
     sources, tokenizer = _validate(config, out)
-    created_out = not out.exists()
-    work = out / f".tmp-prepare-{os.getpid()}"
-    work.mkdir(parents=True)
-    try:
-        start = time.perf_counter()
-        stats, token_counts = _write_shards(config, sources, tokenizer, work)
-        elapsed = time.perf_counter() - start
-        np.save(work / TOKEN_COUNTS, token_counts)
-        _publish(work, out, _manifest(config, tokenizer, stats))
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        if created_out and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        raise
+    with OutputLock(out):
+        work = out.parent / f".tmp-prepare-{out.name}-{os.getpid()}"
+        work.mkdir(parents=True)
+        try:
+            start = time.perf_counter()
+            stats, token_counts = _write_shards(config, sources, tokenizer, work)
+            elapsed = time.perf_counter() - start
+            np.save(work / TOKEN_COUNTS, token_counts)
+            write_manifest(work, _manifest(config, tokenizer, stats))
+            swap_in(work, out)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
     return PrepareResult(out, config.seq_len, stats, elapsed)
 
 
@@ -124,18 +127,26 @@ def _validate(config: PrepareConfig, out: Path):
     problems = Problems()
     attempt = problems.attempt
 
-    attempt(lambda: _check_out(out, config.overwrite))
+    # LANG=PATH inputs name their file after the '='; hub datasets and ids are not on disk and are skipped.
+    paths = [i.split("=", 1)[1] if "=" in i and not Path(i).exists() else i for i in config.inputs]
+    inputs = [("--teacher", config.teacher), *(("--input", path) for path in paths)]
+    attempt(lambda: _check_out(out, config.overwrite, inputs))
     sources = attempt(lambda: readers.resolve_inputs(config.inputs, config.langs, config.text_field))
     tokenizer = attempt(lambda: _load_tokenizer(config.teacher))
     problems.raise_any()
     return sources, tokenizer
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def _check_out(out: Path, overwrite: bool, inputs: list) -> None:
+    from mlminilm.io.outputs import check_replaceable, refuse_overlap
+
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; name a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another")
+    refuse_overlap(out, inputs)
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another")
+        check_replaceable(out, (MANIFEST, SHARDS_DIR, TOKEN_COUNTS), "prepared data")
 
 
 def _load_tokenizer(teacher: str):
@@ -275,17 +286,3 @@ def _manifest(config: PrepareConfig, tokenizer, stats: dict[str, LanguageStats])
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
         "versions": {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__},
     }
-
-
-def _publish(work: Path, out: Path, manifest: dict) -> None:
-    """Move the finished shards into `out`, then write the manifest: a crash in between leaves no manifest."""
-    (out / MANIFEST).unlink(missing_ok=True)
-    for name in (SHARDS_DIR, TOKEN_COUNTS):
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        os.replace(work / name, target)
-    write_manifest(out, manifest)
-    work.rmdir()

@@ -187,8 +187,10 @@ def resolve_inputs(specs: tuple[str, ...], wanted: tuple[str, ...], text_field: 
             found.add(source.lang)
             if not wanted or source.lang in wanted:
                 by_lang.setdefault(source.lang, []).append(source)
+    unregistered: list[str] = []
     try:
-        langs.validate_codes([*wanted, *by_lang])
+        # Tokenising does not depend on the language: a code the registry does not know is taken (one warning).
+        unregistered = langs.accept_codes([*wanted, *by_lang])
     except DataError as exc:
         problems.append(str(exc))
     missing = sorted(set(wanted) - set(by_lang))
@@ -204,6 +206,7 @@ def resolve_inputs(specs: tuple[str, ...], wanted: tuple[str, ...], text_field: 
                     problems.append(str(exc))
     if problems:
         raise DataError("; ".join(problems))
+    langs.warn_unregistered(unregistered)
     return dict(sorted(by_lang.items()))
 
 

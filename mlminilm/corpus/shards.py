@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlminilm.corpus.manifest import ID_RANGE
 from mlminilm.corpus.packing import DTYPE
 
 SHARDS_DIR = "shards"
@@ -22,7 +23,8 @@ class ShardWriter:
 
     def __init__(self, root: Path, lang: str, shard_sequences: int):
         self.root, self.lang, self.shard_sequences = root, lang, shard_sequences
-        self.shards: list[dict] = []  # [{"file": "shards/de-00000.bin", "sequences": n, "bytes": b, "digest": h}]
+        # [{"file": "shards/de-00000.bin", "sequences": n, "id_range": [lowest, highest], "bytes": b, "digest": h}]
+        self.shards: list[dict] = []
         self._file = None
         (root / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
 
@@ -35,7 +37,18 @@ class ShardWriter:
             part = sequences[start : start + room]
             self._file.write(np.ascontiguousarray(part, DTYPE).tobytes())
             self.shards[-1]["sequences"] += len(part)
+            self._record_ids(part)
             start += len(part)
+
+    def _record_ids(self, part: np.ndarray) -> None:
+        """Widen the current shard's id range (ID_RANGE in the manifest, checked against the vocabulary at open)."""
+        if part.size == 0:
+            return
+        lowest, highest = int(part.min()), int(part.max())
+        shard = self.shards[-1]
+        if ID_RANGE in shard:
+            lowest, highest = min(lowest, shard[ID_RANGE][0]), max(highest, shard[ID_RANGE][1])
+        shard[ID_RANGE] = [lowest, highest]
 
     def close(self) -> list[dict]:
         """Close the last file; returns the shards, each with its size in bytes and digest (verified at open)."""

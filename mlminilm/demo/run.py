@@ -193,10 +193,8 @@ def _drop_checkpoints(run_dir: Path) -> None:
     shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
 
 
-def _kept(student: float | None, teacher: float | None) -> str:
-    if student is None or teacher is None or teacher <= 0:
-        return "-"
-    return f"{100 * student / teacher:.0f}%"
+def _kept(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.0f}%"
 
 
 def _num(value: float | None) -> str:
@@ -205,8 +203,14 @@ def _num(value: float | None) -> str:
 
 def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute) -> list[str]:
     """The closing table: per language, NLI and retrieval accuracy of the teacher, the cut teacher (its first
-    layers, untrained: the baseline a student must beat) and the student, and what the student keeps."""
-    langs = sorted(set(nli["teacher"]["languages"]) | set(retrieval["teacher"]["languages"]),
+    layers, untrained: the baseline a student must beat) and the student, and what the student keeps. The
+    figures and ratios are `mlminilm compare`'s (`compare_documents`, the teacher as baseline), one per task."""
+    from mlminilm.compare import compare_documents
+
+    models = ("teacher", "cut", "student")
+    compared = {"nli": compare_documents({m: nli[m] for m in models}, metric="accuracy"),
+                "retrieval": compare_documents({m: retrieval[m] for m in models}, metric="xx_to_en")}
+    langs = sorted(set(compared["nli"]["languages"]) | set(compared["retrieval"]["languages"]),
                    key=lambda c: (c != "en", c))
     nli_n = {lang: s["examples"] for lang, s in nli["teacher"]["languages"].items()}
     ret_n = {lang: s["examples"] for lang, s in retrieval["teacher"]["languages"].items()}
@@ -223,19 +227,25 @@ def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, comp
         "  " + "-" * (len(head) - 2),
     ]
 
-    def row(label, n, r):
-        tn, cn, sn = n
-        tr, cr, sr = r
-        return (f"  {label:<5} {_num(tn):>11} {_num(cn):>8} {_num(sn):>8} {_kept(sn, tn):>5}   "
-                f"{_num(tr):>17} {_num(cr):>8} {_num(sr):>8} {_kept(sr, tr):>5}")
+    def figures(task: str, lang: str | None) -> tuple:
+        """Teacher, cut and student scores and the student's ratio to the teacher ("-" where not evaluated)."""
+        doc = compared[task]
+        entry = doc["average"] if lang is None else doc["languages"].get(lang)
+        if entry is None:
+            return None, None, None, None
+        metric = doc["metric"]
+        return (*(entry["scores"][m][metric] for m in models), entry["ratio"]["student"][metric])
 
-    models = ("teacher", "cut", "student")
+    def row(label, n, r):
+        tn, cn, sn, kn = n
+        tr, cr, sr, kr = r
+        return (f"  {label:<5} {_num(tn):>11} {_num(cn):>8} {_num(sn):>8} {_kept(kn):>5}   "
+                f"{_num(tr):>17} {_num(cr):>8} {_num(sr):>8} {_kept(kr):>5}")
+
     for lang in langs:
-        lines.append(row(lang, [nli[m]["languages"].get(lang, {}).get("accuracy") for m in models],
-                         [retrieval[m]["languages"].get(lang, {}).get("xx_to_en") for m in models]))
+        lines.append(row(lang, figures("nli", lang), figures("retrieval", lang)))
     lines.append("  " + "-" * (len(head) - 2))
-    lines.append(row("avg", [nli[m]["average"]["accuracy"] for m in models],
-                     [retrieval[m]["average"]["xx_to_en"] for m in models]))
+    lines.append(row("avg", figures("nli", None), figures("retrieval", None)))
     n_nli = sorted(set(nli_n.values()))
     n_ret = sorted(set(ret_n.values()))
     se = 100 * math.sqrt(0.5 * 0.5 / max(n_nli[0], 1))

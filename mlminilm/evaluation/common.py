@@ -136,6 +136,7 @@ def to_device(batch: dict, device) -> dict:
 # ------------------------------------------------------------------------------------ report directories
 
 
+
 @dataclass
 class ReportDir:
     """A report written into a temporary sibling directory and renamed into place when complete, so an error
@@ -146,20 +147,21 @@ class ReportDir:
     path: Path | None = None
 
     @classmethod
-    def open(cls, out: Path | None, overwrite: bool, protect: tuple[str | Path | None, ...] = ()) -> "ReportDir":
+    def open(cls, out: Path | None, overwrite: bool, protect: dict | tuple = ()) -> "ReportDir":
+        """`protect`: the inputs the report must stay out of ({flag: path}, or paths)."""
         if out is None:
             return cls(None)
+        from mlminilm.io.outputs import check_replaceable, refuse_overlap
+        from mlminilm.report import FILES
+
         out = Path(out)
         if out.exists() and not out.is_dir():
             raise CheckpointError(f"--out {out} exists and is not a directory")
-        resolved = out.resolve()
-        for other in protect:
-            if other and Path(other).exists():
-                p = Path(other).resolve()
-                if p == resolved or resolved in p.parents or p in resolved.parents:
-                    raise CheckpointError(f"--out {out} overlaps {other}; write the report to a directory of its own")
-        if out.exists() and any(out.iterdir()) and not overwrite:
-            raise CheckpointError(f"--out {out} exists and is not empty; add --overwrite to replace it")
+        refuse_overlap(out, protect if isinstance(protect, dict) else [("input", other) for other in protect])
+        if out.exists() and any(out.iterdir()):
+            if not overwrite:
+                raise CheckpointError(f"--out {out} exists and is not empty; add --overwrite to replace it")
+            check_replaceable(out, (*FILES, "predictions"), "an evaluation report")
         return cls(out, overwrite)
 
     def begin(self) -> Path | None:
@@ -176,11 +178,14 @@ class ReportDir:
         return self.path
 
     def commit(self) -> None:
+        """Swap the complete report in (the previous one is removed only once the new one is in place), under
+        the output's lock so two evaluations never interleave."""
+        from mlminilm.io.outputs import OutputLock, swap_in
+
         if self.final is None or self.path is None:
             return
-        if self.final.exists():
-            shutil.rmtree(self.final)
-        os.replace(self.path, self.final)
+        with OutputLock(self.final):
+            swap_in(self.path, self.final)
         self.path = None
 
     def discard(self) -> None:

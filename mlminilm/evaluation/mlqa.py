@@ -190,15 +190,13 @@ def load_qa_model(name: str, rt):
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from mlminilm.models.loading import _load_error, load_tokenizer, resolve_model
+    from mlminilm.models.loading import check_vocabulary, load_model, load_tokenizer
 
     tokenizer = load_tokenizer(name)
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"model {name}: QA needs a fast tokenizer (character offsets); its tokenizer.json is missing")
-    try:
-        model = AutoModelForQuestionAnswering.from_pretrained(resolve_model(name), dtype=torch.float32)
-    except Exception as exc:
-        raise _load_error("model", name, exc) from exc
+    model, _ = load_model(AutoModelForQuestionAnswering, name, pooler_optional=False, dtype=torch.float32)  # strict
+    check_vocabulary(model.config, len(tokenizer), name)
     return model.to(rt.device).eval(), tokenizer
 
 
@@ -225,12 +223,15 @@ def run(cfg: EvalMlqaConfig) -> dict:
     """Score every requested file (running `cfg.model`, or reading `cfg.predictions`); returns the metrics
     document, and writes the report and the predictions into `cfg.out` when given."""
 
-    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data, cfg.predictions))
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite,
+                                protect={"--model": cfg.model, "--data": cfg.data, "--predictions": cfg.predictions})
     problems: list[str] = []
     data_problem = False
     benchmark, files, datasets = "mlqa", {}, {}
     try:
         benchmark, files = find_qa_files(cfg.data, cfg.split, cfg.gxlt, list(cfg.langs) or None, cfg.lang)
+        if resolve_scorer(cfg.scorer, benchmark)["name"] == "mlqa":  # its rules exist, before any model runs
+            mlqa_scorer.require_rules(info.context_lang for info in files.values())
         datasets = {key: read_squad(info.path) for key, info in files.items()}
         unlabelled = [key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)]
         if unlabelled:

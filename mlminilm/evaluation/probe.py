@@ -18,6 +18,7 @@ import numpy as np
 from mlminilm.config import TATOEBA_MAX_LENGTH
 from mlminilm.evaluation.embeddings import embed, encode, prompt_length, read_sentence_transformers, resolve_spec
 from mlminilm.evaluation.tatoeba import retrieval_scores
+from mlminilm.langs import warn_unregistered
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
 
 BATCH_SIZE = 128
@@ -28,7 +29,8 @@ class TatoebaProbe:
 
     def __init__(self, data: str | Path, langs: tuple[str, ...], max_pairs: int | None, teacher_dir: str,
                  student_config, tokenizer):
-        sets, self.skipped = load_tatoeba(data, list(langs) or None)
+        sets, unregistered = load_tatoeba(data, list(langs) or None)
+        warn_unregistered(unregistered, "probed and logged under the Tatoeba file code")
         if max_pairs is not None:
             sets = {lang: TatoebaSet(s.files, s.source[:max_pairs], s.english[:max_pairs]) for lang, s in sets.items()}
         st = read_sentence_transformers(teacher_dir)

@@ -23,6 +23,7 @@ from mlminilm.evaluation.common import ReportDir, throughput_record
 from mlminilm.evaluation.embeddings import (
     embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
 )
+from mlminilm.langs import warn_unregistered
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
 
 log = mlog.get(__name__)
@@ -82,9 +83,9 @@ def _check(cfg: EvalTatoebaConfig):
 
     problems: list[str] = []
     data: dict[str, TatoebaSet] = {}
-    skipped: list[str] = []
+    unregistered: list[str] = []
     try:
-        data, skipped = load_tatoeba(cfg.data, list(cfg.langs) or None)
+        data, unregistered = load_tatoeba(cfg.data, list(cfg.langs) or None)
     except MlminilmError as exc:
         problems.append(str(exc))
     data_ok = not problems
@@ -100,7 +101,7 @@ def _check(cfg: EvalTatoebaConfig):
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
-    return data, skipped, st, spec
+    return data, unregistered, st, spec
 
 
 def run(cfg: EvalTatoebaConfig) -> dict:
@@ -111,10 +112,9 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     from mlminilm import training
     from mlminilm.models.loading import load_encoder, load_tokenizer
 
-    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
-    data, skipped, st, spec = _check(cfg)
-    if skipped:
-        log.warning("skipped Tatoeba files of languages not in langs/: %s", ", ".join(skipped))
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
+    data, unregistered, st, spec = _check(cfg)
+    warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
     rt = training.setup_runtime(cfg.device, cfg.precision)
     tokenizer = load_tokenizer(spec.weights)
@@ -159,8 +159,9 @@ def run(cfg: EvalTatoebaConfig) -> dict:
         "summary": f"embedding: {spec.describe()}",
         "model": cfg.model,
         "embedding": spec.record(),
+        # Languages not in langs/, evaluated (and reported) under their Tatoeba file codes.
         "data": {"source": str(cfg.data), "files": {k: v["files"] for k, v in languages.items()},
-                 "skipped": skipped},
+                 "unregistered": unregistered},
         "metrics": list(METRICS),
         "languages": languages,
         "average": {**{m: float(np.mean([s[m] for s in languages.values()])) for m in METRICS},

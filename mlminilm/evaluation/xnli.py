@@ -20,6 +20,7 @@ from mlminilm.evaluation.common import (
     ReportDir, check_head, check_length, length_order, pad_batch, read_selection, run_settings, throughput_record,
     to_device,
 )
+from mlminilm.langs import warn_unregistered
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
 
 log = mlog.get(__name__)
@@ -148,7 +149,7 @@ def run(cfg: EvalXnliConfig) -> dict:
     into `cfg.out` when given)."""
     from mlminilm import training
 
-    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=(cfg.model, cfg.data))
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
     langs = list(cfg.langs) or None
     # Everything cheap first, all problems at once: the data (parsed whole), the model's head and length.
     problems: list[str] = []
@@ -172,6 +173,7 @@ def run(cfg: EvalXnliConfig) -> dict:
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
+    warn_unregistered(data, "evaluated under the file's code")
 
     rt = training.setup_runtime(cfg.device, cfg.precision)
     model, tokenizer = load_classifier(cfg.model, rt)
@@ -243,11 +245,10 @@ def load_classifier(name: str, rt):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from mlminilm.models.loading import _load_error, load_tokenizer, resolve_model
+    from mlminilm.models.loading import check_vocabulary, load_model, load_tokenizer
 
     tokenizer = load_tokenizer(name)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(resolve_model(name), dtype=torch.float32)
-    except Exception as exc:
-        raise _load_error("model", name, exc) from exc
+    # Strict: every tensor from the files, the pooler a BERT classifier reads included.
+    model, _ = load_model(AutoModelForSequenceClassification, name, pooler_optional=False, dtype=torch.float32)
+    check_vocabulary(model.config, len(tokenizer), name)
     return model.to(rt.device).eval(), tokenizer

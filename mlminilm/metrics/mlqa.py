@@ -15,7 +15,9 @@ answer_language`, and the answer language is the CONTEXT language (answers are s
 `dev-context-zh-question-en.json` score with "zh", whatever the question language.
 
 Languages the official script does not know (XQuAD / TyDiQA extras such as ru or fi, where it raises) are scored
-with their registry rules: no article pattern and whitespace tokens unless a TOML file says otherwise.
+with the rules of their registry file's [mlqa] table (for those extras: no article pattern, whitespace tokens). A
+language without such a table, or a code the registry does not know, is refused before any scoring
+(`require_rules`): normalisation depends on the language, and guessing would make scores that are not comparable.
 
 The scorer is plain functions, not an `evaluate` module: `evaluate.load` fetches its metric scripts from the Hub,
 which an offline run cannot reach.
@@ -30,10 +32,11 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 
 from mlminilm.errors import DataError
-from mlminilm.langs import get_language
+from mlminilm.langs import MLQA_NEEDS, all_languages, get_language, validate_codes
 from mlminilm.metrics.qa_aggregate import aggregate, dataset_questions, token_f1
 
 __all__ = [
+    "require_rules",
     "normalize_answer",
     "exact_match",
     "f1",
@@ -58,8 +61,23 @@ def _remove_punctuation(text: str) -> str:
     return "".join(char for char in text if not _is_punctuation(char))
 
 
+def require_rules(langs: Iterable[str]) -> None:
+    """One DataError naming every language the scorer cannot normalise: codes the registry does not know, and
+    registered languages whose file has no [mlqa] table."""
+    langs = sorted(set(langs))
+    validate_codes(langs, MLQA_NEEDS)
+    without = [lang for lang in langs if not get_language(lang).has_mlqa_rules]
+    if without:
+        having = ", ".join(code for code, language in all_languages().items() if language.has_mlqa_rules)
+        files = ", ".join(f"langs/{lang}.toml" for lang in without)
+        raise DataError(f"{files} {'has' if len(without) == 1 else 'have'} no [mlqa] table: "
+                        "MLQA normalisation needs the language's rules (article_pattern, segmentation); "
+                        f"languages with rules: {having}")
+
+
 @functools.cache
 def _article_regex(lang: str) -> re.Pattern[str] | None:
+    require_rules([lang])
     pattern = get_language(lang).article_pattern
     # Compiled with no flags, as `re.sub(pattern, ' ', text)` in the official script.
     return re.compile(pattern) if pattern else None
@@ -132,5 +150,5 @@ def evaluate_dataset(dataset: Mapping | list, predictions: Mapping[str, str], la
 
     `lang` is the answer language, i.e. the CONTEXT language of the file (see the module docstring).
     Returns {"exact_match": %, "f1": %, "examples": n, "missing": n}."""
-    get_language(lang)  # an unknown code fails before any scoring, listing the known ones
+    require_rules([lang])  # an unknown code, or a language without rules, fails before any scoring
     return evaluate_questions(dataset_questions(dataset), predictions, lang)

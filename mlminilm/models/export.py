@@ -31,24 +31,29 @@ def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: st
     The model card (README.md, huggingface_hub's ModelCard) takes its front matter from `card`: `base_model` or
     `teacher` names the base model (whose licence is inherited), `languages` the languages, `task` the pipeline;
     `card_fields` (base_model, language, license, pipeline_tag, library_name, tags) override any of them."""
+    from mlminilm.io.outputs import swap_in
+
     out = Path(out)
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    sentence_encoder = False
-    if sentence_teacher is not None:
-        from mlminilm.models.sentence_encoder import copy_sentence_transformers_files
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        sentence_encoder = False
+        if sentence_teacher is not None:
+            from mlminilm.models.sentence_encoder import copy_sentence_transformers_files
 
-        sentence_encoder = copy_sentence_transformers_files(
-            resolve_model(sentence_teacher), tmp, model.config.hidden_size)
-    from mlminilm.models.cards import infer_card_data
+            sentence_encoder = copy_sentence_transformers_files(
+                resolve_model(sentence_teacher), tmp, model.config.hidden_size)
+        from mlminilm.models.cards import infer_card_data
 
-    data = infer_card_data(card, sentence_encoder, getattr(model.config, "architectures", None), **(card_fields or {}))
-    (tmp / "README.md").write_text(model_card(card, summary, data), encoding="utf-8")
-    (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+        data = infer_card_data(card, sentence_encoder, getattr(model.config, "architectures", None),
+                               **(card_fields or {}))
+        (tmp / "README.md").write_text(model_card(card, summary, data), encoding="utf-8")
+        (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
+        swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # never a half-written export beside the output
+        raise
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm import logging as mlog
-from mlminilm.errors import ConfigError
+from mlminilm.errors import ConfigError, DataError
 
 log = mlog.get(__name__)
 
@@ -78,9 +78,8 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
     modules_path = _model_file(model, "modules.json")
     if modules_path is None:
         return None
-    modules = _read_json(modules_path)
-    if not isinstance(modules, list):
-        raise ConfigError(f"{modules_path}: expected a list of modules")
+    modules = _checked_modules(_read_json(modules_path), modules_path,
+                               Path(model) if os.path.isdir(model) else None)
     kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
     pooling_at = next((i for i, (kind, _) in enumerate(kinds) if kind == "Pooling"), None)
     if pooling_at is None:
@@ -109,16 +108,44 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
     )
 
 
+def _checked_modules(modules, where: Path, model_dir: Path | None) -> list[dict]:
+    """`modules.json`'s list, checked: a list of objects whose `type` and `path` are strings, and every path a
+    relative one that stays inside the model directory (mlminilm.io.paths: a stranger's model must not make an
+    export read or write elsewhere). DataError naming the file otherwise."""
+    from mlminilm.io.paths import confined
+
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise DataError(f"{where}: expected a list of module objects (type, path), as sentence-transformers writes")
+    for m in modules:
+        for key in ("type", "path"):
+            if not isinstance(m.get(key, ""), str):
+                raise DataError(f"{where}: a module's {key!r} must be a string, not {m.get(key)!r}")
+        if m.get("path") and model_dir is not None:
+            confined(model_dir, m["path"], str(where))
+    return modules
+
+
 def sentence_transformers_modules(model_dir: str | Path) -> list[dict] | None:
-    """The modules listed in `model_dir/modules.json`, or None when the directory has no such file."""
+    """The modules listed in `model_dir/modules.json` (checked: see `_checked_modules`), or None when the
+    directory has no such file."""
     path = Path(model_dir) / "modules.json"
     if not path.is_file():
         return None
-    try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return modules if isinstance(modules, list) else None
+    return _checked_modules(_read_json(path), path, Path(model_dir))
+
+
+def check_sentence_transformers_files(model_dir: str | Path) -> None:
+    """Read every file an export will copy from `model_dir` (modules.json and each module folder's JSON), so a
+    damaged one stops a command before its work rather than at the export after it."""
+    modules = sentence_transformers_modules(model_dir) if os.path.isdir(model_dir) else None
+    for module in modules or []:
+        folder = Path(model_dir) / module.get("path", "")
+        if module.get("path") and folder.is_dir():
+            for source in sorted(folder.glob("*.json")):
+                _read_json(source)
+    for name in _TOP_FILES[1:]:
+        if (Path(model_dir) / name).is_file():
+            _read_json(Path(model_dir) / name)
 
 
 def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden: int) -> bool:
@@ -140,14 +167,17 @@ def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden:
     for name in _TOP_FILES:
         if (teacher_dir / name).is_file():
             shutil.copyfile(teacher_dir / name, out / name)
+    from mlminilm.io.paths import confined
+
     for module in modules:
         folder = str(module.get("path", ""))
         if not folder:
             continue
-        (out / folder).mkdir(parents=True, exist_ok=True)
-        for source in (teacher_dir / folder).glob("*.json") if (teacher_dir / folder).is_dir() else []:
-            config = json.loads(source.read_text(encoding="utf-8"))
-            if "word_embedding_dimension" in config:  # Pooling: its input width is the student's
+        target = confined(out, folder, str(teacher_dir / "modules.json"))
+        target.mkdir(parents=True, exist_ok=True)
+        for source in sorted((teacher_dir / folder).glob("*.json")) if (teacher_dir / folder).is_dir() else []:
+            config = _read_json(source)
+            if isinstance(config, dict) and "word_embedding_dimension" in config:  # Pooling: the student's width
                 config["word_embedding_dimension"] = hidden
-            (out / folder / source.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            (target / source.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return True

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mlminilm.errors import DataError
-from mlminilm.langs import benchmark_languages, validate_codes
+from mlminilm.langs import MLQA_NEEDS, benchmark_languages, validate_codes
 from mlminilm.tasks.textfile import read_text
 
 __all__ = [
@@ -153,7 +153,7 @@ def qa_file_info(path: str | Path, lang: str | None = None) -> QAFile:
     (`dev-context-C-question-Q.json`), XQuAD (`xquad.de.json`) or TyDiQA-GoldP (`tydiqa.goldp.ar.dev.json`) name."""
     path = Path(path)
     if lang is not None:
-        validate_codes([lang])
+        validate_codes([lang], MLQA_NEEDS)
         return QAFile(path, lang, lang)
     name = path.name
     if match := _MLQA_NAME.match(name):
@@ -165,7 +165,7 @@ def qa_file_info(path: str | Path, lang: str | None = None) -> QAFile:
             f"{path}: cannot tell the language from the file name; name it like dev-context-de-question-de.json, "
             "xquad.de.json or tydiqa.goldp.de.dev.json, or give the language explicitly"
         )
-    validate_codes([context, question])
+    validate_codes([context, question], MLQA_NEEDS)
     return QAFile(path, context, question)
 
 
@@ -245,5 +245,5 @@ def _resolve_langs(langs: Sequence[str] | None, benchmark: str) -> list[str]:
     langs = list(dict.fromkeys(langs))
     if not langs:
         raise DataError("no languages requested")
-    validate_codes(langs)
+    validate_codes(langs, MLQA_NEEDS)
     return langs

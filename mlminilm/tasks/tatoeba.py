@@ -3,7 +3,8 @@
 `tatoeba.XXX-eng.XXX` holds sentences in the language with ISO 639-3 code XXX, `tatoeba.XXX-eng.eng` their
 English translations: line i of one translates line i of the other (1,000 pairs for most languages). Files are
 UTF-8, one sentence per line. Project language codes (`de`, `zh`) map to the file codes (`deu`, `cmn`) through
-the `iso639_3` field of `langs/*.toml`.
+the `iso639_3` field of `langs/*.toml`; a file code no registered language has is its own project code (`qya` for
+`tatoeba.qya-eng.qya`): the file name says which language it is, and retrieval does not depend on the language.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.errors import DataError
-from mlminilm.langs import all_languages, from_iso639_3, to_iso639_3
+from mlminilm.langs import accept_codes, all_languages, from_iso639_3, to_iso639_3
 from mlminilm.tasks.textfile import read_text
 
-__all__ = ["TatoebaFiles", "TatoebaSet", "file_names", "find_tatoeba_files", "read_sentences", "load_tatoeba"]
+__all__ = ["TatoebaFiles", "TatoebaSet", "file_names", "project_code", "find_tatoeba_files", "read_sentences",
+           "load_tatoeba"]
 
 _FILE = re.compile(r"^tatoeba\.([a-z]{3})-eng\.([a-z]{3})$")
 
@@ -54,33 +56,52 @@ def _codes_in(folder: Path) -> list[str]:
     return sorted(codes)
 
 
+def project_code(iso: str) -> str:
+    """The project code of a Tatoeba file code: the registered language's ("cmn" -> "zh"), else the file code."""
+    return from_iso639_3(iso) or iso
+
+
+def _file_code(lang: str, problems: list[str]) -> str | None:
+    """The Tatoeba file code of project code `lang`, or None with the reason in `problems`."""
+    language = all_languages().get(lang)
+    if language is None:
+        if len(lang) == 3:
+            return lang  # not in langs/: a file code is its own project code
+        problems.append(f"{lang}: not in langs/, so its Tatoeba file code is unknown; give the ISO 639-3 code of "
+                        f"its files (--langs XXX for tatoeba.XXX-eng.XXX), or add langs/{lang}.toml with iso639_3")
+        return None
+    if language.variant_of:
+        problems.append(f"{lang} is CC-100's {language.name}, a variant of {language.variant_of}; Tatoeba's "
+                        f"{language.iso639_3} files are {language.variant_of}: use {language.variant_of}")
+        return None
+    return to_iso639_3(lang)
+
+
 def find_tatoeba_files(
     data: str | Path, langs: list[str] | None = None,
 ) -> tuple[dict[str, TatoebaFiles], list[str]]:
-    """The files of each language (project code -> files), in `langs` order or sorted by code, and the file codes
-    found in `data` that no language in langs/ has (skipped when `langs` is None). A DataError names every
-    missing file at once."""
+    """The files of each language (project code -> files), in `langs` order or sorted by code, and the codes among
+    them that no language in langs/ has (evaluated under their file code). A DataError names every problem (a
+    missing file, a code that cannot be a file code) at once."""
     folder = Path(data)
     if not folder.is_dir():
         raise DataError(
             f"--data {data}: no such directory (expected tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng files)")
     present = _codes_in(folder)
-    unknown = [iso for iso in present if from_iso639_3(iso) is None]
     if langs is None:
-        if not present:
+        wanted = sorted(project_code(iso) for iso in present if iso != "eng")
+        if not wanted:
             raise DataError(
                 f"{folder}: no Tatoeba files (tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng, ISO 639-3 codes)")
-        if not set(present) - set(unknown):
-            known = ", ".join(f"{lang.iso639_3} ({code})" for code, lang in all_languages().items() if lang.iso639_3)
-            raise DataError(
-                f"{folder}: none of the Tatoeba languages there ({', '.join(unknown)}) is in langs/; known: {known}")
-        wanted = sorted(from_iso639_3(iso) for iso in present if iso not in unknown)
     else:
         wanted = list(dict.fromkeys(langs))
+        accept_codes(wanted)
     found: dict[str, TatoebaFiles] = {}
     problems: list[str] = []
     for lang in wanted:
-        iso = to_iso639_3(lang)
+        iso = _file_code(lang, problems)
+        if iso is None:
+            continue
         if iso == "eng":
             problems.append(
                 f"{lang}: English is the other side of every Tatoeba pair; name the languages paired with it")
@@ -95,7 +116,7 @@ def find_tatoeba_files(
         found[lang] = TatoebaFiles(lang, iso, source, english)
     if problems:
         raise DataError("; ".join(problems))
-    return found, (unknown if langs is None else [])
+    return found, [lang for lang in found if lang not in all_languages()]
 
 
 def read_sentences(path: Path) -> list[str]:
@@ -116,9 +137,10 @@ def read_sentences(path: Path) -> list[str]:
 
 
 def load_tatoeba(data: str | Path, langs: list[str] | None = None) -> tuple[dict[str, TatoebaSet], list[str]]:
-    """Every requested language's sentence pairs, read and checked whole, and the skipped file codes (see
-    `find_tatoeba_files`). All problems (missing, empty or mismatched files) are reported in one DataError."""
-    files, skipped = find_tatoeba_files(data, langs)
+    """Every requested language's sentence pairs, read and checked whole, and the codes among them that langs/
+    does not have (see `find_tatoeba_files`). All problems (missing, empty or mismatched files) are reported in one
+    DataError."""
+    files, unregistered = find_tatoeba_files(data, langs)
     sets: dict[str, TatoebaSet] = {}
     problems: list[str] = []
     for lang, pair in files.items():
@@ -140,4 +162,4 @@ def load_tatoeba(data: str | Path, langs: list[str] | None = None) -> tuple[dict
         sets[lang] = TatoebaSet(pair, source, english)
     if problems:
         raise DataError("; ".join(problems))
-    return sets, skipped
+    return sets, unregistered

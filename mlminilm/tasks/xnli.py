@@ -17,6 +17,7 @@ means contradiction.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlminilm.errors import DataError
-from mlminilm.langs import benchmark_languages, validate_codes
+from mlminilm.langs import accept_codes, benchmark_languages
 from mlminilm.tasks.textfile import read_text
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "label_id",
     "read_nli",
     "read_nli_file",
+    "split_file_languages",
     "find_xnli_files",
     "load_xnli_split",
     "read_xnli_split",
@@ -207,15 +209,33 @@ def _nothing_read(path: Path, lang: str | None, skipped: int) -> str:
     return f"{path}: no rows for language {lang!r}" if lang else f"{path}: no NLI examples"
 
 
+# A per-language file of the XTREME layout: `test-de.tsv`, `dev-sw.tsv.gz`; the code as langs.accept_codes reads it.
+_SPLIT_FILE = re.compile(r"^(?P<split>[a-z]+)-(?P<lang>[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*)\.tsv(?:\.gz)?$")
+
+
+def split_file_languages(data_dir: Path, split: str) -> list[str]:
+    """The languages of the `{split}-XX.tsv[.gz]` files in `data_dir`, sorted."""
+    found = set()
+    for path in data_dir.iterdir():
+        match = _SPLIT_FILE.match(path.name)
+        if match and match["split"] == split and path.is_file():
+            found.add(match["lang"])
+    return sorted(found)
+
+
 def find_xnli_files(
     data_dir: str | Path, split: str = "test", langs: Sequence[str] | None = None
 ) -> dict[str, XnliSource]:
-    """Where each language's XNLI `split` is under `data_dir`, by language (default: the 15 XNLI languages).
+    """Where each language's XNLI `split` is under `data_dir`, by language (default: every language with a
+    `{split}-XX.tsv[.gz]` file there, else the 15 XNLI languages of XNLI-1.0's all-languages file).
 
     Looks for the XTREME layout (`{split}-{lang}.tsv[.gz]`) first, then XNLI-1.0's all-languages file
     (`xnli.{split}.tsv[.gz]` or `.jsonl`), which is then filtered by its language column. Every language that
-    has neither is named in one DataError."""
+    has neither is named in one DataError. A language the registry does not know is taken as it is (the caller
+    warns): accuracy does not depend on the language."""
     data_dir = Path(data_dir)
+    if langs is None and data_dir.is_dir():
+        langs = split_file_languages(data_dir, split) or None
     langs = _resolve_langs(langs)
     if not data_dir.is_dir():
         raise DataError(f"XNLI data directory {data_dir} does not exist")
@@ -319,7 +339,7 @@ def _resolve_langs(langs: Sequence[str] | None) -> list[str]:
     langs = list(dict.fromkeys(langs))
     if not langs:
         raise DataError("no languages requested")
-    validate_codes(langs)
+    accept_codes(langs)
     return langs
 
 

@@ -6,6 +6,7 @@
 - `checkpoint_layout`, `checkpoints`, `checkpoint_writer`: where checkpoints live, loading and resuming, writing
   (synchronously or in a background thread);
 - `loop`: `setup_training` and `train_loop`;
+- `tracking`: where the metrics records go (metrics.jsonl, and TensorBoard with --report-to tensorboard);
 - `batch_size`: the micro-batch `--batch-size auto` picks.
 
 The names below are the ones the commands use, importable from `mlminilm.training` directly.
@@ -21,19 +22,23 @@ from mlminilm.training.run_dir import (
     LEGACY_RUN_RECORD,
     METRICS,
     RUN_RECORD,
+    TENSORBOARD,
     MetricsLog,
+    PREVIOUS_RUN,
     check_resume_compatible,
+    claimed_output,
     failed_run_leftovers,
     prepare_output_dir,
     read_run_record,
     run_record,
 )
 from mlminilm.training.runtime import Runtime, cpu_has_native_bf16, setup_runtime, teardown_runtime
+from mlminilm.training.tracking import Tracker, check_report_to, open_tracker
 
 __all__ = [
     "CHECKPOINTS", "LEGACY_RUN_RECORD", "METRICS", "RUN_RECORD", "LoopResult", "MetricsLog", "Runtime", "StepOutput",
-    "TrainingState", "check_resume_compatible", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
+    "PREVIOUS_RUN", "TrainingState", "check_resume_compatible", "claimed_output", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
     "linear_schedule", "load_checkpoint", "make_optimizer", "prepare_output_dir", "read_run_record", "resume_point",
     "run_record", "save_checkpoint", "setup_runtime", "setup_training", "step_seed", "teardown_runtime",
-    "train_loop", "write_json_atomic",
+    "train_loop", "write_json_atomic", "TENSORBOARD", "Tracker", "check_report_to", "open_tracker",
 ]

@@ -22,6 +22,7 @@ from mlminilm.training.checkpoints import resume_point
 from mlminilm.training.optim import linear_schedule, make_optimizer
 from mlminilm.training.run_dir import MetricsLog
 from mlminilm.training.runtime import Runtime, make_grad_scaler
+from mlminilm.training.tracking import Tracker, open_tracker
 
 log = mlog.get(__name__)
 
@@ -38,7 +39,7 @@ class TrainingState:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     start_step: int
-    metrics: "MetricsLog"
+    metrics: Tracker  # metrics.jsonl and the --report-to sinks
     scaler: object | None = None  # torch.amp.GradScaler under fp16, else None
 
 
@@ -58,7 +59,7 @@ def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn
     start, saved_state = resume_point(out, cfg, params, optimizer, scheduler)
     if scaler is not None and saved_state.get("grad_scaler"):
         scaler.load_state_dict(saved_state["grad_scaler"])
-    metrics = MetricsLog(Path(out) / "metrics.jsonl", enabled=rt.is_main)
+    metrics = open_tracker(cfg, out, rt, start)
     if rt.is_main:
         metrics.truncate_after(start)
     return TrainingState(model, optimizer, scheduler, start, metrics, scaler)
@@ -148,7 +149,7 @@ def train_loop(
     scheduler,
     compute: Callable[[int, int], StepOutput],
     out: Path,
-    metrics: MetricsLog,
+    metrics: Tracker | MetricsLog,
     start_step: int = 0,
     checkpoint_state: Callable[[int], dict] | None = None,
     on_log: Callable[[int, dict], None] | None = None,
@@ -173,6 +174,9 @@ def train_loop(
     `probe(step)`, when given, runs after every `probe_every`-th step and the last (on every process; it returns
     a record on the main one): the record goes to the metrics log with `train_s`, the training time so far
     without the probes, whose time is also left out of tokens/s.
+
+    Every record goes to `metrics` (metrics.jsonl and any --report-to sink: `tracking.Tracker`), closed when the
+    loop ends, however it ends.
     """
     accum = cfg.grad_accum
     history: list[dict] = []
@@ -192,7 +196,8 @@ def train_loop(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     probe_time = 0.0
 
-    with writer, mlog.progress() as bar:  # on any exit, a write in flight is finished first
+    # On any exit, a checkpoint write in flight is finished first, and the metrics sinks are closed.
+    with writer, contextlib.closing(metrics), mlog.progress() as bar:
         task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
         model.train()
         for step in range(start_step, cfg.max_steps):

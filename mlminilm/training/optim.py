@@ -36,13 +36,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup from 0 to the peak over `warmup` steps, then linear decay to 0 at `total`: the factors of
-    `transformers.get_linear_schedule_with_warmup` exactly (step s of warmup 4: 0, .25, .5, .75, then 1.0 and down),
-    so the first optimizer step of a run with warmup takes a learning rate of 0, as in transformers."""
+    """Linear warmup from 0 to the peak over `warmup` steps, then linear decay to 0 at `total`:
+    `transformers.get_linear_schedule_with_warmup` itself (step s of warmup 4: 0, .25, .5, .75, then 1.0 and down),
+    so the first optimizer step of a run with warmup takes a learning rate of 0, as in the HF Trainer.
+    tests/test_train.py keeps a hand-worked copy of the factors as a guard against a change in transformers."""
+    from transformers import get_linear_schedule_with_warmup
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return step / max(1, warmup)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return get_linear_schedule_with_warmup(optimizer, warmup, total)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -25,16 +27,52 @@ log = mlog.get(__name__)
 RUN_RECORD = "run.json"  # the run record: not config.json, which from_pretrained(OUT) would take for a model's
 LEGACY_RUN_RECORD = "config.json"  # where distill and assist wrote it in earlier versions; still read on --resume
 METRICS = "metrics.jsonl"
+TENSORBOARD = "tb"  # --report-to tensorboard: the event files (mlminilm.training.tracking)
 # Options that --resume may change (the advice after a divergence: lower --lr, longer --warmup), recorded in the run
 # record; any other option a command lists as defining its run must stay the same.
 RESUME_CHANGEABLE = ("lr", "warmup")
 
 
-def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], record_file: str = RUN_RECORD) -> None:
-    """Refuse a non-empty output directory unless resuming or overwriting; on overwrite remove only our artifacts.
+PREVIOUS_RUN = ".previous-run"  # where --overwrite keeps the run it replaces until the new one has finished
+
+
+@contextlib.contextmanager
+def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], inputs: dict,
+                   record_file: str = RUN_RECORD):
+    """A training command's hold on its --out for the whole run (README "Reliability"):
+
+    - refused when it is, contains or lies inside an input (`inputs`: flag -> path);
+    - locked against a second command writing it at the same time (the main process holds the lock);
+    - with --overwrite, the previous run's files (`artifacts`, nothing else: a directory holding other files is
+      refused) are set aside in OUT/.previous-run and removed only when the new run has finished; a new run that
+      fails before its first checkpoint puts them back, one that fails later keeps both (and says so).
+    """
+    from mlminilm.io.outputs import OutputLock, refuse_overlap
+
+    out = Path(out)
+    refuse_overlap(out, inputs)
+    main = mlog.is_main_process()
+    with OutputLock(out) if main else contextlib.nullcontext():
+        aside = prepare_output_dir(out, cfg, artifacts, record_file, set_aside=main)
+        try:
+            yield
+        except BaseException:
+            if main and aside is not None:
+                _after_failed_overwrite(out, aside, artifacts)
+            raise
+        if main and (out / PREVIOUS_RUN).exists():
+            shutil.rmtree(out / PREVIOUS_RUN, ignore_errors=True)
+
+
+def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], record_file: str = RUN_RECORD,
+                       set_aside: bool = True) -> Path | None:
+    """Refuse a non-empty output directory unless resuming or overwriting; on overwrite set only our artifacts
+    aside (in OUT/.previous-run, returned; None when nothing was set aside), refusing a directory with other files.
 
     Temporaries of dead processes are removed first, and a directory that holds only what a failed run left before
-    its first checkpoint (its run record and metrics log) is started over: there is nothing to resume in it."""
+    its first checkpoint (its run record and metrics log) is started over: there is nothing to resume in it.
+    Under torchrun every process checks, and only the main one (`set_aside`) moves files."""
+    from mlminilm.io.outputs import check_replaceable
     from mlminilm.io.stale import clean_stale
 
     out = Path(out)
@@ -46,27 +84,66 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], 
     existing = [p for p in out.iterdir()] if out.exists() else []
     failed = bool(existing) and not cfg.resume and failed_run_leftovers(out, record_file)
     if existing and not (cfg.resume or cfg.overwrite or failed):
+        kept = (f" ({out / PREVIOUS_RUN} holds the run an unfinished --overwrite replaced)"
+                if (out / PREVIOUS_RUN).exists() else "")
         raise CheckpointError(
-            f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
+            f"output directory {out} exists and is not empty{kept}; add --resume to continue that run or "
+            "--overwrite to start over"
         )
+    if cfg.overwrite:
+        check_replaceable(out, (*artifacts, LEGACY_RUN_RECORD), "a run of this command")
     if failed and not cfg.overwrite:
         log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
-    if cfg.overwrite or failed:
-        for name in artifacts:  # every torchrun process does this: another may have removed a file first
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                target.unlink(missing_ok=True)
+    if not set_aside or not (cfg.overwrite or failed):
+        return None
+    present = [name for name in artifacts if (out / name).exists()]
+    if failed or not present:
+        _remove(out, artifacts)  # a failed run's record and log: nothing to keep
+        return None
+    aside = out / PREVIOUS_RUN
+    if aside.exists():
+        # An earlier --overwrite did not finish: what is here is its unfinished run; the finished one stays aside.
+        _remove(out, artifacts)
+        log.warning("%s: removed the unfinished run of an earlier --overwrite; the run it replaced is still in %s",
+                    out, aside)
+        return aside
+    aside.mkdir()
+    for name in present:
+        os.replace(out / name, aside / name)
+    log.info("--overwrite: the previous run is kept in %s until this one finishes", aside)
+    return aside
+
+
+def _remove(out: Path, names) -> None:
+    for name in names:
+        target = out / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def _after_failed_overwrite(out: Path, aside: Path, artifacts: tuple[str, ...]) -> None:
+    """The new run failed: with no checkpoint of its own, the previous run goes back in place; otherwise both
+    stay (the new one can be resumed) and the log says where the previous one is."""
+    if checkpoint_dirs(out):
+        log.warning("the run failed after saving a checkpoint (resume it with --resume); the run --overwrite "
+                    "replaced is kept in %s", aside)
+        return
+    _remove(out, artifacts)
+    for entry in aside.iterdir():
+        os.replace(entry, out / entry.name)
+    aside.rmdir()
+    log.warning("the run failed before its first checkpoint: the previous run in %s is restored", out)
 
 
 def failed_run_leftovers(out: Path, record_file: str = RUN_RECORD) -> bool:
     """Whether `out` holds nothing but what a run that died before its first checkpoint leaves: its run record,
-    its metrics log, and a checkpoints/ directory without a whole checkpoint."""
+    its metrics log (and TensorBoard files), and a checkpoints/ directory without a whole checkpoint."""
     out = Path(out)
     if not out.is_dir() or checkpoint_dirs(out):
         return False
-    allowed = {record_file, METRICS, CHECKPOINTS}
+    allowed = {record_file, METRICS, TENSORBOARD, CHECKPOINTS}
     names = {p.name for p in out.iterdir()}
     if not names or not names <= allowed | {LEGACY_RUN_RECORD}:
         return False
@@ -128,6 +205,9 @@ class MetricsLog:
             return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        """Nothing to do: every record is appended and closed as it is written (a tracking sink's interface)."""
 
     def truncate_after(self, step: int) -> None:
         """On resume, drop records past the checkpoint so the log reads like the uninterrupted run.

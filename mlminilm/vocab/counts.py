@@ -17,16 +17,20 @@ from mlminilm.errors import ConfigError, DataError
 log = mlog.get(__name__)
 
 BATCH_DOCUMENTS = 1000  # documents per tokenizer call when counting a corpus
+SHARD_CHUNK = 1 << 24  # ids counted at a time when reading a prepare output's shards (128 MiB of int64 at most)
 
 
 @dataclass
 class TokenCounts:
-    """How often each tokenizer id occurs (`counts[id]`), and where the counts come from."""
+    """How often each tokenizer id occurs (`counts[id]`), per language when known, and where the counts come from."""
 
-    counts: np.ndarray  # int64 [len(tokenizer)]
+    counts: np.ndarray  # int64 [len(tokenizer)], all languages pooled
     source: str  # "data" (a prepare output) or "corpus" (counted here)
     path: str
     languages: dict[str, int] = field(default_factory=dict)  # language -> tokens (0 when not known per language)
+    # language -> int64 [len(tokenizer)]; None when only the pooled counts are known (`pooled_only` says why)
+    per_language: dict[str, np.ndarray] | None = None
+    pooled_only: str = ""
 
 
 def counts_from_data(data: Path, tokenizer, model: str) -> TokenCounts:
@@ -59,7 +63,52 @@ def counts_from_data(data: Path, tokenizer, model: str) -> TokenCounts:
         raise DataError(f"--data {root}: {name} holds {counts.shape} {counts.dtype} values, expected one integer "
                         f"count per id of the tokenizer ({len(tokenizer)}); run `mlminilm prepare` again")
     languages = {lang: int(info.get("tokens", 0)) for lang, info in sorted((manifest.get("languages") or {}).items())}
-    return TokenCounts(counts.astype(np.int64), "data", str(root), languages)
+    found = TokenCounts(counts.astype(np.int64), "data", str(root), languages)
+    found.per_language, found.pooled_only = _shard_counts(root, manifest, found.counts)
+    return found
+
+
+def _shard_counts(root: Path, manifest: dict, pooled: np.ndarray) -> tuple[dict[str, np.ndarray] | None, str]:
+    """Per-language counts of a prepare output, read from its per-language shards (token_counts.npy pools every
+    language). (None, why) when the directory holds no complete shards: only its pooled counts are known."""
+    from mlminilm.corpus.dataset import PreparedData
+    from mlminilm.corpus.packing import DTYPE
+
+    seq_len = manifest.get("seq_len")
+    shards = {lang: (info or {}).get("shards") or [] for lang, info in (manifest.get("languages") or {}).items()}
+    base = root.resolve()
+    for lang, files in shards.items():
+        for shard in files:
+            if not isinstance(shard, dict) or not isinstance(shard.get("sequences"), int):
+                return None, f"its manifest's shards of {lang} are not readable"
+            file = (root / str(shard.get("file", ""))).resolve()
+            if not file.is_relative_to(base) or not file.is_file():
+                return None, f"its shard {shard.get('file')} is missing"
+            if isinstance(seq_len, int) and file.stat().st_size != shard["sequences"] * seq_len * DTYPE.itemsize:
+                return None, f"its shard {shard.get('file')} is incomplete"
+    if not shards:
+        return None, "its manifest names no language"
+    try:
+        PreparedData.open(root)  # sizes and digests: a changed shard gives no per-language counts, not wrong ones
+    except DataError as exc:
+        return None, f"its shards cannot be read ({exc})"
+    per_language = {}
+    for lang, files in sorted(shards.items()):
+        counts = np.zeros(len(pooled), np.int64)
+        for shard in files:
+            ids = np.memmap(root / shard["file"], dtype=DTYPE, mode="r")
+            for start in range(0, len(ids), SHARD_CHUNK):
+                chunk = np.bincount(ids[start:start + SHARD_CHUNK], minlength=len(counts))
+                if len(chunk) > len(counts):
+                    raise DataError(f"--data {root}: shard {shard['file']} holds id {len(chunk) - 1}, beyond the "
+                                    f"tokenizer's {len(counts)} ids; run `mlminilm prepare` again")
+                counts += chunk
+            del ids
+        per_language[lang] = counts
+    if not np.array_equal(sum(per_language.values()), pooled):
+        return None, (f"its shards and {manifest.get('token_counts') or TOKEN_COUNTS} do not hold the same tokens "
+                      "(changed since prepare?)")
+    return per_language, ""
 
 
 def counts_from_corpus(corpus: Path, langs: tuple[str, ...], tokenizer, workers: int) -> TokenCounts:
@@ -68,8 +117,8 @@ def counts_from_corpus(corpus: Path, langs: tuple[str, ...], tokenizer, workers:
     from mlminilm.corpus.workers import TokenizerPool
 
     sources = readers.resolve_inputs((str(corpus),), tuple(langs), "text")
-    counts = np.zeros(len(tokenizer), np.int64)
     per_lang = dict.fromkeys(sources, 0)
+    by_lang = {lang: np.zeros(len(tokenizer), np.int64) for lang in sources}
 
     def batches():
         for lang, lang_sources in sources.items():
@@ -80,11 +129,13 @@ def counts_from_corpus(corpus: Path, langs: tuple[str, ...], tokenizer, workers:
     # The stream holds each document's ids and one separator (a special token, so not counted in coverage).
     with TokenizerPool(tokenizer, workers or _cores()) as pool:
         for lang, _, stream in pool.tokenize(batches()):
+            counts = by_lang[lang]
             counts += np.bincount(stream, minlength=len(counts))[: len(counts)]
             per_lang[lang] += len(stream)
     for lang, tokens in per_lang.items():
         log.info("%s: %s tokens counted", lang, f"{tokens:,}")
-    return TokenCounts(counts, "corpus", str(corpus), per_lang)
+    pooled = sum(by_lang.values()) if by_lang else np.zeros(len(tokenizer), np.int64)
+    return TokenCounts(pooled, "corpus", str(corpus), per_lang, by_lang)
 
 
 def _cores() -> int:
@@ -95,45 +146,127 @@ def _cores() -> int:
 
 @dataclass
 class Selection:
-    """The kept ids in ascending order (new id i is old id `old_ids[i]`) and what they cover."""
+    """The kept ids in ascending order (new id i is old id `old_ids[i]`), why each was kept, and what they cover."""
 
     old_ids: np.ndarray  # int64
     forced: np.ndarray  # the ids kept whatever their count (specials, added tokens)
     corpus_tokens: int  # occurrences of the other ids in the counts
     covered_tokens: int  # ... of those that are kept
     seen: int  # other ids that occur at least once
+    # rule -> ids it adds beyond the rules before it, in this order: specials, per_lang_top_k, pooled, then the
+    # `always` rules in their order (prompt pieces, script characters, script fill)
+    added: dict[str, int] = field(default_factory=dict)
+    per_lang_top_k: dict[str, int] = field(default_factory=dict)  # language -> ids in its top k
 
     @property
     def coverage(self) -> float:
         return self.covered_tokens / self.corpus_tokens if self.corpus_tokens else 1.0
 
 
-def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float = 1.0,
-               max_vocab: int | None = None) -> Selection:
-    """The ids to keep: `forced`, then the other ids by falling count (ties: lower id first) that occur at least
-    `min_count` times, until they cover `coverage` of the other ids' occurrences, `max_vocab` ids in all."""
+def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float | None = 1.0,
+               max_vocab: int | None = None, per_language: dict[str, np.ndarray] | None = None,
+               per_lang_top_k: int | None = None, always: dict[str, np.ndarray] | None = None,
+               fill: int = 0, fill_rankings: dict[str, np.ndarray] | None = None) -> Selection:
+    """The ids to keep, the union of:
+
+    - `forced` (specials), and every id of `always` (rule name -> ids: prompt pieces, script characters);
+    - with `per_lang_top_k` k: for each language of `per_language`, its k most frequent other ids that occur at
+      least `min_count` times in that language (ties: lower id first);
+    - with `coverage` (None: none of these): the other ids by falling pooled count (ties: lower id first) that
+      occur at least `min_count` times, until the kept ids cover `coverage` of the other ids' pooled occurrences;
+    - with `fill` n: for each language, the first n ids that the rules above do not keep of its list: its counted
+      ids by falling count, then `fill_rankings[lang]` (ids its counts do not show, likeliest first);
+
+    at most `max_vocab` ids in all: the pooled ids fill what room the others leave, which must fit."""
     counts = np.asarray(counts, dtype=np.int64)
+    size = len(counts)
     forced = np.unique(np.asarray(sorted(forced), dtype=np.int64))
-    other = np.ones(len(counts), bool)
+    other = np.ones(size, bool)
     other[forced] = False
     total = int(counts[other].sum())
     if total == 0:
         raise DataError("the token counts hold no tokens besides special tokens: nothing to keep "
                         "(is the corpus empty?)")
-    candidates = np.flatnonzero(other & (counts >= min_count))
-    candidates = candidates[np.lexsort((candidates, -counts[candidates]))]  # by count, falling; then by id
-    room = len(candidates)
-    if coverage < 1.0:
-        need = math.ceil(coverage * total - 1e-9 * total)
-        room = min(room, int(np.searchsorted(np.cumsum(counts[candidates]), need)) + 1)
-    if max_vocab is not None:
-        if max_vocab <= len(forced):
-            raise ConfigError(f"--max-vocab {max_vocab} leaves no room: the model has {len(forced)} special and "
-                              "added tokens, which are always kept; raise --max-vocab")
-        room = min(room, max_vocab - len(forced))
-    if room <= 0:
+    if max_vocab is not None and max_vocab <= len(forced):
+        raise ConfigError(f"--max-vocab {max_vocab} leaves no room: the model has {len(forced)} special and "
+                          "added tokens, which are always kept; raise --max-vocab")
+    if not np.any(other & (counts >= min_count)):
         raise ConfigError(f"nothing left to keep: no id besides the special tokens occurs at least --min-count "
                           f"{min_count} times (the most frequent occurs {int(counts[other].max())} times)")
-    kept = candidates[:room]
-    return Selection(np.union1d(forced, kept), forced, total, int(counts[kept].sum()),
-                     int(np.count_nonzero(counts[other])))
+    per_language = {lang: np.asarray(c, dtype=np.int64) for lang, c in sorted((per_language or {}).items())}
+
+    stages: list[tuple[str, np.ndarray]] = [("specials", forced)]
+    top: dict[str, int] = {}
+    if per_lang_top_k is not None:
+        chosen = []
+        for lang, lang_counts in per_language.items():
+            best = _by_count(np.flatnonzero(other & (lang_counts >= min_count)), lang_counts)[:per_lang_top_k]
+            top[lang] = len(best)
+            chosen.append(best)
+        stages.append(("per_lang_top_k", np.concatenate(chosen) if chosen else np.empty(0, np.int64)))
+    extra = [(name, _valid(ids, size)) for name, ids in (always or {}).items()]
+    kept = _mask(stages + extra, size)
+
+    # The pooled rule, before --max-vocab: an id another rule keeps already still counts as the pooled rule's (for
+    # the record) but adds no coverage.
+    pooled = np.empty(0, np.int64)
+    if coverage is not None:
+        candidates = _by_count(np.flatnonzero(other & ~_mask(stages, size) & (counts >= min_count)), counts)
+        room = len(candidates)
+        if coverage < 1.0:
+            need = math.ceil(coverage * total - 1e-9 * total) - int(counts[kept & other].sum())
+            gained = np.cumsum(np.where(kept[candidates], 0, counts[candidates]))
+            room = 0 if need <= 0 else min(room, int(np.searchsorted(gained, need)) + 1)
+        pooled = candidates[:room]
+
+    if fill:
+        counted = kept.copy()
+        counted[pooled] = True
+        added = []
+        for lang, lang_counts in per_language.items():
+            queue = np.concatenate([_by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
+                                    _valid((fill_rankings or {}).get(lang, ()), size)])
+            added.append(queue[~counted[queue]][:fill])
+        extra.append(("script_fill", np.concatenate(added) if added else np.empty(0, np.int64)))
+        kept = _mask(stages + extra, size)
+
+    rule_kept = int(kept.sum())
+    if max_vocab is not None:
+        if rule_kept > max_vocab:
+            parts = ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in _added(stages + extra, size).items())
+            raise ConfigError(f"--max-vocab {max_vocab} leaves no room: the ids kept by rule already number "
+                              f"{rule_kept:,} ({parts}); raise --max-vocab, or lower --per-lang-top-k / --script-fill")
+        new = ~kept[pooled]
+        pooled = pooled[: int(np.searchsorted(np.cumsum(new), max_vocab - rule_kept, side="right"))]
+    kept[pooled] = True
+    old_ids = np.flatnonzero(kept).astype(np.int64)
+    return Selection(old_ids, forced, total, int(counts[kept & other].sum()), int(np.count_nonzero(counts[other])),
+                     _added(stages + [("pooled", pooled)] + extra, size), top)
+
+
+def _by_count(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """`ids` by falling count, ties by id."""
+    return ids[np.lexsort((ids, -counts[ids]))]
+
+
+def _valid(ids, size: int) -> np.ndarray:
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    return ids[(ids >= 0) & (ids < size)]
+
+
+def _mask(stages: list[tuple[str, np.ndarray]], size: int) -> np.ndarray:
+    mask = np.zeros(size, bool)
+    for _, ids in stages:
+        mask[ids] = True
+    return mask
+
+
+def _added(stages: list[tuple[str, np.ndarray]], size: int) -> dict[str, int]:
+    """Ids each stage adds beyond the stages before it."""
+    seen = np.zeros(size, bool)
+    added = {}
+    for name, ids in stages:
+        ids = ids[(ids >= 0) & (ids < size)]
+        added[name] = int(np.count_nonzero(~seen[np.unique(ids)]))
+        seen[ids] = True
+    return added

@@ -105,10 +105,11 @@ def trim_document(doc: dict, old_ids) -> dict:
     return doc
 
 
-def write_tokenizer(tokenizer, doc: dict, old_ids, out: Path) -> None:
-    """Save `tokenizer` into `out` with its vocabulary trimmed to `old_ids`."""
+def write_tokenizer(tokenizer, doc: dict, old_ids, out: Path, trimmed: dict | None = None) -> None:
+    """Save `tokenizer` into `out` with its vocabulary trimmed to `old_ids` (`trimmed`: `trim_document(doc,
+    old_ids)` when already made)."""
     tokenizer.save_pretrained(out)
-    trimmed = trim_document(doc, old_ids)
+    trimmed = trim_document(doc, old_ids) if trimmed is None else trimmed
     for name in STALE_FILES:
         (out / name).unlink(missing_ok=True)
     (out / "tokenizer.json").write_text(json.dumps(trimmed, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

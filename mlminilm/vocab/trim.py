@@ -5,7 +5,9 @@ Output directory (a plain Hugging Face model directory):
   tokenizer files                  the same pieces renumbered (mlminilm.vocab.tokenizer)
   sentence-transformers files      copied unchanged, when the model has them
   run.json, selection.json         copied unchanged from a `finetune` output (evaluation reads its settings)
-  trim.json                        old id of each new id, the counts behind the choice, options, coverage
+  trim.json                        old id of each new id, the counts behind the choice, options, coverage, the
+                                   ids each rule added, and per language: its scripts, the share of its counted
+                                   tokens kept and of its held-out sentences (--check) tokenised as before
   README.md, mlminilm.json         the model card
 """
 
@@ -24,8 +26,10 @@ import numpy as np
 from mlminilm import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TrimConfig
-from mlminilm.errors import ConfigError, Problems
+from mlminilm.corpus.manifest import TOKEN_COUNTS
+from mlminilm.errors import CheckpointError, ConfigError, DataError, Problems
 from mlminilm.vocab import counts as counting
+from mlminilm.vocab import identity, scripts
 from mlminilm.vocab import tokenizer as tokens
 from mlminilm.vocab import weights
 
@@ -71,21 +75,39 @@ class TrimResult:
 
 
 def run(config: TrimConfig) -> TrimResult:
-    """Count, choose the ids, and write the trimmed model to `config.out`; all cheap checks come first."""
+    """Count, choose the ids, and write the trimmed model to `config.out`; all cheap checks come first. The model
+    is written beside `config.out` and swapped in when complete, under the output's lock (README "Reliability")."""
+    from mlminilm.io.outputs import OutputLock, recover_swap
+
     start = time.perf_counter()
     out = Path(config.out)
-    tokenizer, doc, model_config, model_dir = _validate(config, out)
+    recover_swap(out)
+    validated = _validate(config, out)
+    with OutputLock(out):
+        return _trim(config, out, start, *validated)
+
+
+def _trim(config: TrimConfig, out: Path, start: float, tokenizer, doc, model_config, model_dir,
+          check_files) -> TrimResult:
     if config.data is not None:
         found = counting.counts_from_data(config.data, tokenizer, config.model)
     else:
         found = counting.counts_from_corpus(config.corpus, config.langs, tokenizer, config.workers)
+    _need_per_language(config, found)
     forced = {i for i in tokens.required_ids(tokenizer, doc) | weights.config_token_ids(model_config)
               if 0 <= i < len(tokenizer)}
-    selection = counting.select_ids(found.counts, forced, config.min_count, config.coverage, config.max_vocab)
+    always, language_scripts, rankings = _rule_ids(config, tokenizer, doc, found, forced, model_dir)
+    selection = counting.select_ids(found.counts, forced, config.min_count, config.pooled_coverage,
+                                    config.max_vocab, found.per_language, config.per_lang_top_k, always,
+                                    config.script_fill, rankings)
     old_ids = selection.old_ids
-    log.info("keeping %s of %s ids (%s special), covering %.4f%% of %s corpus tokens",
-             f"{len(old_ids):,}", f"{len(tokenizer):,}", len(selection.forced), 100 * selection.coverage,
-             f"{selection.corpus_tokens:,}")
+    log.info("keeping %s of %s ids (%s), covering %.4f%% of %s corpus tokens",
+             f"{len(old_ids):,}", f"{len(tokenizer):,}",
+             ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in selection.added.items() if n),
+             100 * selection.coverage, f"{selection.corpus_tokens:,}")
+    trimmed_doc = tokens.trim_document(doc, old_ids)
+    languages = _languages(found, selection, language_scripts, check_files, tokenizer, trimmed_doc)
+    identity.log_report(languages)
 
     model, absent = weights.load_any_model(config.model)
     rows = model.get_input_embeddings().weight.shape[0]
@@ -98,18 +120,20 @@ def run(config: TrimConfig) -> TrimResult:
 
     record = _record(config, model_dir, found, selection, rows, len(tokenizer), before,
                      weights.count_parameters(model, absent), trimmed)
+    record["prompt_pieces"] = tokenizer.convert_ids_to_tokens([int(i) for i in always["prompts"] if i not in forced])
+    record["languages"] = languages
     tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=weights.saved_state(model, absent))
-        tokens.write_tokenizer(tokenizer, doc, old_ids, tmp)
+        tokens.write_tokenizer(tokenizer, doc, old_ids, tmp, trimmed_doc)
         sentence_encoder = _copy_extras(model_dir, tmp)
         (tmp / TRIM_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         _write_card(config, tmp, record, sentence_encoder, model.config)
         _check_output(tmp, len(old_ids))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        from mlminilm.io.outputs import swap_in
+
+        swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return TrimResult(out, record, time.perf_counter() - start)
@@ -117,26 +141,125 @@ def run(config: TrimConfig) -> TrimResult:
 
 def _validate(config: TrimConfig, out: Path):
     """The checks that need no counting, all reported at once."""
+    from mlminilm.io.outputs import refuse_overlap
     from mlminilm.models.loading import load_config, load_tokenizer, resolve_model
 
     problems = Problems()
     attempt = problems.attempt
 
     model_dir = attempt(lambda: resolve_model(config.model))
+    inputs = {"--model": model_dir, "--data": config.data, "--corpus": config.corpus, "--check": config.check}
+    attempt(lambda: refuse_overlap(out, inputs))
     if out.exists() and not out.is_dir():
         problems.add(ConfigError(f"--out {out} is a file; name a directory"))
-    elif out.is_dir() and any(out.iterdir()) and not config.overwrite:
-        problems.add(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
-    if model_dir and Path(model_dir).is_dir() and out.exists() and out.resolve() == Path(model_dir).resolve():
-        problems.add(ConfigError(f"--out {out} is the model directory itself; write the trimmed model elsewhere"))
+    elif out.is_dir() and any(out.iterdir()):
+        if not config.overwrite:
+            problems.add(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
+        elif not (out / TRIM_JSON).is_file():
+            # A trimmed model holds its trim.json: without one the directory is not ours to replace.
+            problems.add(CheckpointError(
+                f"--out {out} holds files but no {TRIM_JSON}, so it is not a model mlminilm trimmed; --overwrite "
+                "replaces only that: move its files away or choose another --out"))
     for flag, path in (("--data", config.data), ("--corpus", config.corpus)):
         if path is not None and not Path(path).exists():
             problems.add(ConfigError(f"{flag} {path} does not exist"))
+    check_files = attempt(lambda: identity.check_files(config.check)) if config.check is not None else None
     model_config = attempt(lambda: load_config(config.model))
     tokenizer = attempt(lambda: load_tokenizer(config.model))
     doc = attempt(lambda: tokens.tokenizer_document(tokenizer, config.model)) if tokenizer is not None else None
     problems.raise_any()
-    return tokenizer, doc, model_config, model_dir
+    return tokenizer, doc, model_config, model_dir, check_files
+
+
+def _need_per_language(config: TrimConfig, found: counting.TokenCounts) -> None:
+    """--per-lang-top-k and --script-fill need per-language counts: an error when only pooled counts exist."""
+    flags = [flag for flag, on in (("--per-lang-top-k", config.per_lang_top_k is not None),
+                                   ("--script-fill", config.script_fill > 0)) if on]
+    if found.per_language is not None:
+        return
+    if flags:
+        raise DataError(f"{' and '.join(flags)} need{'s' if len(flags) == 1 else ''} per-language counts, but --data "
+                        f"{found.path} holds only pooled counts ({TOKEN_COUNTS}: {found.pooled_only}); run "
+                        "`mlminilm prepare` again to get its shards, or count a corpus with --corpus")
+    log.warning("--data %s: %s, so only its pooled counts are known: no per-language figures, and the scripts of "
+                "--script-chars are those of all languages together", found.path, found.pooled_only)
+
+
+def _rule_ids(config: TrimConfig, tokenizer, doc: dict, found: counting.TokenCounts, forced: set[int],
+              model_dir: str) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
+    """The ids kept by rule beside the counts (prompt pieces, script characters), the scripts of each language
+    (empty when neither script option is on), and for --script-fill each language's ranking of the pieces of its
+    scripts that its counts do not show."""
+    size = len(tokenizer)
+    always = {"prompts": _prompt_ids(tokenizer, model_dir)}
+    rankings: dict[str, np.ndarray] = {}
+    if not (config.script_chars or config.script_fill):
+        return always, {}, rankings
+    kind = doc["model"]["type"]
+    pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
+    written = scripts.piece_scripts(pieces, kind)
+    per_language = found.per_language if found.per_language is not None else {"(all)": found.counts}
+    forced_mask = np.zeros(size, bool)
+    forced_mask[sorted(forced)] = True
+    by_lang = {lang: scripts.language_scripts(np.where(forced_mask, 0, counts), pieces, kind)
+               for lang, counts in per_language.items()}
+    for lang, used in by_lang.items():
+        log.info("%s: written in %s", lang, ", ".join(used) or "no script with letters")
+    if config.script_chars:
+        allowed = set().union(*by_lang.values()) | set(scripts.NEUTRAL)
+        singles = scripts.single_characters(pieces, kind, written, allowed)
+        always["script_chars"] = np.flatnonzero(singles & ~forced_mask)
+    if config.script_fill:
+        vocab = doc["model"].get("vocab")
+        scores = np.zeros(size)
+        if kind == "Unigram":
+            scores[: min(size, len(vocab))] = [float(score) for _, score in vocab[:size]]
+        background: dict[frozenset, tuple[np.ndarray, np.ndarray]] = {}
+        for lang, counts in sorted(per_language.items()):
+            allowed = frozenset(by_lang[lang]) | frozenset(scripts.NEUTRAL)
+            if allowed not in background:
+                candidates = np.flatnonzero(scripts.written_in(written, allowed) & ~forced_mask)
+                background[allowed] = candidates, scripts.script_log_probs(pieces, candidates)
+            candidates, log_probs = background[allowed]
+            rankings[lang] = scripts.fill_ranking(counts, pieces, scores, candidates, log_probs)
+    return always, by_lang, rankings
+
+
+def _prompt_ids(tokenizer, model_dir: str) -> np.ndarray:
+    """The ids of the model's sentence-transformers prompts ("query: ", "passage: "), as the model splits them: a
+    model that puts a prompt before every text must keep its pieces, or every text would tokenise differently."""
+    path = Path(model_dir) / "config_sentence_transformers.json" if model_dir else None
+    prompts = {}
+    if path is not None and path.is_file():
+        try:
+            prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+        except (OSError, ValueError, AttributeError):
+            prompts = {}
+    texts = [text for text in (prompts.values() if isinstance(prompts, dict) else ()) if isinstance(text, str) and text]
+    ids = {int(i) for text in texts for i in tokenizer(text, add_special_tokens=False)["input_ids"]}
+    return np.asarray(sorted(ids), dtype=np.int64)
+
+
+def _languages(found: counting.TokenCounts, selection: counting.Selection, language_scripts: dict,
+               check_files: dict | None, tokenizer, trimmed_doc: dict) -> dict[str, dict]:
+    """Per language: its scripts, its ids in --per-lang-top-k, its counted tokens kept, its held-out sentences."""
+    languages: dict[str, dict] = {lang: {} for lang in found.languages}
+    for lang, used in language_scripts.items():
+        languages.setdefault(lang, {})["scripts"] = list(used)
+    for lang, n in selection.per_lang_top_k.items():
+        languages.setdefault(lang, {})["per_lang_top_k"] = n
+    if found.per_language is not None:
+        for lang, shares in identity.corpus_shares(found.per_language, selection.old_ids, selection.forced).items():
+            languages.setdefault(lang, {})["corpus"] = shares
+    if check_files:
+        missing = sorted(set(found.languages) - set(check_files))
+        if missing:
+            log.warning("--check: no held-out file for %s (expected <lang>%s)", ", ".join(missing),
+                        identity.CHECK_SUFFIX)
+        for lang, result in identity.held_out(check_files, tokenizer, trimmed_doc, selection.old_ids,
+                                              found.languages).items():
+            languages.setdefault(lang, {})["held_out"] = result
+    return dict(sorted(languages.items()))
 
 
 def _record(config: TrimConfig, model_dir: str, found: counting.TokenCounts, selection: counting.Selection,
@@ -149,7 +272,9 @@ def _record(config: TrimConfig, model_dir: str, found: counting.TokenCounts, sel
         "model": config.model,
         "model_dir": str(model_dir),
         "options": {"data": _str(config.data), "corpus": _str(config.corpus), "langs": list(config.langs),
-                    "min_count": config.min_count, "coverage": config.coverage, "max_vocab": config.max_vocab},
+                    "min_count": config.min_count, "coverage": config.pooled_coverage, "max_vocab": config.max_vocab,
+                    "per_lang_top_k": config.per_lang_top_k, "script_chars": config.script_chars,
+                    "script_fill": config.script_fill, "check": _str(config.check)},
         "counts": {"source": found.source, "path": found.path, "languages": found.languages,
                    "corpus_tokens": selection.corpus_tokens, "distinct_ids_seen": selection.seen,
                    "rule": "occurrences of every id but the special and added tokens; coverage is the share of "
@@ -157,6 +282,10 @@ def _record(config: TrimConfig, model_dir: str, found: counting.TokenCounts, sel
         "vocab_size": {"before": rows, "after": len(old_ids)},
         "tokenizer_size": {"before": tokenizer_size, "after": len(old_ids)},
         "special_ids": [int(i) for i in selection.forced],
+        "rules": {"added": selection.added,
+                  "order": "ids each rule adds beyond the rules before it: special and added tokens, each language's "
+                           "top k (--per-lang-top-k), the pooled counts (--coverage, --min-count, --max-vocab), the "
+                           "pieces of the model's prompts, single characters (--script-chars), --script-fill"},
         "coverage": selection.coverage,
         "covered_tokens": selection.covered_tokens,
         "parameters": {"before": before, "after": after},
@@ -172,6 +301,7 @@ def _str(path) -> str | None:
 
 def _copy_extras(model_dir: str, out: Path) -> bool:
     """Copy the sentence-transformers files and a finetune run's settings unchanged; True for a sentence encoder."""
+    from mlminilm.io.paths import confined
     from mlminilm.models.sentence_encoder import sentence_transformers_modules
 
     source = Path(model_dir)
@@ -187,9 +317,9 @@ def _copy_extras(model_dir: str, out: Path) -> bool:
         if (source / name).is_file():
             shutil.copyfile(source / name, out / name)
     for module in modules:
-        folder = str(module.get("path", ""))
+        folder = str(module.get("path", ""))  # checked to stay inside the model directory when read
         if folder and (source / folder).is_dir():
-            shutil.copytree(source / folder, out / folder, dirs_exist_ok=True)
+            shutil.copytree(source / folder, confined(out, folder, str(source / "modules.json")), dirs_exist_ok=True)
     return True
 
 
@@ -209,6 +339,9 @@ def _write_card(config: TrimConfig, out: Path, record: dict, sentence_encoder: b
         "coverage": f"{100 * record['coverage']:.4f}% of {record['counts']['corpus_tokens']:,} corpus tokens",
         "min_count": config.min_count,
         "max_vocab": config.max_vocab,
+        "per_lang_top_k": config.per_lang_top_k,
+        "script_chars": config.script_chars,
+        "script_fill": config.script_fill,
     }
     source = source_card_data(config.model)
     data = infer_card_data(

@@ -20,18 +20,15 @@ def load_any_model(name: str) -> tuple[nn.Module, set[str]]:
     (e.g. the pooler of an encoder saved without one), which a trimmed copy must not invent either."""
     import transformers
 
-    from mlminilm.models.loading import _load_error, load_config, resolve_model
+    from mlminilm.models.loading import load_config, load_model
 
     config = load_config(name)
     arch = (config.architectures or [None])[0]
     cls = getattr(transformers, arch, None) if arch else None
     if cls is None or not hasattr(cls, "from_pretrained"):
         cls = transformers.AutoModel
-    try:
-        model, info = cls.from_pretrained(resolve_model(name), dtype="auto", output_loading_info=True)
-    except Exception as exc:  # noqa: BLE001 - missing files, damaged weights: one message
-        raise _load_error("model", name, exc) from exc
-    return model, set(info.get("missing_keys") or ())
+    # Strict: nothing randomly initialised but a pooler the files never had (returned, so it is not saved either).
+    return load_model(cls, name, dtype="auto")
 
 
 def vocabulary_parameters(model: nn.Module) -> dict[str, nn.Parameter]:

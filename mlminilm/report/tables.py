@@ -3,8 +3,7 @@
 Input: the metrics document of `eval-xnli` / `eval-mlqa` / `eval-tatoeba` (`languages`: key -> scores with
 `examples`; `metrics`: the score names, in %; `average`; optional `gxlt` matrix; optional `summary` line). Files
 written by `write_reports`: `metrics.json`, `metrics.csv`, `metrics.md`, `chart.png` (per-language bars with the
-average as a line; for G-XLT a context x question heatmap of F1).
-"""
+average as a line; for G-XLT a context x question heatmap of F1). """
 
 from __future__ import annotations
 
@@ -31,9 +30,11 @@ def _language_name(key: str) -> str:
     return ""
 
 
+_TASKS = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "tatoeba": "Tatoeba"}
+
+
 def _title(doc: dict) -> str:
-    task = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "tatoeba": "Tatoeba"}.get(
-        doc["task"], doc["task"])
+    task = _TASKS.get(doc["task"], doc["task"])
     source = str(doc.get("model") or doc.get("predictions_from") or "")
     if len(source) > 48:  # keep the last path components
         source = "..." + source[-45:]
@@ -122,13 +123,17 @@ def _caption(doc: dict) -> str:
     return "\n".join(parts)
 
 
-def to_csv(doc: dict) -> str:
-    data = rows(doc)
+def csv_text(data: list[dict]) -> str:
+    """Rows (dicts with the same keys, in column order) as CSV text with a header line."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(data[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(data)
     return buffer.getvalue()
+
+
+def to_csv(doc: dict) -> str:
+    return csv_text(rows(doc))
 
 
 def to_markdown(doc: dict) -> str:

@@ -1,0 +1,429 @@
+"""`compare`: evaluation reports of several models on the same data and protocol, per language, side by side.
+
+It reads the `metrics.json` that eval-xnli, eval-mlqa and eval-tatoeba write, refuses reports that do not score
+the same data with the same protocol, and gives per language (and for the average) each model's score, its ratio
+to the baseline's and, for classification, the chance-corrected ratio; with the speeds and sizes the reports carry.
+
+The same data and protocol means equal (where the reports record them; a field no report has is not compared):
+
+- the task (`xnli`, `mlqa`, `xquad`, `tydiqa`, `squad-format`, `tatoeba`), the split, the metrics (for Tatoeba the
+  retrieval directions), the QA scorer, G-XLT or monolingual pairs, the classifier's label set and the retrieval
+  rule (`settings.similarity`);
+- for every compared language: the number of scored examples, of skipped rows (XNLI), and the data files by name
+  (a copy of the data in another directory is the same data; where the reports read different directories, a
+  warning says so). A report without file names (a `hf:` dataset) is compared by its data source.
+
+What each model's run chose for itself is not refused but recorded: the embedding layer, pooling and prefix of
+Tatoeba, lengths a fine-tuning run fixed (`settings`, one warning per difference), and the throughput's device,
+precision and batch (a warning when they differ, as the speeds are then not like for like). A model can be
+compared whether the report ran it or scored its predictions (`eval-mlqa --predictions`): the scores are of the
+same questions with the same scorer.
+
+Languages that only some reports have are left out, with a warning naming them; every average is then the
+unweighted mean over the compared languages (each evaluation's own average is that mean over its languages).
+Reports with no language in common are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlminilm import __version__
+from mlminilm import logging as mlog
+from mlminilm.config import CompareConfig
+from mlminilm.errors import ConfigError, DataError, Problems
+
+log = mlog.get(__name__)
+
+REPORT_FILE = "metrics.json"
+KIND = "comparison"  # the `kind` of the document compare writes (an evaluation report has none)
+HEADLINE = ("f1", "xx_to_en", "accuracy")  # the table's metric by default: the first the reports have
+PROTOCOL = (
+    "comparison of evaluation reports of the same data and protocol, per language: each model's score; ratio = "
+    "score / the baseline's; chance-corrected = (score - chance) / (baseline's - chance), chance = 100 / the "
+    "number of classes (classification); average = unweighted mean over the compared languages, its ratios "
+    "those of the averages; speed = examples per second / the baseline's"
+)
+# What must be equal for reports to be compared: (what, the value a report records). None: not recorded.
+SAME_PROTOCOL = (
+    ("task", lambda d: d.get("task")),
+    ("split", lambda d: d.get("split")),
+    ("metrics", lambda d: ", ".join(d["metrics"]) if d.get("metrics") else None),  # Tatoeba: the directions
+    ("scorer", lambda d: (d.get("scorer") or {}).get("title")),
+    ("language pairs", lambda d: "G-XLT" if d.get("gxlt") else "monolingual" if d.get("scorer") else None),
+    ("labels", lambda d: ", ".join(d["labels"]) if d.get("labels") else None),
+    ("retrieval rule", lambda d: (d.get("settings") or {}).get("similarity")),
+)
+# `settings` that do not depend on the model's own run and are not worth a warning when they differ.
+_QUIET_SETTINGS = ("batch_size", "sorted_by_length", "similarity")
+
+
+@dataclass(frozen=True)
+class Report:
+    """One evaluation report: the argument as given, its metrics.json and the document in it."""
+
+    arg: str
+    file: Path
+    doc: dict
+
+    @property
+    def folder(self) -> Path:
+        return self.file.resolve().parent
+
+    def model(self) -> str | None:
+        return self.doc.get("model") or self.doc.get("predictions_from")
+
+
+def run(cfg: CompareConfig) -> dict:
+    """Compare the reports `cfg.reports`; returns the comparison document (and writes it into `cfg.out` as JSON,
+    CSV, Markdown and a chart when given). Every problem with the inputs is found before anything is written."""
+    problems = Problems()
+    reports = [problems.attempt(lambda arg=arg: load_report(arg)) for arg in cfg.reports]
+    report_dir = None
+    if cfg.out is not None:
+        from mlminilm.evaluation.common import ReportDir
+
+        protect = tuple(str(r.folder) for r in reports if r is not None)
+        report_dir = problems.attempt(lambda: ReportDir.open(cfg.out, cfg.overwrite, protect=protect))
+    problems.raise_any()
+    _refuse_repeats(reports)
+    labels = report_labels(reports)
+    baseline = pick_baseline(reports, labels, cfg.baseline)
+    doc = compare_documents({label: r.doc for label, r in zip(labels, reports)}, baseline=baseline,
+                            metric=cfg.metric, sources={label: str(r.file) for label, r in zip(labels, reports)})
+    if report_dir is not None:
+        from mlminilm import report
+
+        folder = report_dir.begin()
+        try:
+            report.write_comparison(doc, folder)
+            report_dir.commit()
+        except BaseException:
+            report_dir.discard()
+            raise
+        doc["report_dir"] = str(report_dir.final)
+    return doc
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+
+def load_report(arg: str | Path) -> Report:
+    """The report at `arg` (a report directory, or its metrics.json); a DataError saying what is wrong with it."""
+    path = Path(arg)
+    if path.is_dir():
+        file = path / REPORT_FILE
+        if not file.is_file():
+            raise DataError(f"{arg} has no {REPORT_FILE}: give the --out directory of eval-xnli, eval-mlqa or "
+                            f"eval-tatoeba (or its {REPORT_FILE})")
+    elif path.is_file():
+        file = path
+    else:
+        raise DataError(f"{arg}: no such report directory or file")
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{file} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                        f"run the evaluation again to rewrite it") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{file} is damaged: not UTF-8 text; run the evaluation again to rewrite it") from None
+    if isinstance(doc, dict) and doc.get("kind") == KIND:
+        raise DataError(f"{file} is a comparison written by `mlminilm compare`, not an evaluation report; give the "
+                        f"reports it compared")
+    wrong = report_problems(doc)
+    if wrong:
+        raise DataError(f"{file} is damaged: {'; '.join(wrong)}; run the evaluation again to rewrite it")
+    return Report(str(arg), file, doc)
+
+
+def report_problems(doc) -> list[str]:
+    """What keeps `doc` from being an evaluation report compare can read (at most a few, the first found)."""
+    if not isinstance(doc, dict):
+        return [f"a JSON {type(doc).__name__}, not an object"]
+    p: list[str] = []
+    if not isinstance(doc.get("task"), str) or not doc["task"]:
+        p.append("no `task`")
+    metrics = doc.get("metrics")
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        p.append("no `metrics` list")
+        metrics = []
+    if not isinstance(doc.get("average"), dict):
+        p.append("no `average`")
+    languages = doc.get("languages")
+    if not isinstance(languages, dict) or not languages:
+        p.append("no `languages`")
+        return p
+    for key, scores in languages.items():
+        if not isinstance(scores, dict):
+            p.append(f"languages.{key} is not an object")
+            continue
+        if not _count(scores.get("examples")):
+            p.append(f"languages.{key}.examples is not a count")
+        for m in metrics:
+            if not _number(scores.get(m)):
+                p.append(f"languages.{key}.{m} is not a number")
+        if len(p) >= 3:
+            break
+    return p[:3]
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _refuse_repeats(reports: list[Report]) -> None:
+    seen: dict[Path, str] = {}
+    for r in reports:
+        key = r.file.resolve()
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {r.arg} are the same report; give each report once")
+        seen[key] = r.arg
+
+
+# ------------------------------------------------------------------------------------ names, baseline
+
+
+def report_labels(reports: list[Report]) -> list[str]:
+    """Each report's name in the comparison: its directory's name (the path's last parts where two share one;
+    the file name without .json for a metrics file not named metrics.json)."""
+    keys = [r.folder if r.file.name == REPORT_FILE else r.file.resolve().with_suffix("") for r in reports]
+    for depth in range(1, max(len(k.parts) for k in keys) + 1):
+        labels = ["/".join(k.parts[-depth:]) for k in keys]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(k) for k in keys]
+
+
+def pick_baseline(reports: list[Report], labels: list[str], name: str | None) -> str:
+    """The label of the report `name` names: first by its own names (its label, directory name or path as
+    given), then by its model (as the report records it, or the model path's last component)."""
+    if name is None:
+        return labels[0]
+
+    def own(r: Report, label: str) -> set[str]:
+        return {label, r.folder.name, r.arg, r.arg.rstrip("/"), str(r.file)}
+
+    def model(r: Report, label: str) -> set[str]:
+        m = r.model()
+        return {m, m.rstrip("/"), Path(m).name} if m else set()
+
+    for names in (own, model):
+        hits = [label for r, label in zip(reports, labels) if name in names(r, label)]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise ConfigError(f"--baseline {name} names several reports ({', '.join(hits)}); give one of those "
+                              f"names")
+    known = ", ".join(f"{label} (model {r.model() or 'unknown'})" for r, label in zip(reports, labels))
+    raise ConfigError(f"--baseline {name}: no report has that name or model; the reports: {known}")
+
+
+# ------------------------------------------------------------------------------------------ comparing
+
+
+def compare_documents(docs: dict[str, dict], baseline: str | None = None, metric: str | None = None,
+                      sources: dict[str, str] | None = None) -> dict:
+    """The comparison document of evaluation documents `docs` (name -> metrics document, in the table's order)
+    against `docs[baseline]` (default: the first). `metric`: the table's figure (default: the headline of
+    HEADLINE the reports have); every metric is compared in the document. ConfigError / DataError when the
+    documents are not of the same data and protocol (see the module's docstring)."""
+    names = list(docs)
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in docs:
+        raise ConfigError(f"baseline {baseline!r} is not one of the reports ({', '.join(names)})")
+    base = docs[baseline]
+    problems = _protocol_problems(docs)
+    if problems:
+        raise DataError("the reports do not share their data and protocol: " + "; ".join(problems)
+                        + "; compare reports of one evaluation of the same data")
+    metrics = list(base.get("metrics") or ([metric] if metric else []))
+    if metric is None:
+        metric = next((m for m in HEADLINE if m in metrics), metrics[0] if metrics else None)
+    if metric not in metrics:
+        raise ConfigError(f"--metric {metric}: the reports' metrics are {', '.join(metrics) or 'not recorded'}")
+    common = [k for k in base["languages"] if all(k in d["languages"] for d in docs.values())]
+    dropped: dict[str, list[str]] = {}
+    for name, d in docs.items():
+        for key in d["languages"]:
+            if key not in common:
+                dropped.setdefault(key, []).append(name)
+    if not common:
+        have = "; ".join(f"{n}: {', '.join(d['languages'])}" for n, d in docs.items())
+        raise DataError(f"the reports have no language in common ({have})")
+    problems = _data_problems(docs, common)
+    if problems:
+        raise DataError("the reports do not score the same data: " + "; ".join(problems)
+                        + "; compare reports of the same data files")
+    warnings = _warnings(docs, dropped)
+    for line in warnings:
+        log.warning("%s", line)
+    labels = base.get("labels")
+    chance = 100.0 / len(labels) if labels and "accuracy" in metrics else None
+
+    def entry(values: dict[str, dict[str, float]], examples: int) -> dict:
+        out = {"examples": examples, "scores": values,
+               "ratio": {n: {m: _ratio(v[m], values[baseline][m]) for m in metrics} for n, v in values.items()}}
+        if chance is not None:
+            out["chance_corrected"] = {n: {"accuracy": _corrected(v["accuracy"], values[baseline]["accuracy"], chance)}
+                                       for n, v in values.items()}
+        return out
+
+    languages = {
+        key: entry({n: {m: float(d["languages"][key][m]) for m in metrics} for n, d in docs.items()},
+                   int(base["languages"][key]["examples"]))
+        for key in common
+    }
+    average = entry({n: {m: sum(languages[k]["scores"][n][m] for k in common) / len(common) for m in metrics}
+                     for n in names}, sum(v["examples"] for v in languages.values()))
+    log.debug("%d reports on %d languages, against %s", len(names), len(common), baseline)
+    doc = {
+        "kind": KIND,
+        "task": base.get("task"),
+        **({"split": base["split"]} if base.get("split") else {}),
+        **({"scorer": base["scorer"]} if base.get("scorer") else {}),
+        "protocol": PROTOCOL,
+        "report_protocol": base.get("protocol"),
+        "baseline": baseline,
+        "metric": metric,
+        "metrics": metrics,
+        "chance": chance,
+        "reports": {n: _report_record(d, base, (sources or {}).get(n)) for n, d in docs.items()},
+        "languages": languages,
+        "average": average,
+        "dropped_languages": dropped,
+        "warnings": warnings,
+        "mlminilm": __version__,
+    }
+    return doc
+
+
+def _ratio(score: float, base: float) -> float | None:
+    return score / base if base else None
+
+
+def _corrected(score: float, base: float, chance: float) -> float | None:
+    from mlminilm.metrics.retention import chance_corrected
+
+    value = chance_corrected(score, base, chance)
+    return None if math.isnan(value) else value
+
+
+def _differs(what: str, values: dict[str, object]) -> str | None:
+    if len({json.dumps(v, sort_keys=True) for v in values.values()}) <= 1:
+        return None
+    return f"different {what} (" + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items()) + ")"
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not recorded"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def _protocol_problems(docs: dict[str, dict]) -> list[str]:
+    found = []
+    for what, get in SAME_PROTOCOL:
+        values = {n: get(d) for n, d in docs.items()}
+        if all(v is None for v in values.values()):
+            continue
+        found.append(_differs(what, values))
+    return [p for p in found if p]
+
+
+def data_files(doc: dict, key: str):
+    """The names of the data files `doc` scored language `key` on (the data source where it records none)."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    files = (data.get("files") or {}).get(key) if isinstance(data.get("files"), dict) else None
+    scores = doc["languages"][key]
+    files = files or scores.get("file") or scores.get("files")
+    if isinstance(files, dict):
+        return [Path(str(files[side])).name for side in sorted(files)]
+    if isinstance(files, str):
+        return [Path(files).name]
+    return data.get("source")
+
+
+def _data_problems(docs: dict[str, dict], common: list[str]) -> list[str]:
+    checks = (
+        ("examples", lambda d, k: d["languages"][k].get("examples")),
+        ("rows skipped", lambda d, k: d["languages"][k].get("skipped")),
+        ("data files", data_files),
+    )
+    found = []
+    for what, get in checks:
+        wrong = []
+        for key in common:
+            values = {n: get(d, key) for n, d in docs.items()}
+            if what != "data files" and any(v is None for v in values.values()):
+                continue  # not recorded by every report (older reports): not compared
+            problem = _differs(what, values)
+            if problem:
+                wrong.append(f"{key}: {problem}")
+        if len(wrong) > 3:
+            wrong = [*wrong[:3], f"and {len(wrong) - 3} more languages"]
+        found += wrong
+    return found
+
+
+def _warnings(docs: dict[str, dict], dropped: dict[str, list[str]]) -> list[str]:
+    lines = []
+    if dropped:
+        lines.append("languages not in every report, left out of the comparison and its averages: "
+                     + "; ".join(f"{key} (only in {', '.join(names)})" for key, names in dropped.items()))
+    sources = {n: (d.get("data") or {}).get("source") for n, d in docs.items()}
+    if len(set(sources.values()) - {None}) > 1:
+        lines.append("the reports read their data from different places ("
+                     + "; ".join(f"{n}: {s}" for n, s in sources.items())
+                     + "); compared because the file names and example counts agree")
+    settings = {n: d.get("settings") or {} for n, d in docs.items()}
+    for key in dict.fromkeys(k for s in settings.values() for k in s):
+        if key in _QUIET_SETTINGS:
+            continue
+        values = {n: s.get(key) for n, s in settings.items()}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            lines.append(f"evaluated with different {key} ("
+                         + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items()) + "), each run's own choice")
+    setups = {n: _setup(d.get("throughput")) for n, d in docs.items() if d.get("throughput")}
+    if len(set(setups.values())) > 1:
+        lines.append("throughput measured on different set-ups (" + "; ".join(f"{n}: {s}" for n, s in setups.items())
+                     + "): the speeds are not like for like")
+    return lines
+
+
+def _setup(tp: dict) -> str:
+    return f"{tp.get('device')}, {tp.get('precision')}, batch {tp.get('batch_size')}"
+
+
+def _parameters(doc: dict) -> int | None:
+    value = doc.get("parameters")
+    if isinstance(value, dict):
+        value = value.get("total")
+    return value if _count(value) else None
+
+
+def _report_record(doc: dict, base: dict, source: str | None) -> dict:
+    """Where a report came from, its model, speed and size, each with its ratio to the baseline's."""
+    tp = doc.get("throughput") if isinstance(doc.get("throughput"), dict) else None
+    base_tp = base.get("throughput") if isinstance(base.get("throughput"), dict) else None
+    speed = tp.get("examples_per_s") if tp else None
+    base_speed = base_tp.get("examples_per_s") if base_tp else None
+    params, base_params = _parameters(doc), _parameters(base)
+    return {
+        "source": source,
+        "model": doc.get("model") or doc.get("predictions_from"),
+        "summary": doc.get("summary"),
+        "throughput": tp,
+        "examples_per_s": speed,
+        "speed_ratio": speed / base_speed if _number(speed) and _number(base_speed) and base_speed else None,
+        "parameters": params,
+        "parameters_ratio": params / base_params if params is not None and base_params else None,
+    }
