@@ -64,6 +64,10 @@ def main() -> None:
     from mlminilm.errors import MlminilmError
 
     try:
+        # --config FILE: the file's options become command-line words before click parses (README "Config files").
+        from mlminilm.commands._config_file import expand
+
+        sys.argv[1:] = expand(sys.argv[1:], typer.main.get_command(app))
         # One program name however it is started (the `mlminilm` script, `python -m mlminilm`, torchrun): usage
         # lines read as the README's commands, and shell completion uses one variable, _MLMINILM_COMPLETE.
         app(prog_name="mlminilm")

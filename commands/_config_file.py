@@ -1,0 +1,139 @@
+"""`--config FILE` on every command: options read from a TOML, YAML or JSON file, the command line winning.
+
+Keys are the option names (`max-steps` or `max_steps`). A run record (`run.json`, which distill, assist and
+finetune write) replays the run it records: its `config` is read as the file, except `out`, `resume` and
+`overwrite`, which the command line says anew (`mlminilm distill --config runs/a/run.json --out runs/b`).
+
+The file becomes command-line options before click parses anything, so it goes through exactly the checks a typed
+option does, and an option typed on the command line replaces the file's (a repeatable one, such as `--langs`,
+replaces it whole rather than adding to it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlminilm.errors import ConfigError
+
+# Options a replayed run record leaves to the command line: where to write, and whether to resume or replace.
+REPLAY_SKIPS = ("out", "resume", "overwrite")
+
+
+def expand(args: list[str], group) -> list[str]:
+    """`args` (the words after `mlminilm`) with `--config FILE` replaced by the options FILE sets that the
+    command line does not; `group` is the click group of the commands."""
+    if not args or args[0].startswith("-") or args[0] not in group.commands:
+        return args
+    name, rest = args[0], args[1:]
+    found = [i for i, word in enumerate(rest) if word == "--config" or word.startswith("--config=")]
+    if not found:
+        return args
+    if len(found) > 1:
+        raise ConfigError("--config is given more than once; give one file")
+    at = found[0]
+    if rest[at] == "--config":
+        if at + 1 >= len(rest):
+            raise ConfigError("--config needs a file: --config FILE")
+        path, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+    else:
+        path, rest = rest[at].split("=", 1)[1], rest[:at] + rest[at + 1:]
+    values, replay = _read(Path(path), name)
+    return [name, *_as_options(values, group.commands[name], rest, path, replay), *rest]
+
+
+def _read(path: Path, command: str) -> tuple[dict, bool]:
+    """The file's options, and whether it is a run record being replayed."""
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            doc = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            doc = yaml.safe_load(text)
+        elif suffix == ".json":
+            doc = json.loads(text)
+        else:
+            raise ConfigError(f"--config {path}: a .toml, .yaml / .yml or .json file, please (got {suffix or 'none'})")
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - tomllib, yaml and json each have their own error class
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"--config {path}: not readable {suffix[1:].upper()} ({first})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config {path}: expected a table of option = value, got {type(doc).__name__}")
+    if "command" in doc and isinstance(doc.get("config"), dict):  # a run record
+        recorded = str(doc["command"])
+        if recorded != command.replace("-", ""):
+            raise ConfigError(f"--config {path} records a `{recorded}` run; replay it with `mlminilm {recorded}`")
+        return {k: v for k, v in doc["config"].items() if k not in REPLAY_SKIPS}, True
+    return doc, False
+
+
+def _as_options(values: dict, command, given_args: list[str], path, replay: bool) -> list[str]:
+    # Typer ships its own copy of click: options are told apart from arguments by their kind, not their class.
+    cli_only = ("json_out", "verbose", "quiet")  # how the result is shown, not what the command does
+    params = [p for p in command.params if getattr(p, "param_type_name", "") == "option" and p.name not in cli_only]
+    options = {}  # by the option's name (--max-steps: max-steps, max_steps) and by its field name
+    for param in params:
+        options[param.name] = param
+        for opt in param.opts:
+            if opt.startswith("--"):
+                options[opt[2:].replace("-", "_")] = param
+    typed = {word.split("=", 1)[0] for word in given_args if word.startswith("-")}
+    words, unknown = [], []
+    for key, value in values.items():
+        param = options.get(str(key).replace("-", "_"))
+        if param is None:
+            if not (replay and _is_default(command, key, value)):
+                unknown.append(str(key))
+            continue
+        if typed & set(param.opts + param.secondary_opts) or value is None:
+            continue  # the command line's value wins; None: the option's own default
+        words += _words(param, value)
+    if unknown:
+        known = ", ".join(sorted(next(o for o in p.opts if o.startswith("--"))[2:] for p in params))
+        raise ConfigError(f"--config {path}: unknown option(s) {', '.join(sorted(unknown))}; the options of this "
+                          f"command are: {known}")
+    return words
+
+
+def _words(param, value) -> list[str]:
+    if param.is_flag:
+        if value is True:
+            return [param.opts[0]]
+        if value is False and param.secondary_opts:
+            return [param.secondary_opts[0]]
+        if value is False:
+            return []
+        raise ConfigError(f"--config: {param.opts[0]} is a flag: true or false (got {value!r})")
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return []  # an empty list: the option's own default (nothing)
+        if param.multiple:
+            return [w for item in value for w in (param.opts[0], str(item))]
+        return [param.opts[0], ",".join(str(v) for v in value)]
+    return [param.opts[0], str(value)]
+
+
+def _is_default(command, key, value) -> bool:
+    """A recorded field that is not an option of the command (e.g. AdamW's betas): fine to replay only when it has
+    the value the command would use anyway."""
+    import dataclasses
+
+    from mlminilm import config
+
+    name = {"distill": "DistillConfig", "assist": "AssistConfig", "finetune": "FinetuneConfig"}.get(command.name)
+    cls = getattr(config, name) if name else None
+    if cls is None:
+        return False
+    for f in dataclasses.fields(cls):
+        if f.name == key and f.default is not dataclasses.MISSING:
+            return f.default == value
+    return False

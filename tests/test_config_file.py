@@ -1,0 +1,77 @@
+"""`--config FILE` (TOML, YAML, JSON; a run record replays its run): the file's options, the command line's winning,
+unknown keys one error naming them all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import assert_error, run_main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SHAPE = {"layers": 2, "hidden": 32, "heads": 4, "intermediate": 64, "batch-size": 2, "save-every": 2}
+
+
+def losses(out) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_toml_options_with_the_command_line_winning(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text("\n".join([f'teacher = "{wp_teacher}"', f'data = "{wp_data}"', "max_steps = 4", "seed = 7",
+                                 *(f"{k} = {v}" for k, v in SHAPE.items())]) + "\n")
+    out = tmp_path / "run"
+    code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(config), "--out", str(out),
+                            "--max-steps", "2")
+    assert code == 0, err
+    recorded = json.loads((out / "run.json").read_text())["config"]
+    assert recorded["max_steps"] == 2  # the command line's
+    assert (recorded["seed"], recorded["layers"], recorded["hidden"], recorded["batch_size"]) == (7, 2, 32, 2)
+
+
+def test_yaml_lists_and_flags(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys):
+    config = tmp_path / "prepare.yaml"
+    config.write_text(f"teacher: {wp_teacher}\ninput:\n  - {tiny_corpus_dir}\nseq-len: 16\nworkers: 1\n")
+    out = tmp_path / "data"
+    code, _, err = run_main(monkeypatch, capsys, "prepare", f"--config={config}", "--out", str(out))
+    assert code == 0, err
+    assert json.loads((out / "manifest.json").read_text())["seq_len"] == 16
+    (out / "extra").write_text("")  # not prepare's: --overwrite from the file is honoured, and refused here
+    config.write_text(config.read_text() + "overwrite: true\n")
+    assert_error(run_main(monkeypatch, capsys, "prepare", "--config", str(config), "--out", str(out)), "extra")
+
+
+def test_a_run_record_replays_its_run(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    first, second = tmp_path / "a", tmp_path / "b"
+    args = ["--teacher", str(wp_teacher), "--data", str(wp_data), "--max-steps", "3", "--log-every", "1",
+            "--dropout", "0.1", *(w for k, v in SHAPE.items() for w in (f"--{k}", str(v)))]
+    assert run_main(monkeypatch, capsys, "distill", *args, "--out", str(first))[0] == 0
+    code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(first / "run.json"), "--out", str(second))
+    assert code == 0, err
+    assert losses(second) == losses(first) and len(losses(first)) == 3
+    old, new = (json.loads((d / "run.json").read_text())["config"] for d in (first, second))
+    assert {k: v for k, v in old.items() if k != "out"} == {k: v for k, v in new.items() if k != "out"}
+    assert_error(run_main(monkeypatch, capsys, "finetune", "--config", str(first / "run.json"), "--out",
+                          str(tmp_path / "ft")), "records a `distill` run", "mlminilm distill")
+
+
+def test_bad_config_files_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text('max-steps = 3\nlayerz = 2\nfoo = "x"\n')
+    error = assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)), "unknown option(s)")
+    assert "foo, layerz" in error and "max-steps" in error.split("are:")[1]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(bad)), "not readable JSON")
+    (tmp_path / "c.ini").write_text("[x]\n")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / "c.ini")), ".toml, .yaml")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / "none.toml")), "no such file")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / "list.yaml")), "expected a table")
+    config.write_text("overwrite = 3\n")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)), "is a flag")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config), "--config", str(config)),
+                 "more than once")
+    assert not list(tmp_path.glob("run*"))
