@@ -86,7 +86,7 @@ def run(cfg: CompareConfig) -> dict:
     if cfg.out is not None:
         from mlminilm.evaluation.common import ReportDir
 
-        protect = tuple(str(r.folder) for r in reports if r is not None)
+        protect = [("REPORT_DIR", str(r.folder)) for r in reports if r is not None]
         report_dir = problems.attempt(lambda: ReportDir.open(cfg.out, cfg.overwrite, protect=protect))
     problems.raise_any()
     _refuse_repeats(reports)
@@ -97,14 +97,7 @@ def run(cfg: CompareConfig) -> dict:
     if report_dir is not None:
         from mlminilm import report
 
-        folder = report_dir.begin()
-        try:
-            report.write_comparison(doc, folder)
-            report_dir.commit()
-        except BaseException:
-            report_dir.discard()
-            raise
-        doc["report_dir"] = str(report_dir.final)
+        doc["report_dir"] = str(report_dir.write(lambda folder: report.write_comparison(doc, folder)))
     return doc
 
 

@@ -41,4 +41,5 @@ class Problems:
 
     def raise_any(self) -> None:
         if self.errors:
-            raise type(self.errors[0])("; ".join(str(e) for e in self.errors))
+            # The same problem found twice (one bad file given twice) is said once.
+            raise type(self.errors[0])("; ".join(dict.fromkeys(str(e) for e in self.errors)))

@@ -334,13 +334,15 @@ def test_missing_and_damaged_reports(pair, tmp_path, monkeypatch, capsys):
     assert "has no metrics.json" in line and "no `task`" in line
     assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "list", []), "--out", out), "not an object")
     assert_error(compare(monkeypatch, capsys, teacher, teacher / "metrics.json"), "are the same report")
+    line = assert_error(compare(monkeypatch, capsys, cut, cut))  # one damaged report given twice: said once
+    assert line.count("is damaged") == 1
     assert_error(compare(monkeypatch, capsys, teacher), "at least two reports")
     assert not out.exists()
 
 
 def test_out_must_not_be_an_input(pair, monkeypatch, capsys):
     teacher, student = pair
-    assert_error(compare(monkeypatch, capsys, teacher, student, "--out", student), "--out", "input")
+    assert_error(compare(monkeypatch, capsys, teacher, student, "--out", student), "--out", "is the REPORT_DIR input")
     assert sorted(p.name for p in student.iterdir()) == ["metrics.json"]
 
 

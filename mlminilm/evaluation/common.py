@@ -148,7 +148,7 @@ class ReportDir:
 
     @classmethod
     def open(cls, out: Path | None, overwrite: bool, protect: dict | tuple = ()) -> "ReportDir":
-        """`protect`: the inputs the report must stay out of ({flag: path}, or paths)."""
+        """`protect`: the inputs the report must stay out of ({flag: path}, or (flag, path) pairs)."""
         if out is None:
             return cls(None)
         from mlminilm.io.outputs import check_replaceable, refuse_overlap
@@ -157,7 +157,8 @@ class ReportDir:
         out = Path(out)
         if out.exists() and not out.is_dir():
             raise CheckpointError(f"--out {out} exists and is not a directory")
-        refuse_overlap(out, protect if isinstance(protect, dict) else [("input", other) for other in protect])
+        # {flag: path}, or (flag, path) pairs where one flag names several inputs
+        refuse_overlap(out, protect)
         if out.exists() and any(out.iterdir()):
             if not overwrite:
                 raise CheckpointError(f"--out {out} exists and is not empty; add --overwrite to replace it")
@@ -193,26 +194,30 @@ class ReportDir:
             shutil.rmtree(self.path, ignore_errors=True)
         self.path = None
 
-    def publish(self, doc: dict, write_predictions) -> dict:
-        """Write `predictions/` (by `write_predictions(dir)`) and the report files, then rename into place.
-
-        With no --out nothing is written; on any error the temporary directory is removed. Returns `doc`,
-        with `report_dir` set when a report was written.
-        """
-        from mlminilm import report
-
+    def write(self, fill) -> Path | None:
+        """`fill(dir)` writes the files into the temporary directory, which is then renamed into place; on any
+        error it is removed. With no --out nothing is written. Returns the final directory (None without --out)."""
         out = self.begin()
         try:
             if out is not None:
-                pred_dir = out / "predictions"
-                pred_dir.mkdir()
-                write_predictions(pred_dir)
-                report.write_reports(doc, out)
+                fill(out)
             self.commit()
         except BaseException:
             self.discard()
             raise
-        if self.final is not None:
+        return self.final
+
+    def publish(self, doc: dict, write_predictions) -> dict:
+        """Write `predictions/` (by `write_predictions(dir)`) and the report files (`write`). Returns `doc`, with
+        `report_dir` set when a report was written."""
+        from mlminilm import report
+
+        def fill(out: Path) -> None:
+            (out / "predictions").mkdir()
+            write_predictions(out / "predictions")
+            report.write_reports(doc, out)
+
+        if self.write(fill) is not None:
             doc["report_dir"] = str(self.final)
         return doc
 
