@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm.commands._params import bound_integer_options
 
 app = typer.Typer(

@@ -175,3 +175,9 @@ def _run_stages(cfg: AssistConfig, out: Path, first: DistillConfig, second: Dist
         result = distill.run(replace(stage, resume=cfg.resume), export_to=export, title=name)
         stages[name] = result.to_dict()
     return AssistResult(out, out / "assistant", out / "student", stages)
+
+
+# `from mlminilm import assist` may give this module: calling it runs the command (mlminilm.api).
+from mlminilm.api import command_module  # noqa: E402
+
+command_module(__name__, AssistConfig)

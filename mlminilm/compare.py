@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import CompareConfig
 from mlminilm.errors import ConfigError, DataError, Problems
@@ -420,3 +420,9 @@ def _report_record(doc: dict, base: dict, source: str | None) -> dict:
         "parameters": params,
         "parameters_ratio": params / base_params if params is not None and base_params else None,
     }
+
+
+# `from mlminilm import compare` may give this module: calling it runs the command (mlminilm.api).
+from mlminilm.api import command_module  # noqa: E402
+
+command_module(__name__, CompareConfig)

@@ -484,3 +484,9 @@ def _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, titl
         log.info("initialised student (no training) exported to %s", export_dir)
     rt.barrier()
     return DistillResult(out, export_dir, 0, None, None, 0.0, time.perf_counter() - t0, {})
+
+
+# `from mlminilm import distill` may give this module: calling it runs the command (mlminilm.api).
+from mlminilm.api import command_module  # noqa: E402
+
+command_module(__name__, DistillConfig)

@@ -542,3 +542,9 @@ def _finalize(out: Path) -> None:
             shutil.rmtree(target)
         os.replace(item, target)
     shutil.rmtree(best)
+
+
+# `from mlminilm import finetune` may give this module: calling it runs the command (mlminilm.api).
+from mlminilm.api import command_module  # noqa: E402
+
+command_module(__name__, FinetuneConfig)

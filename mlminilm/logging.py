@@ -34,7 +34,7 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
     prefix = f"rank {rank}: " if rank else ""
     root = logging.getLogger("mlminilm")
     root.handlers.clear()
-    if stderr_console.is_terminal:
+    if stderr_console.is_terminal or stderr_console.is_jupyter:  # a notebook renders rich's output as HTML
         handler: logging.Handler = RichHandler(console=stderr_console, show_path=False, show_time=False, markup=False)
         handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
     else:
@@ -46,6 +46,13 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
     root.setLevel(level)
     root.propagate = False
     _quiet_libraries()
+
+
+def configured() -> bool:
+    """Whether logging has a home already: `setup` ran (the command line does it), or the caller gave mlminilm's
+    logger or the root logger a handler. The Python API (mlminilm.api) calls `setup` only when not, so that a
+    notebook shows the logs without the caller configuring anything, and a caller's own configuration wins."""
+    return bool(logging.getLogger("mlminilm").handlers or logging.getLogger().handlers)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -85,7 +92,9 @@ def get(name: str) -> logging.Logger:
 
 
 def progress_enabled() -> bool:
-    return not _QUIET and stderr_console.is_terminal and os.environ.get("MLMINILM_NO_PROGRESS") != "1"
+    # A terminal, or a notebook (rich draws the bar as a live widget there; ipywidgets makes it update in place).
+    shown = stderr_console.is_terminal or stderr_console.is_jupyter
+    return not _QUIET and shown and os.environ.get("MLMINILM_NO_PROGRESS") != "1"
 
 
 class _NullProgress:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from helpers import REPO
+
+ROOT = "mlminilm"  # matches the package's own __init__ only, not every module under it
 
 # Lowest first. A module's layer is that of the longest name below that is it or one of its packages. Within a
 # layer, packages may import each other (without circles); across layers, only downwards.
 LAYERS = (
-    ("foundation", ("mlminilm", "mlminilm.errors", "mlminilm.logging", "mlminilm.langs")),
+    ("foundation", ("mlminilm.version", "mlminilm.errors", "mlminilm.logging", "mlminilm.langs", "mlminilm.api")),
     ("io", ("mlminilm.io",)),
     ("data formats and scorers", ("mlminilm.tasks", "mlminilm.metrics", "mlminilm.report")),
     ("configuration", ("mlminilm.config",)),
@@ -23,7 +27,9 @@ LAYERS = (
     ("machinery", ("mlminilm.corpus", "mlminilm.distillation", "mlminilm.training")),
     ("evaluation and vocabulary", ("mlminilm.evaluation", "mlminilm.vocab")),
     ("commands' library calls", ("mlminilm.distill", "mlminilm.assist", "mlminilm.finetune", "mlminilm.demo",
-                                 "mlminilm.losses", "mlminilm.capture", "mlminilm.compare")),
+                                 "mlminilm.losses", "mlminilm.capture", "mlminilm.compare",
+                                 # the package itself: the public facade, `from mlminilm import distill, ...`
+                                 ROOT)),
     ("command line", ("mlminilm.commands", "mlminilm.__main__")),
 )
 
@@ -32,7 +38,8 @@ def layer_of(module: str) -> int:
     best, found = -1, None
     for number, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            below = module.startswith(prefix + ".") and prefix != ROOT
+            if (module == prefix or below) and len(prefix) > best:
                 best, found = len(prefix), number
     if found is None:
         raise AssertionError(f"{module} is on no layer: add it to LAYERS in tests/test_layers.py")
@@ -152,7 +159,10 @@ def test_the_checks_catch_what_they_are_for():
     assert upward_imports(graph) == [
         "mlminilm.models.loading (models) imports mlminilm.training.loop (machinery)"]
     assert circles(graph) == [["mlminilm.corpus.dataset", "mlminilm.training.loop"]]
-    assert layer_of("mlminilm") == 0 and layer_of("mlminilm.commands.app") == len(LAYERS) - 1
+    assert layer_of("mlminilm.version") == 0 and layer_of("mlminilm.commands.app") == len(LAYERS) - 1
+    assert layer_of("mlminilm") == len(LAYERS) - 2  # the facade, above every library module it names
+    with pytest.raises(AssertionError, match="on no layer"):
+        layer_of("mlminilm.unplaced")  # the root's entry does not catch modules no layer names
 
 
 def test_imports_are_read_with_their_submodules(tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import PrepareConfig
 from mlminilm.corpus import readers

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from mlminilm import __version__
+from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TrainConfig
 from mlminilm.errors import CheckpointError
