@@ -294,13 +294,13 @@ def finetuned_xnli(work: Path, name: str, model_dir: str, data: XnliData, b: Bud
         freeze_embeddings=b.ft_freeze_embeddings, group_by_length=True, overwrite=True, precision=b.precision,
         quiet=True)).to_dict()
     report = work / f"report-xnli-{slug}"
-    xnli.run(EvalXnliConfig(model=str(work / f"ft-{slug}"), data=str(data.dev_dir), split="dev", langs=XNLI_LANGS,
-                            out=report, overwrite=True, precision=b.precision))
+    evaluated = xnli.run(EvalXnliConfig(model=str(work / f"ft-{slug}"), data=str(data.dev_dir), split="dev",
+                                        langs=XNLI_LANGS, out=report, overwrite=True, precision=b.precision))
     correct = {}
     for lang, rows in data.dev.items():
         predicted = (report / "predictions" / f"dev-{lang}.tsv").read_text(encoding="utf-8").split()
         correct[lang] = [LABELS.index(p) == r[2] for p, r in zip(predicted, rows)]
-    return {"finetune": tuned, "correct": correct}
+    return {"finetune": tuned, "correct": correct, "report": evaluated}  # the report: for compare
 
 
 def tatoeba_report(work: Path, name: str, model_dir: str, b: Budget, folder: Path) -> dict:

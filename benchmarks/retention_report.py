@@ -69,6 +69,28 @@ def xnli_scores(doc: dict, kind: str) -> dict[str, dict]:
     return out
 
 
+def finetuned_compared(res: dict, scores: dict[str, dict]) -> list[str]:
+    """The fine-tuned rows' eval-xnli reports through `mlminilm compare` (the teacher as baseline): a table of the
+    chance-corrected retention per language. Compare's accuracy must equal the bootstrap's point figure (both
+    count the same predictions). Nothing for runs whose stages kept no report documents (before compare)."""
+    from mlminilm.compare import compare_documents
+
+    reports = {n: res[n]["finetuned"].get("report") for n in scores}
+    if TEACHER not in reports or not all(reports.values()):
+        return []
+    compared = compare_documents(reports, baseline=TEACHER, metric="accuracy")
+    langs = list(compared["languages"])
+    for n, entry in scores.items():
+        for lang in langs:
+            theirs = compared["languages"][lang]["scores"][n]["accuracy"]
+            assert abs(theirs - entry["languages"][lang]) < 0.05, f"{n} {lang}: {theirs} != {entry['languages'][lang]}"
+    rows = [[n] + [f"{100 * compared['languages'][l]['chance_corrected'][n]['accuracy']:.0f}" for l in langs]
+            + [f"{100 * compared['average']['chance_corrected'][n]['accuracy']:.0f}"] for n in reports if n != TEACHER]
+    return ["", "Chance-corrected retention (%) per language, `mlminilm compare` of the eval-xnli reports (teacher "
+            "= 100; with about 500 pairs per language a single language's ratio is noise: read the average and "
+            "its interval above):", ""] + _table(["model"] + langs + ["avg"], rows)
+
+
 def _ci(lo_hi) -> str:
     lo, hi = lo_hi
     return f"[{lo:.1f}, {hi:.1f}]"
@@ -84,6 +106,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     import transformers
 
     import mlminilm
+    from mlminilm.compare import compare_documents
 
     res = doc["results"]
     b = doc["budget"]
@@ -138,16 +161,22 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     lines += ["", f"Sentences/s: the embedding pass (tokenising included) over {res[TEACHER]['speed']['sentences']} "
               f"Tatoeba sentences, batch 64, median of {b['speed_repeats']} repeats after a warm-up, one process.", ""]
 
+    # Scores and ratios of the evaluation reports come from `mlminilm compare` (one code path with the demo and
+    # the command), which also refuses reports that do not share data and protocol.
+    tato = compare_documents({n: res[n]["tatoeba"] for n in names}, baseline=TEACHER, metric="xx_to_en")
     lines += ["## Tatoeba xx->en accuracy (%), no fine-tuning", ""]
     rows = []
     for n in names:
-        t = res[n]["tatoeba"]
-        beats = sum(t["languages"][l]["xx_to_en"] > base_tato[l]["xx_to_en"] for l in tlangs)
-        rows.append([n] + [f"{t['languages'][l]['xx_to_en']:.1f}" for l in tlangs]
-                    + [f"**{t['average']['xx_to_en']:.1f}**", f"{t['average']['en_to_xx']:.1f}",
-                       f"{100 * t['average']['xx_to_en'] / t_tato['average']['xx_to_en']:.0f} %",
+        score = {l: tato["languages"][l]["scores"][n]["xx_to_en"] for l in tlangs}
+        beats = sum(score[l] > tato["languages"][l]["scores"][BASELINE]["xx_to_en"] for l in tlangs)
+        rows.append([n] + [f"{score[l]:.1f}" for l in tlangs]
+                    + [f"**{tato['average']['scores'][n]['xx_to_en']:.1f}**",
+                       f"{tato['average']['scores'][n]['en_to_xx']:.1f}",
+                       f"{100 * tato['average']['ratio'][n]['xx_to_en']:.0f} %",
                        "-" if n == BASELINE else f"{beats}/{len(tlangs)}"])
     lines += _table(["model"] + tlangs + ["avg", "en->xx avg", "of teacher", f"> {BASELINE}"], rows)
+    lines += ["", "Scores and shares of the teacher: `mlminilm compare` of the eval-tatoeba reports, the teacher as "
+              "baseline.", ""]
 
     for kind, title in (("probe", "XNLI zero-shot, frozen-encoder probe"), ("finetuned", "XNLI zero-shot, fine-tuned")):
         scores = xnli_scores(doc, kind)
@@ -168,6 +197,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
             lines += ["", "Checkpoint selection (English selection pairs): " + ", ".join(
                 f"{n} step {res[n]['finetuned']['finetune']['selected_step']} "
                 f"({res[n]['finetuned']['finetune']['selected_score'] or 0:.1f})" for n in scores) + "."]
+            lines += finetuned_compared(res, scores)
 
     if doc["curves"]:
         lines += ["", "## Learning curves (the in-training probe)", "",
