@@ -1,8 +1,8 @@
 """`--config FILE` on every command: options read from a TOML, YAML or JSON file, the command line winning.
 
 Keys are the option names (`max-steps` or `max_steps`). A run record (`run.json`, which distill, assist and
-finetune write) replays the run it records: its `config` is read as the file, except `out`, `resume` and
-`overwrite`, which the command line says anew (`mlminilm distill --config runs/a/run.json --out runs/b`).
+finetune write) replays the run it records: its `config` is read as the file, except `out`, `resume`,
+`overwrite` and `quiet`, which the command line says anew (`mlminilm distill --config runs/a/run.json --out runs/b`).
 
 The file becomes command-line options before click parses anything, so it goes through exactly the checks a typed
 option does, and an option typed on the command line replaces the file's (a repeatable one, such as `--langs`,
@@ -16,8 +16,9 @@ from pathlib import Path
 
 from mlminilm.errors import ConfigError
 
-# Options a replayed run record leaves to the command line: where to write, and whether to resume or replace.
-REPLAY_SKIPS = ("out", "resume", "overwrite")
+# Options a replayed run record leaves to the command line: where to write, whether to resume or replace, and how
+# much to show (a run recorded with --quiet replays as loud as the command line says).
+REPLAY_SKIPS = ("out", "resume", "overwrite", "quiet")
 
 
 def expand(args: list[str], group) -> list[str]:
@@ -78,7 +79,7 @@ def _read(path: Path, command: str) -> tuple[dict, bool]:
 
 def _as_options(values: dict, command, given_args: list[str], path, replay: bool) -> list[str]:
     # Typer ships its own copy of click: options are told apart from arguments by their kind, not their class.
-    cli_only = ("json_out", "verbose", "quiet")  # how the result is shown, not what the command does
+    cli_only = ("json_out", "verbose")  # how the result is shown, not what the command does (no config field)
     params = [p for p in command.params if getattr(p, "param_type_name", "") == "option" and p.name not in cli_only]
     options = {}  # by the option's name (--max-steps: max-steps, max_steps) and by its field name
     for param in params:

@@ -21,6 +21,7 @@ def losses(out) -> list[float]:
 def test_toml_options_with_the_command_line_winning(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     config = tmp_path / "run.toml"
     config.write_text("\n".join([f'teacher = "{wp_teacher}"', f'data = "{wp_data}"', "max_steps = 4", "seed = 7",
+                                 "quiet = true",
                                  *(f"{k} = {v}" for k, v in SHAPE.items())]) + "\n")
     out = tmp_path / "run"
     code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(config), "--out", str(out),
@@ -29,6 +30,7 @@ def test_toml_options_with_the_command_line_winning(wp_teacher, wp_data, tmp_pat
     recorded = json.loads((out / "run.json").read_text())["config"]
     assert recorded["max_steps"] == 2  # the command line's
     assert (recorded["seed"], recorded["layers"], recorded["hidden"], recorded["batch_size"]) == (7, 2, 32, 2)
+    assert recorded["quiet"] is True  # a file may set --quiet like any option
 
 
 def test_yaml_lists_and_flags(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys):
@@ -47,12 +49,15 @@ def test_a_run_record_replays_its_run(wp_teacher, wp_data, tmp_path, monkeypatch
     first, second = tmp_path / "a", tmp_path / "b"
     args = ["--teacher", str(wp_teacher), "--data", str(wp_data), "--max-steps", "3", "--log-every", "1",
             "--dropout", "0.1", *(w for k, v in SHAPE.items() for w in (f"--{k}", str(v)))]
-    assert run_main(monkeypatch, capsys, "distill", *args, "--out", str(first))[0] == 0
+    # Recorded with --quiet (as benchmarks run): the replay shows what its own command line says.
+    assert run_main(monkeypatch, capsys, "distill", *args, "--quiet", "--out", str(first))[0] == 0
     code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(first / "run.json"), "--out", str(second))
     assert code == 0, err
     assert losses(second) == losses(first) and len(losses(first)) == 3
     old, new = (json.loads((d / "run.json").read_text())["config"] for d in (first, second))
-    assert {k: v for k, v in old.items() if k != "out"} == {k: v for k, v in new.items() if k != "out"}
+    assert (old["quiet"], new["quiet"]) == (True, False)
+    same = lambda c: {k: v for k, v in c.items() if k not in ("out", "quiet")}  # noqa: E731
+    assert same(old) == same(new)
     assert_error(run_main(monkeypatch, capsys, "finetune", "--config", str(first / "run.json"), "--out",
                           str(tmp_path / "ft")), "records a `distill` run", "mlminilm distill")
 
