@@ -113,7 +113,6 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     names = list(res)
     t_tato = res[TEACHER]["tatoeba"]
     tlangs = list(t_tato["languages"])
-    base_tato = res[BASELINE]["tatoeba"]["languages"]
     t_speed = res[TEACHER]["speed"]["sentences_per_s"]
     stage_total = sum(doc["stage_seconds"].values())
     distilled = {s["name"]: s for s in b["students"] if s["steps"]}

@@ -38,6 +38,9 @@ QaScorer = choices("QaScorer", config.QA_SCORERS)
 Pooling = choices("Pooling", config.TATOEBA_POOLINGS)
 Compile = choices("Compile", config.COMPILE_MODES)
 ReportTo = choices("ReportTo", config.REPORT_TO)
+ExportFormat = choices("ExportFormat", config.EXPORT_FORMATS)
+Quantize = choices("Quantize", config.QUANTIZATIONS)
+Backend = choices("Backend", config.EVAL_BACKENDS)
 
 
 def _real(what: str, ok) -> callable:

@@ -32,6 +32,7 @@ COMMANDS = [
     ("eval-tatoeba", "eval_tatoeba"),
     ("trim", "trim"),
     ("compare", "compare"),
+    ("export", "export"),
 ]
 
 
@@ -46,7 +47,7 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa; eval-tatoeba needs no fine-tuning;
-    compare sets their reports side by side."""
+    compare sets their reports side by side; export writes a model as an ONNX graph (optionally int8) for serving."""
 
 
 def _register() -> None:

@@ -19,6 +19,7 @@ EXAMPLES = """\b
 Examples:
   mlminilm eval-mlqa --model ft/qa --data MLQA_V1/ --split dev --out reports/mlqa
   mlminilm eval-mlqa --data MLQA_V1/ --split dev --predictions preds/ --json
+  mlminilm eval-mlqa --model ft/qa --data xquad/ --update-card
 """
 
 
@@ -47,6 +48,7 @@ def command(
         "--scorer", help="auto: MLQA's official scorer for MLQA files, the SQuAD v1.1 scorer for XQuAD, TyDiQA-GoldP "
         "and other SQuAD-format files (as XTREME); squad or mlqa: that scorer for every file.")] = default(E, "scorer"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
+    update_card: UpdateCard = default(E, "update_card"),
     precision: Precision = default(E, "precision"),
     device: Device = default(E, "device"),
     json_out: Json = False,

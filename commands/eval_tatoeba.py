@@ -19,6 +19,8 @@ EXAMPLES = """\b
 Examples:
   mlminilm eval-tatoeba --model runs/l6h384/student --data tatoeba/ --out reports/tatoeba
   mlminilm eval-tatoeba --model intfloat/multilingual-e5-small --data tatoeba/ --langs de,zh --prefix "query: "
+  mlminilm eval-tatoeba --model runs/l6h384/student --data tatoeba/ --update-card
+  mlminilm eval-tatoeba --model student-int8/ --data tatoeba/ --backend onnx --out reports/tatoeba-int8
 """
 
 
@@ -51,6 +53,8 @@ def command(
                              "model's position limit when smaller).")] = default(E, "max_length"),
     batch_size: EvalBatch = default(E, "batch_size"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
+    update_card: UpdateCard = default(E, "update_card"),
+    backend: Backend = default(E, "backend"),
     precision: Precision = default(E, "precision"),
     device: Device = default(E, "device"),
     json_out: Json = False,

@@ -18,6 +18,8 @@ EXAMPLES = """\b
 Examples:
   mlminilm eval-xnli --model ft/xnli --data XNLI-1.0/ --split test --out reports/xnli
   mlminilm eval-xnli --model ft/xnli --data xtreme/xnli/ --langs de,zh --json
+  mlminilm eval-xnli --model ft/xnli --data xtreme/xnli/ --out reports/xnli --update-card
+  mlminilm eval-xnli --model ft/xnli-int8 --data xtreme/xnli/ --backend onnx --out reports/xnli-int8
 """
 
 
@@ -35,6 +37,8 @@ def command(
     batch_size: EvalBatch = default(E, "batch_size"),
     max_seq_len: EvalMaxSeqLen = default(E, "max_seq_len"),
     overwrite: EvalOverwrite = default(E, "overwrite"),
+    update_card: UpdateCard = default(E, "update_card"),
+    backend: Backend = default(E, "backend"),
     precision: Precision = default(E, "precision"),
     device: Device = default(E, "device"),
     json_out: Json = False,

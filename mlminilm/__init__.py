@@ -22,6 +22,7 @@ _COMMANDS = {
     "eval_tatoeba": ("mlminilm.evaluation.tatoeba", "run", "EvalTatoebaConfig"),
     "trim": ("mlminilm.vocab.trim", "run", "TrimConfig"),
     "compare": ("mlminilm.compare", None, "CompareConfig"),
+    "export": ("mlminilm.models.onnx_export", "run", "ExportConfig"),
 }
 _CONFIGS = tuple(config for _, _, config in _COMMANDS.values())
 

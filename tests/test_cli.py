@@ -21,6 +21,7 @@ CONFIG_OF = {
     "eval-tatoeba": "EvalTatoebaConfig",
     "trim": "TrimConfig",
     "compare": "CompareConfig",
+    "export": "ExportConfig",
 }
 
 

@@ -17,7 +17,7 @@ from helpers import REPO, distill_config
 EXPECTED = {
     "prepare": "PrepareConfig", "distill": "DistillConfig", "assist": "AssistConfig",
     "finetune": "FinetuneConfig", "eval_xnli": "EvalXnliConfig", "eval_mlqa": "EvalMlqaConfig",
-    "eval_tatoeba": "EvalTatoebaConfig", "trim": "TrimConfig", "compare": "CompareConfig",
+    "eval_tatoeba": "EvalTatoebaConfig", "trim": "TrimConfig", "compare": "CompareConfig", "export": "ExportConfig",
 }
 
 

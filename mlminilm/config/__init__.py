@@ -5,7 +5,7 @@ and names the CLI flag in its message, so a bad option fails before any expensiv
 
 One module per command family: `common` (device, precision, the helpers), `training` (what distill, assist and
 finetune share), `distill` (and assist), `prepare`, `finetune`, `evaluation` (eval-xnli, eval-mlqa,
-eval-tatoeba), `trim`, `compare`. Every name is importable from `mlminilm.config`.
+eval-tatoeba), `trim`, `compare`, `export`. Every name is importable from `mlminilm.config`.
 """
 
 from mlminilm.config.common import (  # noqa: F401
@@ -48,6 +48,7 @@ from mlminilm.config.finetune import (  # noqa: F401
 from mlminilm.config.evaluation import (  # noqa: F401
     QA_SCORERS,
     EVAL_SPLITS,
+    EVAL_BACKENDS,
     EvalConfig,
     EvalXnliConfig,
     EvalMlqaConfig,
@@ -60,4 +61,10 @@ from mlminilm.config.trim import (  # noqa: F401
 )
 from mlminilm.config.compare import (  # noqa: F401
     CompareConfig,
+)
+from mlminilm.config.export import (  # noqa: F401
+    EXPORT_FORMATS,
+    QUANTIZATIONS,
+    ONNX_OPSET,
+    ExportConfig,
 )

@@ -18,6 +18,22 @@ from mlminilm.config.limits import int_problems
 
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
 EVAL_SPLITS = ("dev", "test")  # eval-xnli / eval-mlqa --split
+# eval-xnli / eval-tatoeba --backend: torch (the PyTorch model), or onnx (an `mlminilm export` directory, run by
+# onnxruntime on the CPU; tokenisation, batching, pooling and scoring are the same code as torch's)
+EVAL_BACKENDS = ("torch", "onnx")
+
+
+def backend_problems(p: list[str], backend: str, precision: str, device: str) -> None:
+    """--backend onnx runs the graph as exported, on the CPU: no autocast precision, no CUDA."""
+    check_choice(p, backend, EVAL_BACKENDS, "--backend")
+    if backend != "onnx":
+        return
+    if precision in ("bf16", "fp16"):
+        p.append(f"--precision {precision} needs --backend torch: an ONNX graph computes in the dtype it was exported "
+                 "in (float32, or int8 weights); leave --precision out or use --precision fp32")
+    if device == "cuda":
+        p.append("--device cuda needs --backend torch: --backend onnx runs on the CPU (onnxruntime's "
+                 "CPUExecutionProvider); use --device cpu or leave --device out")
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,8 @@ class EvalConfig:
     precision: str = "auto"
     device: str = "auto"
     quiet: bool = False
+    # After the evaluation, write its results into --model's README.md (mlminilm.models.card_results)
+    update_card: bool = False
 
     def _eval_problems(self) -> list[str]:
         p: list[str] = []
@@ -63,9 +81,11 @@ class EvalXnliConfig(EvalConfig):
     # The NLI class of each classifier output (output 0, 1, 2), for heads whose config does not name its labels
     # (id2label LABEL_0...); empty: the names in the model's id2label, and such a head is refused.
     label_order: tuple[str, ...] = ()
+    backend: str = "torch"  # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory of a classifier
 
     def __post_init__(self) -> None:
         p = self._eval_problems()
+        backend_problems(p, self.backend, self.precision, self.device)
         if not self.model:
             p.append("--model is required (a fine-tuned directory from `mlminilm finetune --task xnli`)")
         check_choice(p, self.split, EVAL_SPLITS, "--split")
@@ -110,6 +130,9 @@ class EvalMlqaConfig(EvalConfig):
             p.append("--model is required (a directory from `mlminilm finetune --task qa`), or --predictions DIR")
         if self.model and self.predictions is not None:
             p.append("--model and --predictions cannot be used together: --predictions scores existing files")
+        if self.update_card and self.predictions is not None:
+            p.append("--update-card writes the evaluated model's card; --predictions scores files of no model: "
+                     "leave --update-card out, or evaluate the model with --model DIR")
         check_choice(p, self.split, EVAL_SPLITS, "--split")
         qa_window_problems(p, None, self.doc_stride, self.max_query_length)
         if self.n_best < 1:
@@ -153,6 +176,8 @@ class EvalTatoebaConfig:
     precision: str = "auto"
     device: str = "auto"
     quiet: bool = False
+    update_card: bool = False  # as EvalConfig.update_card (a sentence-transformers model: its top directory's card)
+    backend: str = "torch"  # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory, read at its last layer
 
     def __post_init__(self) -> None:
         from mlminilm.langs import from_iso639_3
@@ -169,6 +194,7 @@ class EvalTatoebaConfig:
         check_choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
         check_choice(p, self.precision, PRECISIONS, "--precision")
         check_choice(p, self.device, DEVICES, "--device")
+        backend_problems(p, self.backend, self.precision, self.device)
         p += int_problems(self)
         # A Tatoeba file code given where a project code is expected: name the project code.
         # (A language with no ISO 639-1 code, e.g. ast, has its file code as its project code.)

@@ -18,6 +18,11 @@ LAYERS_MAX = 1024
 WIDTH_MAX = 65_536  # hidden size, relation heads
 HEADS_MAX = 1024
 FFN_MAX = 262_144  # intermediate (feed-forward) size
+# ONNX opsets (export --opset; torch's exporter writes 18 and converts): below 17 there is no LayerNormalization,
+# so the converter leaves the graph at 18; at 23 the graph uses the Attention op, which onnxruntime's int8 quantiser
+# turns into an invalid graph.
+ONNX_OPSET_MIN = 17
+ONNX_OPSET_MAX = 22
 
 # field (= option without its leading --, dashes as underscores) -> (least, most). `least` None: the option's own
 # lower bound stands (most are at least 1), only -COUNT_MAX is added. Any integer field not named: +-COUNT_MAX.
@@ -38,6 +43,7 @@ INT_LIMITS: dict[str, tuple[int | None, int]] = {
     "heads": (None, HEADS_MAX),
     "relation_heads": (None, WIDTH_MAX),
     "intermediate": (None, FFN_MAX),
+    "opset": (ONNX_OPSET_MIN, ONNX_OPSET_MAX),
 }
 
 

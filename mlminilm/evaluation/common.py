@@ -207,9 +207,10 @@ class ReportDir:
             raise
         return self.final
 
-    def publish(self, doc: dict, write_predictions) -> dict:
-        """Write `predictions/` (by `write_predictions(dir)`) and the report files (`write`). Returns `doc`, with
-        `report_dir` set when a report was written."""
+    def publish(self, doc: dict, write_predictions, card: Path | None = None) -> dict:
+        """Write `predictions/` (by `write_predictions(dir)`) and the report files (`write`), then, with `card`
+        (`card_to_update`), the results into that model card. Returns `doc`, with `report_dir` set when a report
+        was written and `card` when a card was."""
         from mlminilm import report
 
         def fill(out: Path) -> None:
@@ -219,7 +220,21 @@ class ReportDir:
 
         if self.write(fill) is not None:
             doc["report_dir"] = str(self.final)
+        if card is not None:  # only once the report is in place
+            from mlminilm.models.card_results import update_card
+
+            doc["card"] = str(update_card(card, doc))
         return doc
+
+
+def card_to_update(cfg) -> Path | None:
+    """With --update-card, the model card (README.md in --model) `publish` will write, checked before any work:
+    --model a local directory one can write in, its card (if any) readable. None without --update-card."""
+    if not getattr(cfg, "update_card", False):
+        return None
+    from mlminilm.models.card_results import target
+
+    return target(cfg.model)
 
 
 def write_json(path: Path, obj) -> None:

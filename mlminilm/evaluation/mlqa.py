@@ -24,8 +24,8 @@ from mlminilm import logging as mlog
 from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
-    ReportDir, check_head, check_length, length_order, pad_batch, read_selection, run_settings, throughput_record,
-    to_device, write_json,
+    ReportDir, card_to_update, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
+    throughput_record, to_device, write_json,
 )
 from mlminilm.metrics import mlqa as mlqa_scorer
 from mlminilm.metrics import squad_v1
@@ -225,6 +225,7 @@ def run(cfg: EvalMlqaConfig) -> dict:
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite,
                                 protect={"--model": cfg.model, "--data": cfg.data, "--predictions": cfg.predictions})
+    card = card_to_update(cfg)
     problems: list[str] = []
     data_problem = False
     benchmark, files, datasets = "mlqa", {}, {}
@@ -294,7 +295,7 @@ def run(cfg: EvalMlqaConfig) -> dict:
         for key, info in files.items():
             write_json(pred_dir / prediction_name(info.path), predictions[key])
 
-    return report_dir.publish(doc, write_predictions)
+    return report_dir.publish(doc, write_predictions, card)
 
 
 def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:

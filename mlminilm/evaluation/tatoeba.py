@@ -19,7 +19,8 @@ from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
-from mlminilm.evaluation.common import ReportDir, throughput_record
+from mlminilm.evaluation import backends
+from mlminilm.evaluation.common import ReportDir, card_to_update, throughput_record
 from mlminilm.evaluation.embeddings import (
     embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
 )
@@ -89,7 +90,7 @@ def _check(cfg: EvalTatoebaConfig):
     except MlminilmError as exc:
         problems.append(str(exc))
     data_ok = not problems
-    st = spec = None
+    st = spec = export = None
     try:
         config = load_config(cfg.model)
         check_encoder_config(config, cfg.model)
@@ -97,11 +98,16 @@ def _check(cfg: EvalTatoebaConfig):
         st = read_sentence_transformers(model_dir)
         spec = resolve_spec(model_dir, config, st, layer=cfg.layer, pooling=cfg.pooling, prefix=cfg.prefix,
                             max_length=cfg.max_length, default_max_length=TATOEBA_MAX_LENGTH)
+        export = backends.check(cfg.backend, model_dir, "feature-extraction")
+        if export is not None and spec.layer != spec.num_layers:
+            raise ConfigError(
+                f"--backend onnx: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
+                f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch")
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
-    return data, unregistered, st, spec
+    return data, unregistered, st, spec, export
 
 
 def run(cfg: EvalTatoebaConfig) -> dict:
@@ -109,17 +115,20 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     into `cfg.out` when given)."""
     import torch
 
-    from mlminilm import training
     from mlminilm.models.loading import load_encoder, load_tokenizer
 
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
-    data, unregistered, st, spec = _check(cfg)
+    card = card_to_update(cfg)  # the top directory's card, for a sentence-transformers model too
+    data, unregistered, st, spec, export = _check(cfg)
     warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
-    rt = training.setup_runtime(cfg.device, cfg.precision)
+    rt = backends.runtime(cfg)
     tokenizer = load_tokenizer(spec.weights)
-    # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
-    model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
+    if export is not None:  # the graph, called as the PyTorch model is (its last layer only)
+        model = backends.onnx_model(export)
+    else:
+        # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
+        model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
     spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     total = 2 * sum(len(s) for s in data.values())
@@ -180,4 +189,5 @@ def run(cfg: EvalTatoebaConfig) -> dict:
                 text = "\n".join(str(int(i)) for i in predicted[name]) + "\n"
                 (pred_dir / f"test-{lang}{suffix}.tsv").write_text(text, encoding="utf-8")
 
-    return report_dir.publish(doc, write_predictions)
+    backends.stamp(doc, export, rt)
+    return report_dir.publish(doc, write_predictions, card)

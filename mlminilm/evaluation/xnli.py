@@ -16,9 +16,10 @@ from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
+from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import (
-    ReportDir, check_head, check_length, length_order, pad_batch, read_selection, run_settings, throughput_record,
-    to_device,
+    ReportDir, card_to_update, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
+    throughput_record, to_device,
 )
 from mlminilm.langs import warn_unregistered
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
@@ -147,9 +148,8 @@ def resolve_max_seq_len(cfg_value: int | None, model: str) -> int:
 def run(cfg: EvalXnliConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""
-    from mlminilm import training
-
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
+    card = card_to_update(cfg)
     langs = list(cfg.langs) or None
     # Everything cheap first, all problems at once: the data (parsed whole), the model's head and length.
     problems: list[str] = []
@@ -164,19 +164,25 @@ def run(cfg: EvalXnliConfig) -> dict:
         problems.append(str(exc))
     data_ok = not problems
     max_seq_len = resolve_max_seq_len(cfg.max_seq_len, cfg.model)
-    config = None
+    config = export = None
     try:
         config = check_head(cfg.model, "xnli")
         label_map = nli_label_map(config, cfg.model, cfg.label_order)
         check_length(config, cfg.model, max_seq_len)
+        export = backends.check(cfg.backend, cfg.model, "sequence-classification")
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
     warn_unregistered(data, "evaluated under the file's code")
 
-    rt = training.setup_runtime(cfg.device, cfg.precision)
-    model, tokenizer = load_classifier(cfg.model, rt)
+    rt = backends.runtime(cfg)
+    if export is not None:  # the graph, called as the PyTorch classifier is
+        from mlminilm.models.loading import load_tokenizer
+
+        model, tokenizer = backends.onnx_model(export), load_tokenizer(cfg.model)
+    else:
+        model, tokenizer = load_classifier(cfg.model, rt)
     total = sum(len(v) for v in data.values())
     log.info("XNLI %s: %d languages, %s examples; model %s on %s", cfg.split, len(data), f"{total:,}",
              cfg.model, rt.device)
@@ -237,7 +243,8 @@ def run(cfg: EvalXnliConfig) -> dict:
             # XTREME's submission format: one predicted label per line, in the order of the input file.
             (pred_dir / f"{cfg.split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
 
-    return report_dir.publish(doc, write_predictions)
+    backends.stamp(doc, export, rt)
+    return report_dir.publish(doc, write_predictions, card)
 
 
 def load_classifier(name: str, rt):

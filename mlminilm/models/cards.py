@@ -146,8 +146,8 @@ def infer_card_data(info: dict, sentence_encoder: bool = False, architectures=No
     return card_data(**fields)
 
 
-def render_card(info: dict, data, summary: str | None = None):
-    """A `ModelCard`: `data` as front matter, then the title, the summary and the info table."""
+def render_card(info: dict, data, summary: str | None = None, load_line: str = LOAD_LINE):
+    """A `ModelCard`: `data` as front matter, then the title, the summary, the info table and how to load it."""
     from huggingface_hub import ModelCard
 
     lines = [
@@ -162,5 +162,5 @@ def render_card(info: dict, data, summary: str | None = None):
         if key != "title":
             cell = str(value).replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {key} | {cell} |")
-    lines += ["", LOAD_LINE, ""]
+    lines += ["", load_line, ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))

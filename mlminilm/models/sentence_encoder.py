@@ -148,6 +148,25 @@ def check_sentence_transformers_files(model_dir: str | Path) -> None:
             _read_json(Path(model_dir) / name)
 
 
+def copy_sentence_transformers_tree(model_dir: str | Path, out: Path) -> bool:
+    """Copy a model's sentence-transformers files unchanged into `out` (the same model in another form: trimmed,
+    exported): modules.json and the top-level configs, and each module's folder whole. True when there were any."""
+    from mlminilm.io.paths import confined
+
+    source = Path(model_dir)
+    modules = sentence_transformers_modules(source) if source.is_dir() else None
+    if not modules:
+        return False
+    for name in _TOP_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, out / name)
+    for module in modules:
+        folder = str(module.get("path", ""))  # checked to stay inside the model directory when read
+        if folder and (source / folder).is_dir():
+            shutil.copytree(source / folder, confined(out, folder, str(source / "modules.json")), dirs_exist_ok=True)
+    return True
+
+
 def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden: int) -> bool:
     """Copy the teacher's sentence-transformers files into the student directory `out`; True when done."""
     teacher_dir = Path(teacher_dir)

@@ -37,7 +37,6 @@ log = mlog.get(__name__)
 
 TRIM_JSON = "trim.json"
 FORMAT_VERSION = 1
-_SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 _RUN_FILES = ("run.json", "selection.json")  # a finetune output's settings, read by the evaluations
 
 
@@ -301,8 +300,7 @@ def _str(path) -> str | None:
 
 def _copy_extras(model_dir: str, out: Path) -> bool:
     """Copy the sentence-transformers files and a finetune run's settings unchanged; True for a sentence encoder."""
-    from mlminilm.io.paths import confined
-    from mlminilm.models.sentence_encoder import sentence_transformers_modules
+    from mlminilm.models.sentence_encoder import copy_sentence_transformers_tree
 
     source = Path(model_dir)
     if not source.is_dir():
@@ -310,17 +308,7 @@ def _copy_extras(model_dir: str, out: Path) -> bool:
     for name in _RUN_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, out / name)
-    modules = sentence_transformers_modules(source)
-    if not modules:
-        return False
-    for name in _SENTENCE_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
-    for module in modules:
-        folder = str(module.get("path", ""))  # checked to stay inside the model directory when read
-        if folder and (source / folder).is_dir():
-            shutil.copytree(source / folder, confined(out, folder, str(source / "modules.json")), dirs_exist_ok=True)
-    return True
+    return copy_sentence_transformers_tree(source, out)
 
 
 def _write_card(config: TrimConfig, out: Path, record: dict, sentence_encoder: bool, model_config) -> None:

@@ -1,0 +1,70 @@
+"""Which forward pass an evaluation runs (`--backend`): the PyTorch model, or the graph of an `mlminilm export`
+directory in onnxruntime (mlminilm.models.onnx_runtime.OnnxModel, called as the PyTorch model is called).
+
+Only the forward pass differs: tokenisation, padding, batching by length, pooling, label mapping and the report
+are the evaluations' own code either way. The report records the backend (`backend` in metrics.json, the graph's
+dtype as the throughput's precision, a line under the table), so that two reports of one model, run by PyTorch and
+by onnxruntime, can be told apart and still be compared (`mlminilm compare`: the backend is no part of the
+protocol).
+"""
+
+from __future__ import annotations
+
+from mlminilm.models.onnx_runtime import ExportRecord, OnnxModel, read_export, refuse_torch_on_export, require_onnx
+
+
+def check(backend: str, model: str, task: str) -> ExportRecord | None:
+    """Before any work: with onnx, the optional packages and `model`'s export record (of `task`); with torch, a
+    model directory that is an export without PyTorch weights is refused with the flag that reads it."""
+    if backend == "onnx":
+        require_onnx("--backend onnx")
+        return read_export(model, task)
+    refuse_torch_on_export(model)
+    return None
+
+
+def runtime(cfg):
+    """The runtime of the run: --device and --precision for torch; the CPU in float32 for onnx (the graph computes
+    in its own dtype; the runtime only says where batches are built)."""
+    from mlminilm import training
+
+    if cfg.backend == "onnx":
+        return training.setup_runtime("cpu", "fp32")
+    return training.setup_runtime(cfg.device, cfg.precision)
+
+
+def onnx_model(record: ExportRecord) -> OnnxModel:
+    """The export's graph in an onnxruntime session with as many threads as torch uses here."""
+    return OnnxModel(record.directory, record=record)
+
+
+def record(export: ExportRecord | None, rt) -> dict:
+    """The report's `backend`: what ran the forward pass, in which dtype."""
+    if export is None:
+        return {"name": "torch", "dtype": str(rt.dtype).replace("torch.", "")}
+    from mlminilm.models.onnx_runtime import versions
+
+    import torch
+
+    return {
+        "name": "onnx", "dtype": export.dtype, "graph": export.doc.get("graph"), "opset": export.doc.get("opset"),
+        "runtime": f"onnxruntime {versions().get('onnxruntime')} (CPUExecutionProvider, "
+                   f"{torch.get_num_threads()} threads)",
+        "exported_from": (export.doc.get("source") or {}).get("model"),
+        "quantization": export.doc.get("quantization"),
+    }
+
+
+def stamp(doc: dict, export: ExportRecord | None, rt) -> dict:
+    """Record the backend in a metrics document: `backend`, and for onnx the graph's dtype as the throughput's
+    precision and a line in the summary."""
+    doc["backend"] = record(export, rt)
+    if export is not None:
+        if isinstance(doc.get("throughput"), dict):
+            doc["throughput"]["precision"] = export.dtype
+            doc["throughput"]["backend"] = "onnxruntime"
+        line = f"backend: {export.describe()}"
+        doc["summary"] = f"{doc['summary']}; {line}" if doc.get("summary") else line
+        if isinstance(doc.get("embedding"), dict):
+            doc["embedding"]["weights_dtype"] = export.dtype
+    return doc

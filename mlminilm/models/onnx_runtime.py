@@ -1,0 +1,192 @@
+"""An `mlminilm export` directory at run time: the optional packages it needs, its record (`onnx/export.json`),
+and its graph in an onnxruntime session that the evaluations call as they call a PyTorch model.
+
+`OnnxModel(directory)` takes the padded batches the evaluations build (input_ids, attention_mask and, where the
+graph has them, token_type_ids; torch tensors) and answers with what `embed` and `predict` read from a
+transformers model: `.hidden_states[n]` (the last layer only: the graph has no other) and `.last_hidden_state`
+for an encoder, `.logits` for a classifier, as float32 torch tensors. Tokenisation, padding, batching, pooling
+and the label mapping stay the evaluations' own, so the two backends differ only in the forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from mlminilm.errors import ConfigError
+
+ONNX_EXTRA = "pip install 'mlminilm[onnx]'"
+GRAPH = "onnx/model.onnx"  # where sentence-transformers' backend="onnx" (and optimum) look by default
+RECORD = "onnx/export.json"
+TASKS = {"feature-extraction": "last_hidden_state", "sequence-classification": "logits"}  # task -> graph output
+
+
+def require_onnx(what: str, packages: tuple[str, ...] = ("onnx", "onnxruntime")) -> None:
+    """ConfigError naming the extra to install when one of `packages` cannot be imported (`what` needs them)."""
+    import importlib
+
+    missing = []
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ConfigError(f"{what} needs the optional package{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+                          f"which {'are' if len(missing) > 1 else 'is'} not installed: {ONNX_EXTRA}")
+
+
+def versions() -> dict[str, str | None]:
+    """The versions of what writes and runs the graphs (None for a package that is not installed)."""
+    from importlib import metadata
+
+    found = {}
+    for name in ("torch", "transformers", "onnx", "onnxruntime", "onnxscript"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """What `onnx/export.json` says about the graph beside it."""
+
+    directory: Path
+    doc: dict
+
+    @property
+    def graph(self) -> Path:
+        return self.directory / self.doc.get("graph", GRAPH)
+
+    @property
+    def task(self) -> str:
+        return self.doc["task"]
+
+    @property
+    def dtype(self) -> str:
+        return self.doc["dtype"]  # float32 or int8
+
+    @property
+    def inputs(self) -> list[str]:
+        return [i["name"] for i in self.doc["inputs"]]
+
+    def describe(self) -> str:
+        return f"onnxruntime, {self.dtype} graph ({self.doc.get('graph', GRAPH)}, opset {self.doc.get('opset')})"
+
+
+def is_export(model: str | Path) -> bool:
+    return (Path(model) / RECORD).is_file()
+
+
+def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
+    """The record of the export directory `model`; ConfigError when `model` is not one (or not of `task`)."""
+    directory = Path(model)
+    path = directory / RECORD
+    if not path.is_file():
+        raise ConfigError(
+            f"--backend onnx needs a directory written by `mlminilm export`; {model} has no {RECORD}: run "
+            f"`mlminilm export --model {model} --format onnx --out DIR` and evaluate DIR")
+    record = None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        missing = [key for key in ("task", "dtype", "inputs") if key not in doc]
+        problems = [f"no {', '.join(missing)}"] if missing else []
+        record = ExportRecord(directory, doc)
+        if not missing and doc["task"] not in TASKS:
+            problems.append(f"unknown task {doc['task']!r}")
+        if not record.graph.is_file():
+            problems.append(f"its graph {record.graph} is missing")
+    except (OSError, ValueError, TypeError, AttributeError) as exc:  # unreadable, not JSON, not an object
+        problems = [f"not a readable export record ({type(exc).__name__}: {exc})"]
+    if problems or record is None:
+        raise ConfigError(f"{path}: {'; '.join(problems)}; export the model again with `mlminilm export`")
+    if task is not None and record.task != task:
+        raise ConfigError(
+            f"{model} is an export of a {record.task} model (output {TASKS[record.task]}); this evaluation needs a "
+            f"{task} export: export the right model with `mlminilm export`")
+    return record
+
+
+def refuse_torch_on_export(model: str | Path) -> None:
+    """An export directory holds a graph, not PyTorch weights: say to use --backend onnx (where it has none)."""
+    directory = Path(model)
+    if is_export(directory) and not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
+        raise ConfigError(f"{model} is an ONNX export (`mlminilm export`) without PyTorch weights: evaluate it with "
+                          "--backend onnx, or give the model it was exported from")
+
+
+class LastLayerOnly:
+    """`hidden_states` of a graph that outputs only the last layer: index `num_layers` (or -1) and nothing else."""
+
+    def __init__(self, last, num_layers: int):
+        self.last, self.num_layers = last, num_layers
+
+    def __len__(self) -> int:
+        return self.num_layers + 1
+
+    def __getitem__(self, index: int):
+        if index in (self.num_layers, -1):
+            return self.last
+        raise ConfigError(f"the ONNX graph outputs only the last layer ({self.num_layers}), not hidden-states index "
+                          f"{index}: use --layer -1, or --backend torch")
+
+
+def session(graph: str | Path, threads: int | None = None):
+    """An onnxruntime CPU session of `graph`, with `threads` intra-op threads (default: torch's thread count, so
+    the two backends are timed on the same cores)."""
+    import onnxruntime as ort
+
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: its warnings are about optimisations, not results
+    return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxModel:
+    """The graph of an export directory, called like the transformers model it was exported from (see the
+    module's docstring). Always in inference mode: `eval()` and `train(False)` are accepted, training is not."""
+
+    training = False
+
+    def __init__(self, directory: str | Path, threads: int | None = None, record: ExportRecord | None = None):
+        self.record = record or read_export(directory)
+        self.session = session(self.record.graph, threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_name = TASKS[self.record.task]
+        self.num_layers = int(self.record.doc.get("num_layers", 0))
+
+    def eval(self) -> "OnnxModel":
+        return self
+
+    def train(self, mode: bool = True) -> "OnnxModel":
+        if mode:
+            raise ConfigError("an ONNX graph cannot be trained; use the PyTorch model")
+        return self
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states: bool = False):
+        import numpy as np
+        import torch
+
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        feed = {}
+        for name in self.input_names:
+            value = given.get(name)
+            if value is None:
+                if name != "token_type_ids":
+                    raise ValueError(f"the graph needs {name}")
+                value = torch.zeros_like(input_ids)  # one segment, as the PyTorch model assumes without them
+            feed[name] = np.ascontiguousarray(value.detach().cpu().numpy(), dtype=np.int64)
+        (output,) = self.session.run([self.output_name], feed)
+        tensor = torch.from_numpy(output)
+        if self.output_name == "logits":
+            return SimpleNamespace(logits=tensor)
+        return SimpleNamespace(last_hidden_state=tensor, hidden_states=LastLayerOnly(tensor, self.num_layers))

