@@ -282,8 +282,12 @@ def test_eval_tatoeba_onnx_equals_torch(name, source, layer, exports, request, t
 
 def test_eval_tatoeba_int8_reports_its_dtype(exports, tmp_path, monkeypatch, capsys):
     out, _ = exports["bert-int8"]
-    doc = evaluate(monkeypatch, capsys, "eval-tatoeba", out, tatoeba_dir(tmp_path / "t"), tmp_path / "r",
-                   "--layer", "-1", "--backend", "onnx")
+    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(out), "--data",
+                                    str(tatoeba_dir(tmp_path / "t")), "--out", str(tmp_path / "r"), "--json",
+                                    "--layer", "-1", "--backend", "onnx")
+    assert code == 0, stderr
+    doc = json.loads(stdout)
+    assert "on cpu (onnxruntime, int8 graph" in stderr  # the log says what runs the forward pass
     assert doc["backend"]["dtype"] == doc["throughput"]["precision"] == doc["embedding"]["weights_dtype"] == "int8"
     assert doc["backend"]["quantization"]["per_channel"] is True and "int8 graph" in doc["summary"]
 

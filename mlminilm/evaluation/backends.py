@@ -38,6 +38,11 @@ def onnx_model(record: ExportRecord) -> OnnxModel:
     return OnnxModel(record.directory, record=record)
 
 
+def where(export: ExportRecord | None, rt) -> str:
+    """Where the forward pass runs, for the log: the device, and the graph when onnxruntime runs it."""
+    return str(rt.device) if export is None else f"{rt.device} ({export.describe()})"
+
+
 def record(export: ExportRecord | None, rt) -> dict:
     """The report's `backend`: what ran the forward pass, in which dtype."""
     if export is None:

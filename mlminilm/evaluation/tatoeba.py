@@ -133,7 +133,7 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     total = 2 * sum(len(s) for s in data.values())
     log.info("Tatoeba: %d languages, %s sentences; model %s on %s; %s", len(data), f"{total:,}", cfg.model,
-             rt.device, spec.describe())
+             backends.where(export, rt), spec.describe())
     languages: dict[str, dict] = {}
     predictions: dict[str, dict[str, np.ndarray]] = {}
     t_all = time.perf_counter()

@@ -185,7 +185,7 @@ def run(cfg: EvalXnliConfig) -> dict:
         model, tokenizer = load_classifier(cfg.model, rt)
     total = sum(len(v) for v in data.values())
     log.info("XNLI %s: %d languages, %s examples; model %s on %s", cfg.split, len(data), f"{total:,}",
-             cfg.model, rt.device)
+             cfg.model, backends.where(export, rt))
     languages: dict[str, dict] = {}
     predictions: dict[str, list[str]] = {}
     t_all = time.perf_counter()
