@@ -509,3 +509,23 @@ def test_trim_never_writes_into_its_model_and_overwrites_only_a_trimmed_model(wp
     assert run_main(monkeypatch, capsys, *args, "--out", str(out), "--overwrite", "--min-count", "2")[0] == 0
     assert json.loads((out / "trim.json").read_text())["options"]["min_count"] == 2
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_staged_output_is_swapped_in_whole_or_not_at_all(tmp_path):
+    from mlminilm.io.outputs import staged
+
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("previous")
+    with pytest.raises(RuntimeError):
+        with staged(final) as tmp:
+            tmp.mkdir()  # the builder makes it (save_pretrained does)
+            (tmp / "half.txt").write_text("half")
+            raise RuntimeError("the build fails")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left beside it
+    assert [p.name for p in final.iterdir()] == ["old.txt"]  # the previous output, untouched
+    with staged(final) as tmp:
+        tmp.mkdir()
+        (tmp / "new.txt").write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in final.iterdir()] == ["new.txt"]

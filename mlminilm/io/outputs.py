@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import fcntl
+import contextlib
 import os
 import re
 import shutil
@@ -89,6 +90,20 @@ def swap_in(new: Path, final: Path) -> None:
         raise
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged(final: Path):
+    """A temporary sibling path of `final` (the block creates it) to build a whole directory in: swapped in (`swap_in`) when the block
+    ends normally, removed when it raises, so a failure never leaves half an output (nor the temporary) behind."""
+    final = Path(final)
+    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+        swap_in(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone after a swap; the half-built directory after a failure
 
 
 def recover_swap(final: Path) -> None:

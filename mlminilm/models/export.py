@@ -4,8 +4,6 @@ sentence-transformers files of a sentence-encoder teacher), atomically."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from torch import nn
@@ -31,13 +29,10 @@ def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: st
     The model card (README.md, huggingface_hub's ModelCard) takes its front matter from `card`: `base_model` or
     `teacher` names the base model (whose licence is inherited), `languages` the languages, `task` the pipeline;
     `card_fields` (base_model, language, license, pipeline_tag, library_name, tags) override any of them."""
-    from mlminilm.io.outputs import swap_in
+    from mlminilm.io.outputs import staged
 
     out = Path(out)
-    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    with staged(out) as tmp:  # never a half-written export beside the output
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         sentence_encoder = False
@@ -52,8 +47,4 @@ def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: st
                                **(card_fields or {}))
         (tmp / "README.md").write_text(model_card(card, summary, data), encoding="utf-8")
         (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
-        swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # never a half-written export beside the output
-        raise
     return out

@@ -144,7 +144,7 @@ def _task(model_config, name: str) -> str:
 
 
 def _export(config: ExportConfig, out: Path, source: _Source) -> dict:
-    from mlminilm.io.outputs import swap_in
+    from mlminilm.io.outputs import staged
     from mlminilm.io.stale import clean_stale
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,9 +154,7 @@ def _export(config: ExportConfig, out: Path, source: _Source) -> dict:
     output = TASKS[source.task]
     wrapper = onnx_graph.Graph(model, output).eval()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
-    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with staged(out) as tmp:  # never a half-written export beside the output
         graph = tmp / GRAPH
         graph.parent.mkdir(parents=True)
         t0 = time.perf_counter()
@@ -175,10 +173,6 @@ def _export(config: ExportConfig, out: Path, source: _Source) -> dict:
             check = onnx_graph.check(wrapper, graph, source.tokenizer, source.task, names, output, config.quantize)
         record = _record(config, source, graph, check)
         _write_directory(config, source, model, tmp, record)
-        swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # never a half-written export beside the output
-        raise
     log.info("export written to %s (%s graph, %.1f MB)", out, record["dtype"], record["graph_bytes"] / 1e6)
     return record
 

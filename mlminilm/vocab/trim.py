@@ -14,7 +14,6 @@ Output directory (a plain Hugging Face model directory):
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -121,20 +120,15 @@ def _trim(config: TrimConfig, out: Path, start: float, tokenizer, doc, model_con
                      weights.count_parameters(model, absent), trimmed)
     record["prompt_pieces"] = tokenizer.convert_ids_to_tokens([int(i) for i in always["prompts"] if i not in forced])
     record["languages"] = languages
-    tmp = out.with_name(f".tmp-{out.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    from mlminilm.io.outputs import staged
+
+    with staged(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True, state_dict=weights.saved_state(model, absent))
         tokens.write_tokenizer(tokenizer, doc, old_ids, tmp, trimmed_doc)
         sentence_encoder = _copy_extras(model_dir, tmp)
         (tmp / TRIM_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         _write_card(config, tmp, record, sentence_encoder, model.config)
         _check_output(tmp, len(old_ids))
-        from mlminilm.io.outputs import swap_in
-
-        swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return TrimResult(out, record, time.perf_counter() - start)
 
 
