@@ -94,8 +94,9 @@ def swap_in(new: Path, final: Path) -> None:
 
 @contextlib.contextmanager
 def staged(final: Path):
-    """A temporary sibling path of `final` (the block creates it) to build a whole directory in: swapped in (`swap_in`) when the block
-    ends normally, removed when it raises, so a failure never leaves half an output (nor the temporary) behind."""
+    """A temporary sibling path of `final` (the block creates it) to build a whole directory in: swapped in
+    (`swap_in`) when the block ends normally, removed when it raises, so a failure never leaves half an output (nor
+    the temporary) behind."""
     final = Path(final)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
