@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from running_text import write_corpus  # noqa: E402
+from running_text import write_corpus, write_parallel  # noqa: E402
 
 XNLI_LANGS = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
 LABELS = ("entailment", "neutral", "contradiction")
@@ -59,18 +59,10 @@ class Student:
     objective: str = "minilm"
     hidden_loss_weight: float = 0.0
     embedding_loss_weight: float = 0.0
-
-    def describe(self) -> str:
-        if not self.steps:
-            return f"`--init-layers {self.init_layers}`, no training"
-        terms = []
-        if self.hidden_loss_weight:
-            terms.append(f"hidden {self.hidden_loss_weight:g}")
-        if self.embedding_loss_weight:
-            terms.append(f"embedding {self.embedding_loss_weight:g}")
-        objective = "MiniLM v1" if self.objective == "minilm" else "MiniLMv2 (48 relation heads)"
-        return (f"{objective}{' + ' + ' + '.join(terms) if terms else ''}, `--init-layers {self.init_layers}`, "
-                f"{self.steps} steps")
+    relation_loss_weight: float = 1.0
+    parallel: bool = False  # the cross-lingual embedding term on XNLI test's translations (--parallel)
+    batch: int | None = None  # None: the budget's
+    lr: float | None = None  # None: the budget's
 
 
 @dataclass(frozen=True)
@@ -93,36 +85,50 @@ class Budget:
     ft_freeze_embeddings: bool
     tatoeba_pairs: int | None  # per language (None: all)
     speed_repeats: int
-    best: str  # the recipe the README makes the default: its student is the one trimmed
+    best: str  # the recipe the README recommends: its student is the one trimmed
     students: tuple[Student, ...] = field(default=())
+    no_probe: tuple[str, ...] = ()  # rows left out of the frozen XNLI probe (to fit the CPU budget)
 
 
-def students(steps: int) -> tuple[Student, ...]:
+PARALLEL = "parallel"  # the row of the cross-lingual term alone (no relation, no output terms)
+
+
+def students(steps: int, parallel_steps: int, parallel_batch: int, parallel_lr: float, v2: bool = True,
+             combined: bool = True) -> tuple[Student, ...]:
     terms = dict(hidden_loss_weight=1.0, embedding_loss_weight=1.0)
     start = "first-last"
-    return (
+    rows = [
         Student(BASELINE, "first"),
         Student("every-2nd untrained", "every"),
         Student("first-last untrained", start),
         Student("v1", start, steps),
-        Student("v2", start, steps, objective="minilm-v2"),
         Student("v1 + output terms", start, steps, **terms),
-        Student("v2 + output terms", start, steps, objective="minilm-v2", **terms),
-    )
+    ]
+    if v2:
+        rows += [Student("v2", start, steps, objective="minilm-v2"),
+                 Student("v2 + output terms", start, steps, objective="minilm-v2", **terms)]
+    rows.append(Student(PARALLEL, start, parallel_steps, relation_loss_weight=0.0, parallel=True,
+                        batch=parallel_batch, lr=parallel_lr))
+    if combined:
+        rows.append(Student("v1 + output terms + parallel", start, parallel_steps, parallel=True,
+                            batch=parallel_batch, lr=parallel_lr, **terms))
+    return tuple(rows)
 
 
 # Sized for <= 60 minutes on 2 CPU cores in fp32 (every stage's time is in the report).
-CPU = Budget("cpu", "fp32", steps=100, batch=16, lr=2e-4, max_lines=None, probe_every=20,
+# MiniLMv2 rows are left out of the CPU configuration to fit its hour (at git 63841c0 they reached Tatoeba 56.3
+# and 64.6 with the output terms, below v1's 66.5 and 68.6); --scale has them.
+CPU = Budget("cpu", "fp32", steps=100, batch=16, lr=2e-4, max_lines=None, probe_every=25,
              probe_langs=("de", "zh", "sw", "ar"), probe_pairs=300, xnli_every=5, train_every=1,
-             finetuned=(TEACHER, BASELINE, "v1 + output terms"), ft_epochs=2, ft_lr=1e-4, ft_batch=32,
-             ft_freeze_embeddings=True, tatoeba_pairs=None, speed_repeats=3, best="v1 + output terms",
-             students=students(100))
+             finetuned=(TEACHER, BASELINE, PARALLEL), ft_epochs=2, ft_lr=1e-4, ft_batch=32,
+             ft_freeze_embeddings=True, tatoeba_pairs=None, speed_repeats=3, best=PARALLEL,
+             students=students(100, 150, 32, 1e-4, v2=False, combined=False), no_probe=("every-2nd untrained",))
 SCALE = replace(CPU, name="scale", precision="auto", steps=20_000, batch=64, lr=5e-4, probe_every=1000,
                 probe_langs=(), probe_pairs=None, xnli_every=1, finetuned=("*",), ft_epochs=5, ft_lr=2e-5,
-                ft_freeze_embeddings=False, students=students(20_000))
+                ft_freeze_embeddings=False, students=students(20_000, 20_000, 64, 1e-4), no_probe=())
 SMOKE = replace(CPU, name="smoke", precision="auto", steps=2, batch=4, max_lines=60, probe_every=1,
                 probe_pairs=10, xnli_every=83, train_every=30, ft_epochs=0.05, tatoeba_pairs=20, speed_repeats=1,
-                students=students(2))
+                students=students(2, 2, 4, 1e-4))
 
 
 def log(msg: str) -> None:
@@ -164,7 +170,7 @@ class XnliData:
 
 def _rows(path: Path) -> list[tuple[str, str, int]]:
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").rstrip("\n").split("\n"):  # not splitlines(): U+001D in test-el
         premise, hypothesis, label = line.split("\t")
         out.append((premise, hypothesis, LABELS.index(label.replace("contradictory", "contradiction"))))
     return out
@@ -353,14 +359,18 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     models: dict[str, str] = {TEACHER: teacher_dir}
     curves: dict[str, list] = {}
     tato = tatoeba_folder(work, b.tatoeba_pairs)
+    parallel = work / "parallel-text"
+    if any(s.parallel for s in b.students):
+        stage(work, "parallel text", lambda: {"pairs": write_parallel(parallel)})
     for s in b.students:
         slug = s.name.replace(" ", "-").replace("+", "plus")
         cfg = DistillConfig(
             teacher=teacher_dir, data=data, out=work / slug, layers=6, hidden=t_cfg.hidden_size,
             heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
-            init_layers=s.init_layers, objective=s.objective, max_steps=s.steps, batch_size=b.batch, lr=b.lr,
-            warmup=0.1, freeze_embeddings=True, hidden_loss_weight=s.hidden_loss_weight,
-            embedding_loss_weight=s.embedding_loss_weight, save_every=max(s.steps, 1), log_every=10,
+            init_layers=s.init_layers, objective=s.objective, max_steps=s.steps, batch_size=s.batch or b.batch,
+            lr=s.lr or b.lr, warmup=0.1, freeze_embeddings=True, hidden_loss_weight=s.hidden_loss_weight,
+            embedding_loss_weight=s.embedding_loss_weight, relation_loss_weight=s.relation_loss_weight,
+            parallel=parallel if s.parallel else None, save_every=max(s.steps, 1), log_every=10,
             overwrite=True, precision=b.precision, quiet=True,
             probe_tatoeba=tato if s.steps else None, probe_langs=b.probe_langs if s.steps else (),
             probe_pairs=b.probe_pairs, probe_every=b.probe_every)
@@ -385,12 +395,15 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
         row["speed"] = stage(work, f"speed {name}",
                              lambda: speed(Embedder(model_dir, b.precision), sentences, b.speed_repeats))
         row["tatoeba"] = stage(work, f"tatoeba {name}", lambda: tatoeba_report(work, name, model_dir, b, tato))
-        row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))
+        if name not in b.no_probe:
+            row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))
         if "*" in b.finetuned or name in b.finetuned:
             row["finetuned"] = stage(work, f"xnli finetuned {name}",
                                      lambda: finetuned_xnli(work, name, model_dir, xdata, b))
         results[name] = row
+    pairs = json.loads((work / "stages" / "parallel_text.json").read_text())["pairs"] if parallel.exists() else {}
     return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": current, "results": results, "git": git,
+            "parallel_pairs": pairs,
             "curves": curves, "dev_groups": xdata.dev_groups.tolist(),
             "dev_pairs": len(next(iter(xdata.dev.values()))), "train_pairs": len(xdata.train),
             "selection_pairs": len(xdata.selection), "stage_seconds": dict(STAGE_SECONDS)}

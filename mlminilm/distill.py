@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -17,7 +18,8 @@ from mlminilm.config import DistillConfig
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
-from mlminilm.distillation.objective import EmbeddingHead, StudentQKV, distill_terms, weighted_loss
+from mlminilm.distillation.objective import EmbeddingHead, StudentQKV, distill_terms, uses_running_text, weighted_loss
+from mlminilm.corpus.parallel import ParallelBatch, ParallelPairs, ParallelSampler, read_parallel
 from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config, load_teacher, load_tokenizer, resolve_model
 from mlminilm.models.student import build_student, freeze_unused, freeze_word_embeddings, init_from_teacher, student_config
 from mlminilm.models.export import export_model
@@ -36,6 +38,7 @@ RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
     "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
     "freeze_embeddings", "init_layers", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
+    "relation_loss_weight", "parallel", "parallel_loss_weight", "parallel_prefix", "parallel_max_length",
 )
 
 
@@ -77,26 +80,34 @@ def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:
 
 
 def embedding_head(cfg: DistillConfig) -> EmbeddingHead | None:
-    """The teacher's sentence-embedding head when the embedding term is on (ConfigError when the teacher has no
-    sentence-transformers Pooling module), else None."""
-    if not cfg.embedding_loss_weight:
+    """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
+    embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
+    encoder's last hidden states by their mean over real tokens."""
+    if not cfg.embedding_loss_weight and not cfg.parallel_term:
         return None
     from mlminilm.models.pooling import POOLING_MODES
     from mlminilm.models.sentence_encoder import read_sentence_transformers
 
     st = read_sentence_transformers(resolve_model(cfg.teacher))
+    if st is None and not cfg.embedding_loss_weight:
+        return MEAN_POOLING
     if st is None:
         raise ConfigError(
             f"--embedding-loss-weight needs a sentence-transformers teacher (modules.json with a Pooling module); "
             f"teacher '{cfg.teacher}' has none: use --hidden-loss-weight instead, or set --embedding-loss-weight 0")
     bad = [m for m in st.pooling if m not in POOLING_MODES]
     if bad:
-        raise ConfigError(f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding term does not "
-                          f"implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0")
+        raise ConfigError(f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding and parallel "
+                          f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
+                          "leave out --parallel")
     if st.not_applied:
         log.warning("teacher %s has %s after its pooling: the embedding term compares the pooled (and normalised) "
                     "vectors before them", cfg.teacher, ", ".join(st.not_applied))
     return EmbeddingHead(tuple(st.pooling), st.normalize)
+
+
+# How the parallel term embeds sentences with a teacher that has no sentence-transformers Pooling module.
+MEAN_POOLING = EmbeddingHead(("mean",), False)
 
 
 def resolve_batch(cfg: DistillConfig, rt: training.Runtime, teacher: nn.Module, teacher_layer: int,
@@ -113,11 +124,18 @@ def resolve_batch(cfg: DistillConfig, rt: training.Runtime, teacher: nn.Module, 
 
     def fits(size: int) -> bool:
         ids = torch.randint(0, vocab_size or 2, (size, seq_len), generator=generator).to(rt.device)
+        pairs = None
+        if cfg.parallel_term:  # the longest pairs the term can draw, beside the running text
+            src = torch.randint(0, vocab_size or 2, (size, cfg.parallel_max_length), generator=generator).to(rt.device)
+            both = torch.cat([src, src])
+            pairs = ParallelBatch(src, torch.ones_like(src), both, torch.ones_like(both), {})
+        if not uses_running_text(cfg):
+            ids = None
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(rt.device)
         try:
             with rt.autocast():
-                loss = weighted_loss(distill_terms(teacher, teacher_layer, forward, ids, None, cfg, head), cfg)
+                loss = weighted_loss(distill_terms(teacher, teacher_layer, forward, ids, None, cfg, head, pairs), cfg)
             loss.backward()
             peak = torch.cuda.max_memory_allocated(rt.device)
             ok = peak + optimizer_bytes <= CUDA_MEMORY_SHARE * total
@@ -176,13 +194,14 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
             if isinstance(rule, list) and max(rule) >= t.layers:
                 problems.append(f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
                                 f"'{cfg.teacher}' has layers 0..{t.layers - 1}")
-    if cfg.output_terms and cfg.hidden != t.hidden:
+    if cfg.trains_output and cfg.hidden != t.hidden:
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
         problems.append(
-            f"--hidden-loss-weight / --embedding-loss-weight compare the student's outputs with the teacher's and "
-            f"need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use --hidden {t.hidden}, or set "
-            f"both weights to 0 (or distil through `mlminilm assist`, whose second stage has equal widths)"
+            f"--hidden-loss-weight / --embedding-loss-weight / --parallel compare the student's outputs with the "
+            f"teacher's and need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use --hidden "
+            f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
+            "whose second stage has equal widths)"
         )
     if problems:
         raise ConfigError("; ".join(problems))
@@ -244,6 +263,9 @@ def validate(cfg: DistillConfig):
     teacher_config = load_config(cfg.teacher)
     check_encoder_config(teacher_config, cfg.teacher)
     cfg = resolve_output_terms(cfg, teacher_config)
+    if not uses_running_text(cfg) and not cfg.parallel_term:
+        raise ConfigError("--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
+                          "leaves nothing to train: keep a term, or give --parallel FILE")
     tokenizer = load_tokenizer(cfg.teacher)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer))
     # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE).
@@ -251,6 +273,8 @@ def validate(cfg: DistillConfig):
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     embedding_head(cfg)
+    if cfg.parallel is not None:
+        read_parallel(cfg.parallel)  # read again by the run: a check here leaves nothing behind when it fails
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files
 
@@ -270,7 +294,8 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 
     # Validate everything cheap before anything is written or loaded.
     cfg, data, teacher_config, tokenizer = validate(cfg)
-    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba}
+    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba,
+              "--parallel": cfg.parallel}
     with training.claimed_output(out, cfg, ARTIFACTS, inputs):
         if export_dir.parent != out:
             from mlminilm.io.stale import clean_stale
@@ -296,7 +321,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
     # layer, or whole when an output term needs its last hidden states.
     head = embedding_head(cfg)
-    teacher, _ = load_teacher(cfg.teacher, -1 if cfg.output_terms else cfg.teacher_layer, rt.dtype, rt.device)
+    teacher, _ = load_teacher(cfg.teacher, -1 if cfg.trains_output else cfg.teacher_layer, rt.dtype, rt.device)
     depth = teacher_config.num_hidden_layers  # the whole teacher's: --teacher-layer counts from its top
     teacher_layer = cfg.teacher_layer + depth if cfg.teacher_layer < 0 else cfg.teacher_layer
     s_config = student_config(teacher_config, cfg.shape, cfg.dropout)
@@ -305,7 +330,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     if cfg.init == "teacher":
         picked = init_from_teacher(student, cfg.teacher, parse_init_layers(cfg.init_rule))
         log.info("student initialised from teacher layers %s (--init-layers %s)", picked, cfg.init_rule)
-    frozen = freeze_unused(student, -1, through_output=cfg.output_terms)
+    frozen = freeze_unused(student, -1, through_output=cfg.trains_output)
     if cfg.freeze_embeddings:
         frozen += freeze_word_embeddings(student)
     student.to(rt.device)
@@ -321,8 +346,12 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
         probe = TatoebaProbe(cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher),
                              s_config, tokenizer)
         log.info("%s; every %d steps", probe.describe(), cfg.probe_every)
+    pairs = sampler_of_pairs(cfg, tokenizer) if cfg.parallel_term else None
     record["init_layers"] = picked
     record["objective"] = objective_summary(cfg, head)
+    if pairs is not None:
+        record["parallel_pairs"] = {"pairs": len(pairs.pairs), "skipped_lines": pairs.pairs.skipped,
+                                    "languages": pairs.pairs.lang_counts()}
     if cfg.max_steps == 0:
         return _export_initialised(cfg, rt, data, student, tokenizer, out, export_dir, title, record, picked,
                                    teacher_layer, head, probe)
@@ -347,33 +376,45 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     sampler = BatchSampler(counts, cfg.alpha, cfg.seed)
     mix_total: Counter = Counter()
     workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
-    loader = make_loader(
+    running_text = uses_running_text(cfg)
+    # With only the parallel term on, the running text is not read at all.
+    loader = contextlib.nullcontext() if not running_text else make_loader(
         data, sampler, batch_size=plan.micro_batch, accum=plan.grad_accum, rank=rt.rank, world=rt.world,
         pad_id=data.tokenizer.get("pad_token_id"), start_step=start, max_steps=cfg.max_steps, workers=workers,
         pin_memory=default_pin_memory(rt.device.type),
     )
-    batches = iter(loader)
+    batches = iter(loader) if running_text else None
     # Compiled: the student's forward, the teacher's capture and the loss as graphs (static shapes: packed
     # sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
     terms_fn = torch.compile(distill_terms, dynamic=False) if compiled else None
 
     def compute(step: int, micro: int) -> training.StepOutput:
-        batch = next(batches)
-        if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
-            raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
-        batch = batch.to(rt.device, non_blocking=True)
+        tokens, info, batch = 0, {}, None
+        if running_text:
+            batch = next(batches)
+            if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
+                raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
+            batch = batch.to(rt.device, non_blocking=True)
+            tokens, info = batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()}
+        pair_batch = None
+        if pairs is not None:
+            pair_batch = pairs.batch(step, micro, plan.micro_batch, plan.grad_accum, rt.rank, rt.world)
+            tokens += int(pair_batch.both_mask.sum())  # counted on the host, before the copy
+            info.update({f"pair:{k}": v for k, v in pair_batch.langs.items()})
+            pair_batch = pair_batch.to(rt.device, non_blocking=True)
         # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
         # so no step reads the device to find out, and unpadded steps skip every masking pass.
-        parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch.input_ids, batch.attention_mask, cfg,
-                                            head)
+        parts = (terms_fn or distill_terms)(teacher, teacher_layer, model, batch and batch.input_ids,
+                                            batch and batch.attention_mask, cfg, head, pair_batch)
         loss = weighted_loss(parts, cfg)
-        return training.StepOutput(loss, parts, batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()})
+        return training.StepOutput(loss, parts, tokens, info)
 
     def on_log(step: int, payload: dict) -> None:
         info = payload["info"]
         drawn = {k[5:]: v for k, v in info.items() if k.startswith("lang:")}
         total = sum(drawn.values()) or 1
-        payload["record"]["language_mix"] = {k: round(v / total, 4) for k, v in sorted(drawn.items())}
+        if drawn:
+            payload["record"]["language_mix"] = {k: round(v / total, 4) for k, v in sorted(drawn.items())}
         mix_total.update(drawn)
 
     if start >= cfg.max_steps:
@@ -399,7 +440,8 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     total = sum(mix_total.values()) or 1
     mix = {k: round(v / total, 4) for k, v in sorted(mix_total.items())}
     if rt.is_main:
-        log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
+        if mix:
+            log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
         card = card_info(cfg, data, title, teacher_layer, picked, head)
         card.update({
             "batch": f"{plan.micro_batch} x {plan.grad_accum} accumulation x {rt.world} processes",
@@ -414,15 +456,43 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     )
 
 
+def sampler_of_pairs(cfg: DistillConfig, tokenizer) -> ParallelSampler:
+    """The parallel term's pairs and their per-step draw (logged: how many, in which languages)."""
+    found: ParallelPairs = read_parallel(cfg.parallel)
+    langs = ", ".join(f"{k} {v:,}" for k, v in found.lang_counts().items())
+    prefix = parallel_prefix(cfg)
+    log.info("parallel term: %s pairs from %s (%s), prefix %r%s", f"{len(found):,}", cfg.parallel, langs, prefix,
+             f"; {found.skipped} line(s) without a translation skipped" if found.skipped else "")
+    return ParallelSampler(found, tokenizer, prefix=prefix, max_length=cfg.parallel_max_length, seed=cfg.seed)
+
+
+def parallel_prefix(cfg: DistillConfig) -> str:
+    """--parallel-prefix, or by default the teacher's sentence-transformers "query" prompt (what eval-tatoeba puts
+    before each sentence), else none."""
+    if cfg.parallel_prefix is not None:
+        return cfg.parallel_prefix
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
+
+    st = read_sentence_transformers(resolve_model(cfg.teacher))
+    return (st.query_prompt or "") if st is not None else ""
+
+
 def objective_summary(cfg: DistillConfig, head: EmbeddingHead | None) -> str:
     """The loss in words, for the log, run.json and the model card."""
-    parts = ["MiniLM attention + value relations" if cfg.objective == "minilm"
-             else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"]
+    parts = []
+    if cfg.relation_loss_weight > 0:
+        relations = ("MiniLM attention + value relations" if cfg.objective == "minilm"
+                     else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads")
+        parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
     if cfg.hidden_loss_weight:
         parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
     if cfg.embedding_loss_weight and head is not None:
         how = "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
         parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
+    if cfg.parallel_term and head is not None:
+        how = "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
+        parts.append(f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
+                     f"teacher's sentence; {how}; prefix {parallel_prefix(cfg)!r})")
     return " + ".join(parts)
 
 
@@ -443,6 +513,7 @@ def card_info(cfg: DistillConfig, data: PreparedData, title: str, teacher_layer:
         "data": str(cfg.data),
         "languages": ", ".join(data.languages),
         "alpha": cfg.alpha,
+        "parallel": str(cfg.parallel) if cfg.parallel_term else None,
         "steps": cfg.max_steps,
         "seq_len": data.seq_len,
     }

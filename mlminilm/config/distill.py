@@ -75,6 +75,17 @@ class DistillConfig(TrainConfig):
     hidden_loss_weight: float | None = None  # the last hidden states, per real token
     hidden_distance: str = "cosine"
     embedding_loss_weight: float | None = None  # the sentence embedding through the teacher's Pooling (+ Normalize)
+    # Relation terms (MiniLM attention + value, or MiniLMv2 Q-Q/K-K/V-V) weigh this much; 0 = off (then only the
+    # output and parallel terms train the student).
+    relation_loss_weight: float = 1.0
+    # Cross-lingual embedding term (mlminilm/corpus/parallel.py): on pairs (a sentence, its translation), the
+    # student's sentence embeddings of both are pulled to the teacher's embedding of the sentence.
+    parallel: Path | None = None
+    parallel_loss_weight: float = 1.0
+    # Put before every parallel sentence; None: the teacher's sentence-transformers "query" prompt (e5: "query: "),
+    # as eval-tatoeba embeds, else nothing.
+    parallel_prefix: str | None = None
+    parallel_max_length: int = 128
     # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
     probe_tatoeba: Path | None = None
     probe_langs: tuple[str, ...] = ()  # empty: every language found in probe_tatoeba
@@ -89,6 +100,16 @@ class DistillConfig(TrainConfig):
         """Whether any term reads the student's output (then its top layer trains whole); auto (None) counts as
         off until `distill.resolve_output_terms` has decided."""
         return (self.hidden_loss_weight or 0) > 0 or (self.embedding_loss_weight or 0) > 0
+
+    @property
+    def parallel_term(self) -> bool:
+        return self.parallel is not None and self.parallel_loss_weight > 0
+
+    @property
+    def trains_output(self) -> bool:
+        """Whether a term reaches the student's last layer whole (output or parallel terms): then nothing of it
+        is frozen and the teacher runs to its top."""
+        return self.output_terms or self.parallel_term
 
     @property
     def init_rule(self) -> str:
@@ -114,6 +135,16 @@ class DistillConfig(TrainConfig):
                              ("--embedding-loss-weight", self.embedding_loss_weight)):
             if weight is not None and not (weight >= 0 and math.isfinite(weight)):
                 p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
+        for flag, weight in (("--relation-loss-weight", self.relation_loss_weight),
+                             ("--parallel-loss-weight", self.parallel_loss_weight)):
+            if not (weight >= 0 and math.isfinite(weight)):
+                p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
+        if self.parallel_max_length < 2:
+            p.append(f"--parallel-max-length must be at least 2 (got {self.parallel_max_length})")
+        if self.parallel is None and self.relation_loss_weight == 0 and self.hidden_loss_weight == 0 \
+                and self.embedding_loss_weight == 0:
+            p.append("--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
+                     "give --parallel FILE")
         check_choice(p, self.hidden_distance, HIDDEN_DISTANCES, "--hidden-distance")
         if self.probe_every < 1:
             p.append(f"--probe-every must be at least 1 (got {self.probe_every})")

@@ -10,6 +10,7 @@ from torch import nn
 
 from mlminilm.config import DistillConfig
 from mlminilm.distillation.capture import layer_qkv, qkv_and_output
+from mlminilm.models.layers import base_model
 from mlminilm.distillation.losses import (
     embedding_mse,
     hidden_cosine,
@@ -22,17 +23,29 @@ from mlminilm.distillation.losses import (
 
 class StudentQKV(nn.Module):
     """The student's forward for distillation: Q, K, V of its top layer, and with `outputs` also its last hidden
-    states (for the output terms). A module, so DDP can wrap it."""
+    states (for the output terms). A module, so DDP can wrap it: one call computes everything a step's backward
+    needs, the parallel pairs' last hidden states (`pair_ids`) included."""
 
     def __init__(self, student: nn.Module, outputs: bool = False):
         super().__init__()
         self.student = student
         self.outputs = outputs
 
-    def forward(self, input_ids, attention_mask):
-        if self.outputs:
-            return qkv_and_output(self.student, input_ids, attention_mask, -1)
-        return layer_qkv(self.student, input_ids, attention_mask, -1)
+    def forward(self, input_ids, attention_mask, pair_ids=None, pair_mask=None):
+        if input_ids is None:
+            found = None
+        elif self.outputs:
+            found = qkv_and_output(self.student, input_ids, attention_mask, -1)
+        else:
+            found = layer_qkv(self.student, input_ids, attention_mask, -1)
+        if pair_ids is None:
+            return found
+        return found, last_hidden(self.student, pair_ids, pair_mask)
+
+
+def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The model's last hidden states (the encoder itself, whatever head wraps it)."""
+    return base_model(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
 @dataclass(frozen=True)
@@ -44,44 +57,77 @@ class EmbeddingHead:
     normalize: bool
 
 
-# The weight of each named loss term in the total; relation terms (attention, value, qq, kk, vv) weigh 1.
+# The weight of each named loss term in the total; relation terms (attention, value, qq, kk, vv) weigh
+# --relation-loss-weight.
 def term_weights(cfg: DistillConfig) -> dict[str, float]:
-    return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0}
+    return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0,
+            "parallel": cfg.parallel_loss_weight if cfg.parallel is not None else 0.0}
 
 
 def weighted_loss(parts: dict[str, torch.Tensor], cfg: DistillConfig) -> torch.Tensor:
-    """The loss the student minimises: relation terms plus the weighted output terms (metrics.jsonl records each
-    term unweighted, under its name)."""
+    """The loss the student minimises: the weighted relation, output and parallel terms (metrics.jsonl records
+    each term unweighted, under its name)."""
     weights = term_weights(cfg)
-    return sum(weights.get(name, 1.0) * value for name, value in parts.items())
+    return sum(weights.get(name, cfg.relation_loss_weight) * value for name, value in parts.items())
+
+
+def uses_running_text(cfg: DistillConfig) -> bool:
+    """Whether any term reads the running-text batch (with only the parallel term on, it is not drawn)."""
+    return cfg.relation_loss_weight > 0 or cfg.output_terms
+
+
+def parallel_term(t_hidden: torch.Tensor, source_mask: torch.Tensor, s_hidden: torch.Tensor, both_mask: torch.Tensor,
+                  head: EmbeddingHead) -> torch.Tensor:
+    """The cross-lingual embedding term (sentence-transformers' multilingual distillation, Reimers & Gurevych
+    2020): the student's embeddings of the sources and of their translations (`s_hidden`: sources then
+    translations, [2B, T, H]) against the teacher's embedding of the sources ([B, S, H]), squared L2 distance
+    averaged over the 2B pairs (embedding_mse's scale)."""
+    with torch.no_grad():
+        target = sentence_embedding(t_hidden, source_mask, head.modes, head.normalize)
+    student = sentence_embedding(s_hidden, both_mask, head.modes, head.normalize)
+    return embedding_mse(torch.cat([target, target]), student)
 
 
 def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
                   mask: torch.Tensor | None, cfg: DistillConfig, head: EmbeddingHead | None = None,
-                  ) -> dict[str, torch.Tensor]:
+                  pairs=None) -> dict[str, torch.Tensor]:
     """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's, and with
-    output terms on (cfg.output_terms), the last hidden states and the sentence embedding (`head`).
+    output terms on (cfg.output_terms), the last hidden states and the sentence embedding (`head`); with
+    `pairs` (a corpus.parallel.ParallelBatch), the parallel term.
 
-    `mask` is None for a batch without padding (then nothing is masked anywhere).
+    `mask` is None for a batch without padding (then nothing is masked anywhere). `input_ids` is None when no
+    term reads the running text (only the parallel term on).
 
     A module-level function so that benchmarks/distill_step.py times exactly what `distill` runs.
     """
     # The teacher runs in its weights' dtype (bf16 / fp16 when the run computes in them) with autocast off: under
     # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
     # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/distillation/relations.py).
-    with torch.no_grad(), torch.autocast(input_ids.device.type, enabled=False):
-        if cfg.output_terms:
+    device = (input_ids if input_ids is not None else pairs.source_ids).device.type
+    with torch.no_grad(), torch.autocast(device, enabled=False):
+        if input_ids is None:
+            t_qkv = None
+        elif cfg.output_terms:
             t_qkv, t_out = qkv_and_output(teacher, input_ids, mask, teacher_layer)
         else:
             t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
-    if cfg.output_terms:
-        s_qkv, s_out = student_forward(input_ids, mask)
+        if pairs is not None:
+            t_pairs = last_hidden(teacher, pairs.source_ids, pairs.source_mask)
+    if pairs is not None:
+        found, s_pairs = student_forward(input_ids, mask, pairs.both_ids, pairs.both_mask)
     else:
-        s_qkv = student_forward(input_ids, mask)
-    if cfg.objective == "minilm":
-        parts = minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads)
-    else:
-        parts = minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads)
+        found = student_forward(input_ids, mask)
+    parts: dict[str, torch.Tensor] = {}
+    if pairs is not None:
+        parts["parallel"] = parallel_term(t_pairs, pairs.source_mask, s_pairs, pairs.both_mask, head)
+    if input_ids is None:
+        return parts
+    s_qkv, s_out = found if cfg.output_terms else (found, None)
+    if cfg.relation_loss_weight > 0:
+        if cfg.objective == "minilm":
+            parts.update(minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads))
+        else:
+            parts.update(minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads))
     weights = term_weights(cfg)
     if weights["hidden"] > 0:
         distance = hidden_cosine if cfg.hidden_distance == "cosine" else hidden_mse

@@ -1,0 +1,214 @@
+"""`distill --parallel`: the parallel-text reader, the stateless draw of pairs, the cross-lingual embedding term
+against a float64 loop, and the term inside real distill runs (what it trains, what it records, resume, refusals)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import sample_lines
+from helpers import assert_error, assert_usage_error, run_main
+from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _pairs_file(path: Path, n: int = 40, lang: str = "de") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [f"{a}\t{b}" for a, b in zip(sample_lines("en", n), sample_lines(lang, n, seed=1))]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def test_reader_by_hand(tmp_path):
+    from mlminilm.corpus.parallel import read_parallel
+
+    folder = tmp_path / "par"
+    folder.mkdir()
+    (folder / "en-de.tsv").write_text("Hello.\tHallo.\n\nCat.\tKatze.\tMieze.\nNo translation.\n\tOhne Quelle.\n"
+                                      "Dog.\t\tHund.\r\n", encoding="utf-8")
+    with gzip.open(folder / "fr.tsv.gz", "wt", encoding="utf-8") as handle:
+        handle.write("Yes.\tOui.\n")
+    (folder / "notes.md").write_text("not parallel text\n")
+    found = read_parallel(folder)
+    assert list(zip(found.sources, found.targets, found.langs)) == [
+        ("Hello.", "Hallo.", "de"), ("Cat.", "Katze.", "de"), ("Cat.", "Mieze.", "de"), ("Dog.", "Hund.", "de"),
+        ("Yes.", "Oui.", "fr")]
+    assert found.skipped == 2 and found.lang_counts() == {"de": 4, "fr": 1}
+    assert read_parallel(folder / "fr.tsv.gz").sources == ("Yes.",)
+
+
+@pytest.mark.parametrize("name, lang", [("en-de.tsv", "de"), ("de.tsv.gz", "de"), ("eng_zh.txt", "zh"),
+                                        ("en-zh-Hant.tsv", "zh-Hant"), ("TED2020-en-de.tsv", "?"),
+                                        ("pairs.tsv", "?")])
+def test_file_language(name, lang):
+    from mlminilm.corpus.parallel import file_lang
+
+    assert file_lang(Path(name)) == lang
+
+
+def test_reader_refusals(tmp_path):
+    from mlminilm.corpus.parallel import read_parallel
+    from mlminilm.errors import DataError
+
+    with pytest.raises(DataError, match="does not exist"):
+        read_parallel(tmp_path / "missing.tsv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no parallel-text files"):
+        read_parallel(tmp_path / "empty")
+    (tmp_path / "one-column.tsv").write_text("a\nb\n")
+    with pytest.raises(DataError, match="no sentence pairs.*2 line"):
+        read_parallel(tmp_path / "one-column.tsv")
+    (tmp_path / "latin1.tsv").write_bytes("caf\xe9\tx\n".encode("latin-1"))
+    with pytest.raises(DataError, match="UTF-8"):
+        read_parallel(tmp_path / "latin1.tsv")
+
+
+# ------------------------------------------------------------------------------------------ the draw
+
+
+def test_draw_is_stateless_and_sliced_like_the_running_text(tiny_sentencepiece_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from mlminilm.corpus.parallel import ParallelSampler, read_parallel
+
+    tok = AutoTokenizer.from_pretrained(tiny_sentencepiece_dir)
+    pairs = read_parallel(_pairs_file(tmp_path / "en-de.tsv"))
+    sampler = ParallelSampler(pairs, tok, prefix="query: ", max_length=8, seed=3)
+    one = sampler.indices(5, 1, 4, 2, 0, 1)  # micro 1 of step 5, one process, batch 4, accumulation 2
+    assert np.array_equal(one, ParallelSampler(pairs, tok, prefix="", max_length=8, seed=3).indices(5, 1, 4, 2, 0, 1))
+    # Two processes with batch 2 take the same global batch in rank order.
+    two = np.concatenate([sampler.indices(5, 1, 2, 2, rank, 2) for rank in (0, 1)])
+    assert np.array_equal(one, two)
+    assert not np.array_equal(one, sampler.indices(6, 1, 4, 2, 0, 1))
+    batch = sampler.batch(5, 1, 4, 2, 0, 1)
+    assert batch.both_ids.shape[0] == 8 and batch.source_ids.shape[0] == 4
+    assert batch.both_ids.shape[1] <= 8 and batch.langs == {"de": 4}
+    # Sources then translations in the student's batch, each prefixed and cut to max_length.
+    for row, text in ((0, pairs.sources[one[0]]), (4, pairs.targets[one[0]]), (3, pairs.sources[one[3]])):
+        expected = tok("query: " + text, truncation=True, max_length=8)["input_ids"]
+        assert batch.both_ids[row][batch.both_mask[row].bool()].tolist() == expected
+    assert batch.source_ids[0][batch.source_mask[0].bool()].tolist() == tok(
+        "query: " + pairs.sources[one[0]], truncation=True, max_length=8)["input_ids"]
+
+
+# ------------------------------------------------------------------------------------------ the term
+
+
+def test_parallel_term_against_a_float64_loop():
+    from mlminilm.distillation.objective import EmbeddingHead, parallel_term
+
+    g = torch.Generator().manual_seed(0)
+    b, s, t, h = 3, 5, 7, 6
+    teacher = torch.randn(b, s, h, generator=g)
+    student = torch.randn(2 * b, t, h, generator=g, requires_grad=True)
+    source_mask = torch.ones(b, s, dtype=torch.long)
+    source_mask[1, 3:] = 0
+    both_mask = torch.ones(2 * b, t, dtype=torch.long)
+    both_mask[0, 4:] = 0
+    both_mask[5, 2:] = 0
+    for normalize in (True, False):
+        value = parallel_term(teacher, source_mask, student, both_mask, EmbeddingHead(("mean",), normalize))
+
+        def mean(x, m):
+            rows = [x[i].double().tolist() for i in range(len(m)) if m[i]]
+            v = [sum(r[j] for r in rows) / len(rows) for j in range(len(rows[0]))]
+            if normalize:
+                norm = sum(a * a for a in v) ** 0.5
+                v = [a / norm for a in v]
+            return v
+
+        total = 0.0
+        for i in range(2 * b):
+            target = mean(teacher[i % b], source_mask[i % b])
+            mine = mean(student[i].detach(), both_mask[i])
+            total += sum((x - y) ** 2 for x, y in zip(mine, target))
+        assert value.item() == pytest.approx(total / (2 * b), rel=1e-5)
+    value.backward()
+    assert student.grad[0, 4:].abs().max().item() == 0.0  # padding gets no gradient
+
+
+# ------------------------------------------------------------------------------------------ in distill
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    from mlminilm import distill
+
+    pairs = _pairs_file(tmp_path / "par" / "en-de.tsv")
+    kw = dict(hidden_loss_weight=0.0, embedding_loss_weight=0.0, parallel=pairs.parent,
+              lr=3e-3, max_steps=12, save_every=12)
+    start = distill.run(config(st_teacher, st_data, tmp_path / "init", **{**kw, "max_steps": 0})).student
+    result = distill.run(config(st_teacher, st_data, tmp_path / "both", **kw))
+    a, b = load_file(start / "model.safetensors"), load_file(result.student / "model.safetensors")
+    moved = {k for k in a if not torch.equal(a[k], b[k])}
+    # The term reaches the whole top layer (its FFN too), unlike the pure relation losses.
+    assert any("layer.1.output.dense" in k for k in moved) and any("layer.1.intermediate" in k for k in moved)
+    records = [r for r in _records(tmp_path / "both") if "loss" in r]
+    assert all({"attention", "value", "parallel"} <= set(r) for r in records)
+    r = records[-1]
+    assert r["loss"] == pytest.approx(r["attention"] + r["value"] + r["parallel"], rel=1e-4)
+    run = json.loads((tmp_path / "both" / "run.json").read_text())
+    assert run["parallel_pairs"] == {"pairs": 40, "skipped_lines": 0, "languages": {"de": 40}}
+    # The prefix defaults to the teacher's sentence-transformers "query" prompt (e5's files: "query: ").
+    assert "parallel embedding MSE" in run["objective"] and "prefix 'query: '" in run["objective"]
+    card = json.loads((result.student / "mlminilm.json").read_text())
+    assert card["parallel"] == str(pairs.parent) and "parallel embedding MSE" in card["loss"]
+
+    # Only the parallel term: the running text is not read, the relation terms are not in the records, and the
+    # term falls (12 steps at a high learning rate on 40 pairs).
+    only = distill.run(config(st_teacher, st_data, tmp_path / "only", relation_loss_weight=0.0, **kw))
+    records = [r for r in _records(tmp_path / "only") if "loss" in r]
+    assert all(set(r) & {"attention", "value"} == set() for r in records)
+    assert records[-1]["parallel"] < records[0]["parallel"]
+    assert records[-1]["loss"] == pytest.approx(records[-1]["parallel"], rel=1e-6)
+    assert only.language_mix == {}
+    assert "relations" not in json.loads((tmp_path / "only" / "run.json").read_text())["objective"]
+
+
+def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, monkeypatch):  # noqa: F811
+    from helpers import run_killed_after_checkpoint
+
+    from mlminilm import distill
+
+    pairs = _pairs_file(tmp_path / "en-de.tsv")
+    kw = dict(parallel=pairs, max_steps=6, save_every=3, hidden_loss_weight=0.0, embedding_loss_weight=0.0)
+    distill.run(config(st_teacher, st_data, tmp_path / "straight", **kw))
+    run_killed_after_checkpoint(monkeypatch, 3, distill.run, config(st_teacher, st_data, tmp_path / "resumed", **kw))
+    distill.run(config(st_teacher, st_data, tmp_path / "resumed", resume=True, **kw))
+    straight = [r["loss"] for r in _records(tmp_path / "straight") if "loss" in r]
+    resumed = [r["loss"] for r in _records(tmp_path / "resumed") if "loss" in r]
+    assert len(straight) == 6 and resumed == pytest.approx(straight, rel=1e-5)
+
+
+def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path):  # noqa: F811
+    pairs = _pairs_file(tmp_path / "en-de.tsv")
+    base = ("distill", "--teacher", str(st_teacher), "--data", str(st_data), "--layers", "2", "--hidden", "32",
+            "--heads", "4", "--intermediate", "64", "--init", "teacher")
+    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--parallel",
+                          str(tmp_path / "missing.tsv")), "--parallel", "does not exist")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--teacher", str(st_teacher), "--data", str(st_data),
+                          "--layers", "2", "--hidden", "16", "--heads", "4", "--intermediate", "64",
+                          "--hidden-loss-weight", "0", "--embedding-loss-weight", "0", "--parallel", str(pairs),
+                          "--out", str(tmp_path / "b")), "need equal hidden sizes", "student 16, teacher 32")
+    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "c"), "--relation-loss-weight", "0",
+                          "--hidden-loss-weight", "0", "--embedding-loss-weight", "0"), "nothing to train")
+    assert_usage_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "d"), "--parallel", str(pairs),
+                                "--parallel-loss-weight", "-1"), "--parallel-loss-weight")
+    assert_usage_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "e"), "--parallel", str(pairs),
+                                "--parallel-max-length", "1"), "--parallel-max-length")
+    for name in "abcde":
+        assert not (tmp_path / name).exists()
