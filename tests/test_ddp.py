@@ -157,6 +157,30 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     assert writes(single)["rank0"] == rank0  # and exactly what the single process writes
 
 
+def test_the_parallel_term_under_two_processes_matches_one_process(setup, tmp_path):
+    """The pairs of a step are split over the ranks like the running text, and DDP averages what one process with
+    the global batch computes (each rank pads its own pairs: mean pooling leaves padding out)."""
+    from conftest import sample_lines
+
+    teacher, data, launcher = setup
+    pairs = tmp_path / "en-de.tsv"
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(sample_lines("en", 30), sample_lines("de", 30, seed=1))),
+                     encoding="utf-8")
+    extra = ("--hidden", "64", "--intermediate", "128", "--parallel", str(pairs), "--parallel-max-length", "24")
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    proc = run(launcher, ddp, teacher, data, batch=2, nproc=2, extra=extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run(launcher, single, teacher, data, batch=4, nproc=1, extra=extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = {name: [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+               for name, out in (("ddp", ddp), ("single", single))}
+    assert all("parallel" in r for r in records["ddp"] if "loss" in r)
+    for a, b in zip(records["ddp"], records["single"]):
+        assert a["step"] == b["step"]
+        for key in ("loss", "parallel", "attention"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4), (a["step"], key)
+
+
 def test_two_processes_killed_and_resumed_equal_the_uninterrupted_run(setup, tmp_path):
     """With dropout on, so each rank draws noise: both ranks are SIGKILLed as step 3 starts (after checkpoint 2),
     then `--resume` continues. Dropout draws from generators seeded by (seed, step, rank) each step, so the resumed

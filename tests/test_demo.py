@@ -43,6 +43,20 @@ def test_bundled_parallel_sentences_are_aligned_and_distinct():
     assert not corpus & set(_lines(DEMO / "parallel" / "en.txt"))  # held out from the distillation corpus
 
 
+def test_bundled_corpus_is_line_parallel_and_becomes_pairs(tmp_path):
+    """The demo distils with --parallel on the corpus's translations: every file lines up with en.txt."""
+    from mlminilm.corpus.parallel import read_parallel
+    from mlminilm.demo.run import CORPUS, write_pairs
+
+    english = _lines(DEMO / "corpus" / "en.txt")
+    assert write_pairs(CORPUS, tmp_path) == 11 * len(english)
+    found = read_parallel(tmp_path)
+    assert found.lang_counts() == {l: len(english) for l in LANGS if l != "en"}
+    de = [t for t, lang in zip(found.targets, found.langs) if lang == "de"]
+    assert de == _lines(DEMO / "corpus" / "de.txt")
+    assert found.sources[:len(english)] == tuple(english)
+
+
 def test_bundled_data_is_package_data():
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["mlminilm.demo"]
     for folder, pattern in (("corpus", "*.txt"), ("nli", "*.tsv"), ("parallel", "*.txt")):

@@ -143,6 +143,27 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def _term_on_all(teacher: Path, student: Path, pairs: Path) -> float:
+    """Mean squared distance of the student's normalised mean-pooled "query: " embeddings of every source and
+    translation to the teacher's of the source, in float64 (transformers' own models, not mlminilm's code)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    rows = [line.split("\t") for line in pairs.read_text(encoding="utf-8").splitlines()]
+    tok = AutoTokenizer.from_pretrained(teacher)
+
+    def embed(model_dir, texts):
+        model = AutoModel.from_pretrained(model_dir).double().eval()
+        enc = tok(["query: " + t for t in texts], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            hidden = model(**enc).last_hidden_state
+        m = enc["attention_mask"].unsqueeze(-1).double()
+        return torch.nn.functional.normalize((hidden * m).sum(1) / m.sum(1), dim=-1)
+
+    target = embed(teacher, [r[0] for r in rows])
+    mine = embed(student, [r[0] for r in rows] + [r[1] for r in rows])
+    return float(((mine - torch.cat([target, target])) ** 2).sum(-1).mean())
+
+
 def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, tmp_path):  # noqa: F811
     from safetensors.torch import load_file
 
@@ -173,7 +194,8 @@ def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, t
     only = distill.run(config(st_teacher, st_data, tmp_path / "only", relation_loss_weight=0.0, **kw))
     records = [r for r in _records(tmp_path / "only") if "loss" in r]
     assert all(set(r) & {"attention", "value"} == set() for r in records)
-    assert records[-1]["parallel"] < records[0]["parallel"]
+    # The term over all 40 pairs, computed here with transformers alone, falls from the start to the end.
+    assert _term_on_all(st_teacher, only.student, pairs) < _term_on_all(st_teacher, start, pairs)
     assert records[-1]["loss"] == pytest.approx(records[-1]["parallel"], rel=1e-6)
     assert only.language_mix == {}
     assert "relations" not in json.loads((tmp_path / "only" / "run.json").read_text())["objective"]
@@ -210,5 +232,23 @@ def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path): 
                                 "--parallel-loss-weight", "-1"), "--parallel-loss-weight")
     assert_usage_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "e"), "--parallel", str(pairs),
                                 "--parallel-max-length", "1"), "--parallel-max-length")
-    for name in "abcde":
+    # The tiny teacher has 160 positions (e5's files aside, its config's max_position_embeddings).
+    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "f"), "--parallel", str(pairs),
+                          "--parallel-max-length", "4000"), "--parallel-max-length 4000", "positions")
+    for name in "abcdef":
         assert not (tmp_path / name).exists()
+
+
+def test_assist_gives_the_parallel_term_to_the_stages_whose_widths_agree(tmp_path):
+    from mlminilm.assist import stage_configs
+    from mlminilm.config import AssistConfig
+    from mlminilm.models.loading import TeacherShape
+
+    pairs = tmp_path / "en-de.tsv"
+    narrow = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=32, heads=4,
+                          intermediate=64, parallel=pairs, parallel_loss_weight=2.0)
+    assistant, student = stage_configs(narrow, TeacherShape(12, 128, 4, 512, "bert"))
+    assert assistant.parallel is None and student.parallel == pairs and student.parallel_loss_weight == 2.0
+    same = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=128, heads=4,
+                        intermediate=64, parallel=pairs)
+    assert [s.parallel for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [pairs, pairs]

@@ -31,6 +31,7 @@ INT_LIMITS: dict[str, tuple[int | None, int]] = {
     "seq_len": (None, TOKENS_MAX),
     "max_seq_len": (None, TOKENS_MAX),
     "max_length": (None, TOKENS_MAX),
+    "parallel_max_length": (None, TOKENS_MAX),
     "doc_stride": (None, TOKENS_MAX),
     "max_query_length": (None, TOKENS_MAX),
     "max_answer_length": (None, TOKENS_MAX),
