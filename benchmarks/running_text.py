@@ -69,19 +69,14 @@ def write_parallel(out: Path, langs=XNLI_LANGS, shared: Path = SHARED) -> dict:
     """`distill --parallel` text from XNLI test's row-parallel files: OUT/en-<lang>.tsv, each distinct (English
     sentence, translation) pair once. XNLI test is not an evaluated split here (dev is); its English side is the
     fine-tuning text of the retention benchmark, seen here without labels."""
-    out.mkdir(parents=True, exist_ok=True)
-    english = _xnli_sentences(shared / "xnli" / "test-en.tsv")
-    counts = {}
-    for lang in langs:
-        if lang == "en":
-            continue
-        other = _xnli_sentences(shared / "xnli" / f"test-{lang}.tsv")
-        if len(other) != len(english):
-            raise SystemExit(f"Error: XNLI test-{lang}.tsv has {len(other) // 2} rows, test-en.tsv {len(english) // 2}")
-        pairs = dict.fromkeys(f"{a}\t{b}" for a, b in zip(english, other) if a and b and "\t" not in a + b)
-        (out / f"en-{lang}.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
-        counts[lang] = len(pairs)
-    return counts
+    from mlminilm.corpus.parallel import write_pair_files
+
+    try:
+        return write_pair_files(_xnli_sentences(shared / "xnli" / "test-en.tsv"),
+                                {lang: _xnli_sentences(shared / "xnli" / f"test-{lang}.tsv")
+                                 for lang in langs if lang != "en"}, out)
+    except ValueError as exc:
+        raise SystemExit(f"Error: XNLI test files: {exc}") from None
 
 
 def main() -> int:

@@ -208,8 +208,8 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
 
         limit = position_limit(teacher_config)
         if limit is not None and cfg.parallel_max_length > limit:
-            problems.append(f"--parallel-max-length {cfg.parallel_max_length} is more than teacher '{cfg.teacher}''s "
-                            f"{limit} positions; use --parallel-max-length {limit} or less")
+            problems.append(f"--parallel-max-length {cfg.parallel_max_length} is more than the {limit} positions of "
+                            f"teacher '{cfg.teacher}'; use --parallel-max-length {limit} or less")
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -493,11 +493,10 @@ def objective_summary(cfg: DistillConfig, head: EmbeddingHead | None) -> str:
         parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
     if cfg.hidden_loss_weight:
         parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
+    how = head and "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
     if cfg.embedding_loss_weight and head is not None:
-        how = "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
         parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
     if cfg.parallel_term and head is not None:
-        how = "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
         parts.append(f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
                      f"teacher's sentence; {how}; prefix {parallel_prefix(cfg)!r})")
     return " + ".join(parts)

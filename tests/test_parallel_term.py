@@ -252,3 +252,15 @@ def test_assist_gives_the_parallel_term_to_the_stages_whose_widths_agree(tmp_pat
     same = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=128, heads=4,
                         intermediate=64, parallel=pairs)
     assert [s.parallel for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [pairs, pairs]
+
+
+def test_pair_files_by_hand(tmp_path):
+    from mlminilm.corpus.parallel import read_parallel, write_pair_files
+
+    counts = write_pair_files(["Hi.", "Cat.", "Hi.", "", "Dog."], {"de": ["Hallo.", "Katze.", "Hallo.", "Leer.", ""]},
+                              tmp_path)
+    assert counts == {"de": 2}  # the repeated pair once, pairs with an empty side left out
+    assert (tmp_path / "en-de.tsv").read_text(encoding="utf-8") == "Hi.\tHallo.\nCat.\tKatze.\n"
+    assert read_parallel(tmp_path).lang_counts() == {"de": 2}
+    with pytest.raises(ValueError, match="do not line up"):
+        write_pair_files(["a", "b"], {"fr": ["x"]}, tmp_path)

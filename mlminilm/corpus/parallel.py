@@ -99,6 +99,23 @@ def read_parallel(path: Path) -> ParallelPairs:
     return ParallelPairs(tuple(sources), tuple(targets), tuple(langs), skipped)
 
 
+def write_pair_files(sources: list[str], translations: dict[str, list[str]], out: Path,
+                     source_lang: str = "en") -> dict[str, int]:
+    """Write line-aligned texts as `--parallel` files: OUT/<source_lang>-<lang>.tsv, each distinct (sentence,
+    translation) pair once, pairs with an empty side (or a tab inside) left out. Returns the pairs per language;
+    ValueError when a translation does not have the source's number of lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for lang, lines in translations.items():
+        if len(lines) != len(sources):
+            raise ValueError(f"{lang} has {len(lines)} lines, {source_lang} {len(sources)}: they do not line up")
+        pairs = dict.fromkeys(f"{a.strip()}\t{b.strip()}" for a, b in zip(sources, lines)
+                              if a.strip() and b.strip() and "\t" not in a + b)
+        (out / f"{source_lang}-{lang}.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+        counts[lang] = len(pairs)
+    return counts
+
+
 @dataclass
 class ParallelBatch:
     """One micro-batch of pairs, tokenised: `source_*` the teacher-side sentences [B, S], `both_*` the sources

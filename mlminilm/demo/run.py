@@ -190,19 +190,13 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
 def write_pairs(corpus: Path, out: Path, source: str = "en") -> int:
     """`distill --parallel` files from the bundled corpus, whose files are line-by-line translations of each
     other: OUT/en-<lang>.tsv. Returns the number of pairs."""
-    out.mkdir(parents=True, exist_ok=True)
-    english = (corpus / f"{source}.txt").read_text(encoding="utf-8").split("\n")
-    total = 0
-    for path in sorted(corpus.glob("*.txt")):
-        if path.stem == source:
-            continue
-        other = path.read_text(encoding="utf-8").split("\n")
-        if len(other) != len(english):
-            raise ValueError(f"bundled corpus {path.name} has {len(other)} lines, {source}.txt {len(english)}")
-        rows = [f"{a.strip()}\t{b.strip()}" for a, b in zip(english, other) if a.strip() and b.strip()]
-        (out / f"{source}-{path.stem}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-        total += len(rows)
-    return total
+    from mlminilm.corpus.parallel import write_pair_files
+
+    def lines(lang: str) -> list[str]:
+        return (corpus / f"{lang}.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
+
+    others = {p.stem: lines(p.stem) for p in sorted(corpus.glob("*.txt")) if p.stem != source}
+    return sum(write_pair_files(lines(source), others, out, source).values())
 
 
 def _drop_checkpoints(run_dir: Path) -> None:
