@@ -134,7 +134,7 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     stages = 6
 
     log.info("1/%d prepare: bundled corpus (%s) with the tokenizer of %s", stages, ", ".join(_langs(CORPUS, "*.txt")), teacher)
-    prepared = prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
+    prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
     mark = lap("prepare", mark)
 
     shape = dict(teacher=teacher_dir, data=out / "data", layers=layers, hidden=t_cfg.hidden_size,
