@@ -111,6 +111,21 @@ ParallelPrefix = Annotated[Optional[str], typer.Option(
     '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.')]
 ParallelMaxLength = Annotated[int, typer.Option(
     "--parallel-max-length", min=2, help="Parallel sentences are cut to this many tokens.")]
+ParallelContrastiveWeight = Annotated[float, typer.Option(
+    "--parallel-contrastive-weight", callback=NON_NEGATIVE,
+    help="Weight of in-batch translation ranking on the parallel pairs (each sentence must rank its own "
+    "translation first among the batch's, both directions, cosine over --parallel-temperature); 0 = off.")]
+ParallelTemperature = Annotated[float, typer.Option(
+    "--parallel-temperature", callback=POSITIVE,
+    help="Softmax temperature of the contrastive term (cosine similarity / temperature).")]
+FreezeLayers = Annotated[int, typer.Option(
+    "--freeze-layers", min=0,
+    help="With --init teacher: keep the embeddings and this many bottom student layers as the teacher has them "
+    "(frozen); no backward pass runs below the first trained layer.")]
+TargetCache = Annotated[Optional[Path], typer.Option(
+    "--target-cache", metavar="DIR", show_default="OUT/teacher-targets",
+    help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
+    "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.")]
 ProbeTatoeba = Annotated[Optional[Path], typer.Option(
     "--probe-tatoeba", metavar="DIR",
     help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every steps "

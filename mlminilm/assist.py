@@ -56,7 +56,7 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
     same_width = cfg.hidden == teacher.hidden
     assistant = DistillConfig(
         **{**common, "out": out / "assistant-run", "max_steps": cfg.assistant_steps,
-           "layers": teacher.layers, "init": "random", "init_layers": None,
+           "layers": teacher.layers, "init": "random", "init_layers": None, "freeze_layers": 0,
            "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
            "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None,
            "parallel": cfg.parallel if same_width else None},

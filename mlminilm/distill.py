@@ -21,7 +21,8 @@ from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.distillation.objective import EmbeddingHead, StudentQKV, distill_terms, uses_running_text, weighted_loss
 from mlminilm.corpus.parallel import ParallelBatch, ParallelPairs, ParallelSampler, read_parallel
 from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config, load_teacher, load_tokenizer, resolve_model
-from mlminilm.models.student import build_student, freeze_unused, freeze_word_embeddings, init_from_teacher, student_config
+from mlminilm.models.student import (build_student, freeze_bottom_layers, freeze_unused, freeze_word_embeddings,
+                                     init_from_teacher, student_config)
 from mlminilm.models.export import export_model
 from mlminilm.config import OUTPUT_TERMS_WEIGHT, parse_init_layers
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
@@ -30,15 +31,19 @@ from mlminilm.corpus.sampling import BatchSampler
 
 log = mlog.get(__name__)
 
+# The teacher-target cache's default place, inside the run (--target-cache moves it).
+TARGET_CACHE = "teacher-targets"
+
 # OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
 ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.TENSORBOARD,
-             training.CHECKPOINTS, "student")
+             training.CHECKPOINTS, "student", TARGET_CACHE)
 # Options that define a run: --resume with any of these changed is refused.
 RESUME_KEYS = (
     "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
     "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
     "freeze_embeddings", "init_layers", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
     "relation_loss_weight", "parallel", "parallel_loss_weight", "parallel_prefix", "parallel_max_length",
+    "parallel_contrastive_weight", "parallel_temperature", "freeze_layers",
 )
 
 
@@ -340,6 +345,7 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     frozen = freeze_unused(student, -1, through_output=cfg.trains_output)
     if cfg.freeze_embeddings:
         frozen += freeze_word_embeddings(student)
+    frozen += freeze_bottom_layers(student, cfg.freeze_layers)
     student.to(rt.device)
     log.info(
         "teacher %s: distilling layer %d (%s); student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused "
@@ -379,6 +385,8 @@ def _distill(cfg, rt, data, counts, teacher_config, tokenizer, out, export_dir, 
     model, optimizer, scheduler, start, metrics = (
         state.model, state.optimizer, state.scheduler, state.start_step, state.metrics
     )
+    if pairs is not None:
+        fill_target_cache(pairs, teacher, head, cfg, rt, out, start, plan)
 
     sampler = BatchSampler(counts, cfg.alpha, cfg.seed)
     mix_total: Counter = Counter()
@@ -473,6 +481,38 @@ def sampler_of_pairs(cfg: DistillConfig, tokenizer) -> ParallelSampler:
     return ParallelSampler(found, tokenizer, prefix=prefix, max_length=cfg.parallel_max_length, seed=cfg.seed)
 
 
+def fill_target_cache(pairs: ParallelSampler, teacher: nn.Module, head: EmbeddingHead, cfg: DistillConfig,
+                      rt: training.Runtime, out: Path, start: int, plan: BatchPlan) -> None:
+    """The teacher's embedding of every source sentence steps [start, max_steps) will draw, from the cache or
+    computed once now (rank 0; the other ranks read what it wrote), so that no step runs the teacher on pairs."""
+    from mlminilm.distillation import targets
+
+    root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
+    facts = targets.fingerprint(targets.module_digest(teacher), head.modes, head.normalize, pairs.prefix,
+                                pairs.max_length)
+    store = targets.TargetStore(root, facts)
+    if rt.is_main:
+        store.load()
+        texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
+        t0 = time.perf_counter()
+
+        def embed(chunk: list[str]):
+            return targets.embed_sources(teacher, pairs.tokenizer, chunk, prefix=pairs.prefix,
+                                         max_length=pairs.max_length, modes=head.modes, normalize=head.normalize,
+                                         device=rt.device)
+
+        def progress(done: int, total: int) -> None:
+            log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
+
+        computed = targets.fill(store, texts, embed, progress)
+        log.info("teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
+                 f"{len(set(texts)):,}", f"{len(set(texts)) - computed:,}", f"{computed:,}", store.dir)
+    rt.barrier()
+    if not rt.is_main:
+        store.load()
+    pairs.target_table = store.table()
+
+
 def parallel_prefix(cfg: DistillConfig) -> str:
     """--parallel-prefix, or by default the teacher's sentence-transformers "query" prompt (what eval-tatoeba puts
     before each sentence), else none."""
@@ -496,9 +536,12 @@ def objective_summary(cfg: DistillConfig, head: EmbeddingHead | None) -> str:
     how = head and "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
     if cfg.embedding_loss_weight and head is not None:
         parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
-    if cfg.parallel_term and head is not None:
+    if cfg.parallel_term and head is not None and cfg.parallel_loss_weight > 0:
         parts.append(f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
                      f"teacher's sentence; {how}; prefix {parallel_prefix(cfg)!r})")
+    if cfg.parallel_term and head is not None and cfg.parallel_contrastive_weight > 0:
+        parts.append(f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
+                     f"temperature {cfg.parallel_temperature:g}; {how})")
     return " + ".join(parts)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,9 @@ from helpers import assert_error, assert_usage_error, run_main
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# What objective.parallel_terms reads of a config: the MSE term alone.
+PARALLEL_ONLY = SimpleNamespace(parallel_loss_weight=1.0, parallel_contrastive_weight=0.0, parallel_temperature=0.05)
 
 
 def _pairs_file(path: Path, n: int = 40, lang: str = "de") -> Path:
@@ -104,7 +108,8 @@ def test_draw_is_stateless_and_sliced_like_the_running_text(tiny_sentencepiece_d
 
 
 def test_parallel_term_against_a_float64_loop():
-    from mlminilm.distillation.objective import EmbeddingHead, parallel_term
+    from mlminilm.distillation.losses import sentence_embedding
+    from mlminilm.distillation.objective import EmbeddingHead, parallel_terms
 
     g = torch.Generator().manual_seed(0)
     b, s, t, h = 3, 5, 7, 6
@@ -116,7 +121,9 @@ def test_parallel_term_against_a_float64_loop():
     both_mask[0, 4:] = 0
     both_mask[5, 2:] = 0
     for normalize in (True, False):
-        value = parallel_term(teacher, source_mask, student, both_mask, EmbeddingHead(("mean",), normalize))
+        head = EmbeddingHead(("mean",), normalize)
+        target = sentence_embedding(teacher, source_mask, head.modes, head.normalize)
+        value = parallel_terms(target, student, both_mask, head, PARALLEL_ONLY)["parallel"]
 
         def mean(x, m):
             rows = [x[i].double().tolist() for i in range(len(m)) if m[i]]
@@ -264,3 +271,124 @@ def test_pair_files_by_hand(tmp_path):
     assert read_parallel(tmp_path).lang_counts() == {"de": 2}
     with pytest.raises(ValueError, match="do not line up"):
         write_pair_files(["a", "b"], {"fr": ["x"]}, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ the input layouts
+
+
+def test_opus_file_pairs_by_hand(tmp_path):
+    from mlminilm.corpus.parallel import read_parallel
+
+    (tmp_path / "TED.de-en.de").write_text("Hallo.\n\nKatze.\n", encoding="utf-8")
+    (tmp_path / "TED.de-en.en").write_text("Hello.\nEmpty.\nCat.\n", encoding="utf-8")
+    with gzip.open(tmp_path / "x.en-fr.en.gz", "wt", encoding="utf-8") as handle:
+        handle.write("Yes.\n")
+    with gzip.open(tmp_path / "x.en-fr.fr.gz", "wt", encoding="utf-8") as handle:
+        handle.write("Oui.\n")
+    (tmp_path / "de-fr.de-fr.fr").write_text("Chat.\n", encoding="utf-8")  # neither side en: the first is the source
+    (tmp_path / "de-fr.de-fr.de").write_text("Katze.\n", encoding="utf-8")
+    found = read_parallel(tmp_path)
+    assert sorted(zip(found.sources, found.targets, found.langs)) == sorted([
+        ("Hello.", "Hallo.", "de"), ("Cat.", "Katze.", "de"), ("Yes.", "Oui.", "fr"), ("Katze.", "Chat.", "fr")])
+    assert found.skipped == 1 and found.lang_counts() == {"de": 2, "fr": 2}
+    # Either file of a pair names the pair.
+    assert read_parallel(tmp_path / "TED.de-en.en").sources == ("Hello.", "Cat.")
+
+
+def test_opus_refusals(tmp_path):
+    from mlminilm.corpus.parallel import read_parallel
+    from mlminilm.errors import DataError
+
+    (tmp_path / "a.de-en.de").write_text("Eins.\nZwei.\n", encoding="utf-8")
+    (tmp_path / "a.de-en.en").write_text("One.\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"do not line up: a.de-en.de has more than 1 lines"):
+        read_parallel(tmp_path / "a.de-en.de")
+    (tmp_path / "b.de-en.de").write_text("Eins.\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no partner file"):
+        read_parallel(tmp_path / "b.de-en.de")
+
+
+def test_sentences_are_cleaned_and_languages_checked(tmp_path, caplog):
+    from mlminilm.corpus.parallel import read_parallel
+    from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
+    from mlminilm.errors import DataError
+
+    path = tmp_path / "en-de.tsv"
+    long = "a" * (MAX_SENTENCE_CHARS + 5)
+    path.write_bytes(("\ufeffHello.\tHallo.\n\x00\x00\t\x00\nBig.\t" + long + "\nBell\x07.\tGlo\x00cke.\n").encode())
+    with caplog.at_level("WARNING"):
+        found = read_parallel(path)
+    assert found.sources == ("Hello.", "Big.", "Bell.")  # BOM gone; NUL-only line skipped; control characters gone
+    assert found.targets[1] == "a" * MAX_SENTENCE_CHARS and found.targets[2] == "Glocke."
+    assert found.skipped == 1 and found.cut == 1 and "1 sentence(s) longer than" in caplog.text
+    for name, message in (("en-yy.tsv", "cannot be"), ("en-deu.tsv", "use de")):
+        bad = tmp_path / name
+        bad.write_text("Hello.\tHallo.\n", encoding="utf-8")
+        with pytest.raises(DataError, match=message):
+            read_parallel(bad)
+    unknown = tmp_path / "zzz" / "en-zzz.tsv"
+    _pairs_file(unknown, 3)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert read_parallel(unknown).lang_counts() == {"zzz": 3}
+    assert "zzz" in caplog.text and "not in the language registry" in caplog.text
+
+
+class _FakeDatasets:
+    """What mlminilm reads of `datasets`: load_dataset(name, config, split=, streaming=) -> rows."""
+
+    def __init__(self, rows_by_config):
+        self.rows_by_config, self.calls = rows_by_config, []
+
+    def load_dataset(self, name, config, split, streaming):
+        self.calls.append((name, config, split, streaming))
+        return iter(self.rows_by_config[config])
+
+
+def test_hub_parallel_sentences_layout(monkeypatch):
+    from mlminilm.corpus.parallel import read_parallel
+    from mlminilm.errors import DataError
+    from mlminilm.io import hub
+
+    fake = _FakeDatasets({"en-de": [{"english": "Hello.", "non_english": "Hallo."}],
+                          "en-fr": [{"english": "Yes.", "non_english": "Oui."}, {"english": "", "non_english": "x"}],
+                          "bad": [{"text": "no columns"}]})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "import_datasets", lambda: fake)
+    found = read_parallel("hf:sentence-transformers/parallel-sentences-talks:en-de,en-fr")
+    assert list(zip(found.sources, found.targets, found.langs)) == [("Hello.", "Hallo.", "de"), ("Yes.", "Oui.", "fr")]
+    assert found.skipped == 1
+    name = "sentence-transformers/parallel-sentences-talks"
+    assert fake.calls == [(name, c, "train", True) for c in ("en-de", "en-fr")]
+    with pytest.raises(DataError, match="no string column english, non_english"):
+        read_parallel("hf:some/data:bad")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match="HF_HUB_OFFLINE=1 is set and streaming needs the network"):
+        read_parallel("hf:some/data:en-de")
+    monkeypatch.setattr(hub, "import_datasets", lambda: None)
+    with pytest.raises(DataError, match=r"mlminilm\[hub\]"):
+        read_parallel("hf:some/data:en-de")
+
+
+def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
+    """The README's shell one-liner (cut + paste + awk) turns XNLI's row-parallel files into the pairs
+    benchmarks/running_text.py --parallel writes."""
+    import subprocess
+
+    xnli = tmp_path / "xnli"
+    xnli.mkdir()
+    (xnli / "test-en.tsv").write_text("A cat.\tIt sleeps.\tneutral\nA cat.\tIt runs.\tcontradiction\n"
+                                      "A dog.\tIt barks.\tentailment\n", encoding="utf-8")
+    (xnli / "test-de.tsv").write_text("Eine Katze.\tSie schläft.\tneutral\nEine Katze.\tSie rennt.\tcontradiction\n"
+                                      "Ein Hund.\tEr bellt.\tentailment\n", encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in readme.splitlines() if x.startswith("for l in ") and "paste" in x)
+    line = line.replace("ar bg de el es fr hi ru sw th tr ur vi zh", "de")
+    subprocess.run(["bash", "-c", f"cd {tmp_path} && X={xnli} && mkdir -p pairs && {line}"], check=True)
+    from mlminilm.corpus.parallel import write_pair_files
+
+    en = [r.split("\t") for r in (xnli / "test-en.tsv").read_text(encoding="utf-8").splitlines()]
+    de = [r.split("\t") for r in (xnli / "test-de.tsv").read_text(encoding="utf-8").splitlines()]
+    write_pair_files([f for r in en for f in r[:2]], {"de": [f for r in de for f in r[:2]]}, tmp_path / "expected")
+    assert (tmp_path / "pairs" / "en-de.tsv").read_text(encoding="utf-8") == \
+        (tmp_path / "expected" / "en-de.tsv").read_text(encoding="utf-8")

@@ -86,6 +86,15 @@ class DistillConfig(TrainConfig):
     # as eval-tatoeba embeds, else nothing.
     parallel_prefix: str | None = None
     parallel_max_length: int = 128
+    # In-batch translation ranking on the same pairs (losses.translation_ranking): weight (0 = off) and the
+    # softmax temperature over cosine similarities.
+    parallel_contrastive_weight: float = 0.0
+    parallel_temperature: float = 0.05
+    # With --init teacher: the embeddings and this many bottom student layers keep the teacher's weights (frozen).
+    freeze_layers: int = 0
+    # Where the teacher's embeddings of the parallel sources are kept (distillation/targets.py);
+    # None: OUT/teacher-targets.
+    target_cache: Path | None = None
     # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
     probe_tatoeba: Path | None = None
     probe_langs: tuple[str, ...] = ()  # empty: every language found in probe_tatoeba
@@ -103,7 +112,8 @@ class DistillConfig(TrainConfig):
 
     @property
     def parallel_term(self) -> bool:
-        return self.parallel is not None and self.parallel_loss_weight > 0
+        """Whether a term reads the parallel pairs (the MSE term or the contrastive one)."""
+        return self.parallel is not None and (self.parallel_loss_weight > 0 or self.parallel_contrastive_weight > 0)
 
     @property
     def trains_output(self) -> bool:
@@ -136,9 +146,17 @@ class DistillConfig(TrainConfig):
             if weight is not None and not (weight >= 0 and math.isfinite(weight)):
                 p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
         for flag, weight in (("--relation-loss-weight", self.relation_loss_weight),
-                             ("--parallel-loss-weight", self.parallel_loss_weight)):
+                             ("--parallel-loss-weight", self.parallel_loss_weight),
+                             ("--parallel-contrastive-weight", self.parallel_contrastive_weight)):
             if not (weight >= 0 and math.isfinite(weight)):
                 p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
+        if not (self.parallel_temperature > 0 and math.isfinite(self.parallel_temperature)):
+            p.append(f"--parallel-temperature must be positive and finite (got {self.parallel_temperature})")
+        if self.freeze_layers and self.init != "teacher":
+            p.append("--freeze-layers needs --init teacher: randomly initialised layers must be trained")
+        if not 0 <= self.freeze_layers < self.layers:
+            p.append(f"--freeze-layers must be at least 0 and less than --layers {self.layers} "
+                     f"(got {self.freeze_layers})")
         if self.parallel_max_length < 2:
             p.append(f"--parallel-max-length must be at least 2 (got {self.parallel_max_length})")
         if self.parallel is None and self.relation_loss_weight == 0 and self.hidden_loss_weight == 0 \

@@ -43,6 +43,7 @@ INT_LIMITS: dict[str, tuple[int | None, int]] = {
     "hidden": (None, WIDTH_MAX),
     "heads": (None, HEADS_MAX),
     "relation_heads": (None, WIDTH_MAX),
+    "freeze_layers": (None, LAYERS_MAX),
     "intermediate": (None, FFN_MAX),
     "opset": (ONNX_OPSET_MIN, ONNX_OPSET_MAX),
 }

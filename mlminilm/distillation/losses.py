@@ -116,3 +116,20 @@ def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None
 
     vectors = pool(hidden, attention_mask, modes)
     return torch.nn.functional.normalize(vectors, dim=-1, eps=1e-12) if normalize else vectors
+
+
+def translation_ranking(sources: torch.Tensor, translations: torch.Tensor, temperature: float,
+                        not_negative: torch.Tensor | None = None) -> torch.Tensor:
+    """In-batch translation ranking (the contrastive loss LaBSE and LEALLA train on, without their margin): each
+    source embedding [B, H] must rank its own translation first among the batch's B translations by cosine
+    similarity over `temperature`, and each translation its own source (cross-entropy, both directions averaged).
+    `not_negative` [B, B] (bool, False on the diagonal) marks off-diagonal pairs that are not negatives, e.g. the
+    same source sentence drawn twice with two translations: they are left out of the softmax."""
+    s = torch.nn.functional.normalize(sources.float(), dim=-1, eps=1e-12)
+    t = torch.nn.functional.normalize(translations.float(), dim=-1, eps=1e-12)
+    logits = s @ t.T / temperature
+    if not_negative is not None:
+        logits = logits.masked_fill(not_negative, float("-inf"))
+    labels = torch.arange(logits.shape[0], device=logits.device)
+    ce = torch.nn.functional.cross_entropy
+    return (ce(logits, labels) + ce(logits.T, labels)) / 2

@@ -18,6 +18,7 @@ from mlminilm.distillation.losses import (
     minilm_v1_terms,
     minilm_v2_terms,
     sentence_embedding,
+    translation_ranking,
 )
 
 
@@ -57,18 +58,27 @@ class EmbeddingHead:
     normalize: bool
 
 
-# The weight of each named loss term in the total; relation terms (attention, value, qq, kk, vv) weigh
-# --relation-loss-weight.
+# The relation terms (MiniLM v1: attention, value; MiniLMv2: qq, kk, vv) weigh --relation-loss-weight.
+RELATION_TERMS = ("attention", "value", "qq", "kk", "vv")
+
+
+# The weight of each named loss term in the total, the relation terms excepted.
 def term_weights(cfg: DistillConfig) -> dict[str, float]:
+    on = cfg.parallel is not None
     return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0,
-            "parallel": cfg.parallel_loss_weight if cfg.parallel is not None else 0.0}
+            "parallel": cfg.parallel_loss_weight if on else 0.0,
+            "contrastive": cfg.parallel_contrastive_weight if on else 0.0}
 
 
 def weighted_loss(parts: dict[str, torch.Tensor], cfg: DistillConfig) -> torch.Tensor:
     """The loss the student minimises: the weighted relation, output and parallel terms (metrics.jsonl records
-    each term unweighted, under its name)."""
+    each term unweighted, under its name). A term without a weight is an error, never a silent default."""
     weights = term_weights(cfg)
-    return sum(weights.get(name, cfg.relation_loss_weight) * value for name, value in parts.items())
+    weights.update(dict.fromkeys(RELATION_TERMS, cfg.relation_loss_weight))
+    unknown = sorted(set(parts) - set(weights))
+    if unknown:
+        raise KeyError(f"loss term(s) {', '.join(unknown)} have no weight in objective.term_weights")
+    return sum(weights[name] * value for name, value in parts.items())
 
 
 def uses_running_text(cfg: DistillConfig) -> bool:
@@ -76,16 +86,29 @@ def uses_running_text(cfg: DistillConfig) -> bool:
     return cfg.relation_loss_weight > 0 or cfg.output_terms
 
 
-def parallel_term(t_hidden: torch.Tensor, source_mask: torch.Tensor, s_hidden: torch.Tensor, both_mask: torch.Tensor,
-                  head: EmbeddingHead) -> torch.Tensor:
-    """The cross-lingual embedding term (sentence-transformers' multilingual distillation, Reimers & Gurevych
-    2020): the student's embeddings of the sources and of their translations (`s_hidden`: sources then
-    translations, [2B, T, H]) against the teacher's embedding of the sources ([B, S, H]), squared L2 distance
-    averaged over the 2B pairs (embedding_mse's scale)."""
-    with torch.no_grad():
-        target = sentence_embedding(t_hidden, source_mask, head.modes, head.normalize)
+def parallel_terms(target: torch.Tensor, s_hidden: torch.Tensor, both_mask: torch.Tensor, head: EmbeddingHead,
+                   cfg: DistillConfig, not_negative: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The terms on parallel pairs, from the teacher's embedding of the B sources (`target`, [B, H], no gradient)
+    and the student's last hidden states of the sources then the translations (`s_hidden`, [2B, T, H]):
+
+    - `parallel`: sentence-transformers' multilingual distillation (Reimers & Gurevych 2020), the student's
+      embeddings of both sides against the teacher's embedding of the source, squared L2 distance averaged over
+      the 2B embeddings (embedding_mse's scale);
+    - `contrastive` (with --parallel-contrastive-weight): in-batch translation ranking of the student's source and
+      translation embeddings, both directions, at --parallel-temperature (losses.translation_ranking)."""
     student = sentence_embedding(s_hidden, both_mask, head.modes, head.normalize)
-    return embedding_mse(torch.cat([target, target]), student)
+    parts = {}
+    if cfg.parallel_loss_weight > 0:
+        parts["parallel"] = embedding_mse(torch.cat([target, target]), student)
+    if cfg.parallel_contrastive_weight > 0:
+        b = target.shape[0]
+        parts["contrastive"] = translation_ranking(student[:b], student[b:], cfg.parallel_temperature, not_negative)
+    return parts
+
+
+def teacher_embedding(teacher: nn.Module, ids: torch.Tensor, mask: torch.Tensor, head: EmbeddingHead) -> torch.Tensor:
+    """The teacher's sentence embedding of a batch (call without gradient)."""
+    return sentence_embedding(last_hidden(teacher, ids, mask), mask, head.modes, head.normalize)
 
 
 def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
@@ -111,15 +134,16 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
             t_qkv, t_out = qkv_and_output(teacher, input_ids, mask, teacher_layer)
         else:
             t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
-        if pairs is not None:
-            t_pairs = last_hidden(teacher, pairs.source_ids, pairs.source_mask)
+        if pairs is not None:  # the teacher's embeddings of the sources: from the target cache, or computed here
+            t_pairs = pairs.targets if pairs.targets is not None else teacher_embedding(
+                teacher, pairs.source_ids, pairs.source_mask, head)
     if pairs is not None:
         found, s_pairs = student_forward(input_ids, mask, pairs.both_ids, pairs.both_mask)
     else:
         found = student_forward(input_ids, mask)
     parts: dict[str, torch.Tensor] = {}
     if pairs is not None:
-        parts["parallel"] = parallel_term(t_pairs, pairs.source_mask, s_pairs, pairs.both_mask, head)
+        parts.update(parallel_terms(t_pairs, s_pairs, pairs.both_mask, head, cfg, pairs.not_negative))
     if input_ids is None:
         return parts
     s_qkv, s_out = found if cfg.output_terms else (found, None)

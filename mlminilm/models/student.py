@@ -111,6 +111,22 @@ def freeze_unused(student: nn.Module, layer: int, through_output: bool = False) 
     return frozen
 
 
+def freeze_bottom_layers(model: nn.Module, count: int) -> int:
+    """Turn off gradients of the embeddings (all of them: words, positions, their layer norm) and the bottom
+    `count` encoder layers: a student that starts from the teacher's bottom layers keeps them as the teacher has
+    them, for every language, and no backward pass runs below the first trained layer. Returns how many
+    parameters that freezes (0 for count 0)."""
+    if count <= 0:
+        return 0
+    frozen = 0
+    for module in (model.base_model.embeddings, *encoder_layers(model)[:count]):
+        for p in module.parameters():
+            if p.requires_grad:
+                p.requires_grad_(False)
+                frozen += p.numel()
+    return frozen
+
+
 def freeze_word_embeddings(model: nn.Module) -> int:
     """Turn off gradients of the word-embedding matrix; returns how many parameters that freezes."""
     weight = model.get_input_embeddings().weight
