@@ -77,6 +77,10 @@ class Report:
         return self.doc.get("model") or self.doc.get("predictions_from")
 
 
+from mlminilm.io.outputs import claims_report  # noqa: E402 - beside its one use
+
+
+@claims_report("compare")
 def run(cfg: CompareConfig) -> dict:
     """Compare the reports `cfg.reports`; returns the comparison document (and writes it into `cfg.out` as JSON,
     CSV, Markdown and a chart when given). Every problem with the inputs is found before anything is written."""
@@ -158,6 +162,8 @@ def report_problems(doc) -> list[str]:
         for m in metrics:
             if not _number(scores.get(m)):
                 p.append(f"languages.{key}.{m} is not a number")
+            elif not _score(scores[m]):  # every metric compared is a percentage: 1e308 is no score
+                p.append(f"languages.{key}.{m} is {scores[m]!r}, not a score in [0, 100]")
         if len(p) >= 3:
             break
     return p[:3]
@@ -165,6 +171,10 @@ def report_problems(doc) -> list[str]:
 
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _score(x) -> bool:
+    return 0 <= x <= 100
 
 
 def _count(x) -> bool:
