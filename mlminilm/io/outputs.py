@@ -366,8 +366,11 @@ class Claim:
         doc = {"pid": os.getpid(), "command": self.command, "started": self.started, "out": str(self.out),
                "state": state}
         tmp = directory / f"{MARKER}.new"
-        tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
-        os.replace(tmp, directory / MARKER)
+        try:
+            tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
+            os.replace(tmp, directory / MARKER)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _fresh(self, kind: str, state: str) -> Path:
         path = self._temporary(kind)
@@ -378,7 +381,11 @@ class Claim:
                                       "mlminilm's: move it away, then run again")
             shutil.rmtree(path)
         path.mkdir(parents=True)
-        self._mark(path, state)
+        try:
+            self._mark(path, state)
+        except BaseException:  # a full disk, say: no unmarked directory left behind
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         return path
 
     @contextlib.contextmanager
@@ -504,7 +511,7 @@ def disk_errors(where: Path):
     except Exception as exc:  # noqa: BLE001 - only safetensors' error class is converted
         if type(exc).__name__ != "SafetensorError":
             raise
-        found = re.search(r"code: (\d+)", str(exc))
+        found = re.search(r"(?:code: |os error )(\d+)", str(exc))
         if found:
             code = int(found.group(1))
             raise OSError(code, os.strerror(code), str(where)) from None
