@@ -11,7 +11,6 @@ Output directory:
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field

@@ -4,8 +4,6 @@ settings inherited from the fine-tuning run, and report directories that appear 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
