@@ -77,11 +77,14 @@ class Report:
         return self.doc.get("model") or self.doc.get("predictions_from")
 
 
-from mlminilm.io.outputs import claims_report  # noqa: E402 - beside its one use
-
-
-@claims_report("compare")
 def run(cfg: CompareConfig) -> dict:
+    """`_run` under the output protocol: with --out, the lock is taken first and held for the whole comparison."""
+    from mlminilm.evaluation.common import claims_report
+
+    return claims_report("compare")(_run)(cfg)
+
+
+def _run(cfg: CompareConfig) -> dict:
     """Compare the reports `cfg.reports`; returns the comparison document (and writes it into `cfg.out` as JSON,
     CSV, Markdown and a chart when given). Every problem with the inputs is found before anything is written."""
     problems = Problems()

@@ -135,7 +135,16 @@ def to_device(batch: dict, device) -> dict:
 
 
 
-from mlminilm.io.outputs import current_claim, claims_report  # noqa: E402,F401 - the evaluations import them from here
+from mlminilm.io.outputs import current_claim  # noqa: E402
+
+
+def claims_report(command: str):
+    """Decorate an evaluation's (or compare's) `run(cfg)`: the lock on `cfg.out` is taken first and held for the
+    whole run; `ReportDir` checks, builds and swaps the report in under it (mlminilm.io.outputs)."""
+    from mlminilm.io import outputs
+    from mlminilm.report import FILES
+
+    return outputs.claims_report(command, "an evaluation report", (*FILES, "predictions"))
 
 
 @dataclass

@@ -521,18 +521,16 @@ def disk_errors(where: Path):
 _CLAIM: contextvars.ContextVar = contextvars.ContextVar("mlminilm_report_claim", default=None)
 
 
-def claims_report(command: str):
-    """Decorate a command's `run(cfg)` that writes a report into `cfg.out`: the output's lock is taken first and
-    held for the whole run, and its `ReportDir` checks, builds and swaps in under it (mlminilm.io.outputs)."""
+def claims_report(command: str, what: str, legacy: tuple[str, ...] | None):
+    """Decorate a command's `run(cfg)` that writes into `cfg.out` through a `Claim` found by `current_claim()`
+    (the evaluations' ReportDir): the output's lock is taken first and held for the whole run."""
 
     def wrap(run):
         @functools.wraps(run)
         def claimed(cfg, *args, **kwargs):
             if getattr(cfg, "out", None) is None:
                 return run(cfg, *args, **kwargs)
-            from mlminilm.report import FILES
-
-            with Claim(cfg.out, command, "an evaluation report", legacy=(*FILES, "predictions")) as claim:
+            with Claim(cfg.out, command, what, legacy=legacy) as claim:
                 token = _CLAIM.set(claim)
                 try:
                     return run(cfg, *args, **kwargs)
