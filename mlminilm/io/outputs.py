@@ -406,8 +406,8 @@ class Claim:
         from mlminilm.version import __version__
 
         (tmp / OWN_FILES).write_text(json.dumps(
-            {"command": self.command, "mlminilm": __version__, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "files": sorted(files)}, indent=1) + "\n", encoding="utf-8")
+            {"command": self.command, "mlminilm": __version__, "files": sorted(files)}, indent=1) + "\n",
+            encoding="utf-8")  # no time in it: the same inputs give a byte-identical output
         new = sorted(n for n in os.listdir(tmp) if n not in (MARKER, OWN_FILES)) + [OWN_FILES]
         out.mkdir(parents=True, exist_ok=True)
         # What the user put into --out while the command ran: kept where it is; in the way of the new output, the
