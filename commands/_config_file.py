@@ -19,6 +19,7 @@ from mlminilm.errors import ConfigError
 # Options a replayed run record leaves to the command line: where to write, whether to resume or replace, and how
 # much to show (a run recorded with --quiet replays as loud as the command line says).
 REPLAY_SKIPS = ("out", "resume", "overwrite", "quiet")
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few options; a run record a few kB
 
 
 def expand(args: list[str], group) -> list[str]:
@@ -47,17 +48,23 @@ def _read(path: Path, command: str) -> tuple[dict, bool]:
     """The file's options, and whether it is a run record being replayed."""
     if not path.is_file():
         raise ConfigError(f"--config {path}: no such file")
-    text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"--config {path}: {size:,} bytes; a config file is a few options (at most "
+                              f"{MAX_CONFIG_BYTES:,} bytes)")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {path}: not a text file (byte {exc.start} is not UTF-8); give a .toml, "
+                          ".yaml or .json file of options") from None
     try:
         if suffix == ".toml":
             import tomllib
 
             doc = tomllib.loads(text)
         elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            doc = yaml.safe_load(text)
+            doc = _safe_yaml(path, text)
         elif suffix == ".json":
             doc = json.loads(text)
         else:
@@ -77,6 +84,19 @@ def _read(path: Path, command: str) -> tuple[dict, bool]:
     return doc, False
 
 
+def _safe_yaml(path: Path, text: str):
+    """YAML without aliases: an alias (`*name`) is refused while the text is parsed, before anything is expanded,
+    so a small file of nested aliases (an "alias bomb") cannot take minutes and gigabytes first."""
+    import yaml
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise ConfigError(f"--config {path}:{mark.line + 1}: a YAML alias (*{event.anchor}); config files take "
+                              "plain values, write the value out")
+    return yaml.safe_load(text)
+
+
 def _as_options(values: dict, command, given_args: list[str], path, replay: bool) -> list[str]:
     # Typer ships its own copy of click: options are told apart from arguments by their kind, not their class.
     cli_only = ("json_out", "verbose")  # how the result is shown, not what the command does (no config field)
@@ -89,6 +109,15 @@ def _as_options(values: dict, command, given_args: list[str], path, replay: bool
                 options[opt[2:].replace("-", "_")] = param
     typed = {word.split("=", 1)[0] for word in given_args if word.startswith("-")}
     words, unknown = [], []
+    spelled: dict[str, list[str]] = {}  # option -> the keys of the file that name it (max-steps, max_steps)
+    for key in values:
+        param = options.get(str(key).replace("-", "_"))
+        if param is not None:
+            spelled.setdefault(param.name, []).append(str(key))
+    twice = [keys for keys in spelled.values() if len(keys) > 1]
+    if twice:
+        raise ConfigError(f"--config {path}: " + "; ".join(f"{' and '.join(keys)} name the same option"
+                                                            for keys in twice) + "; keep one of them")
     for key, value in values.items():
         param = options.get(str(key).replace("-", "_"))
         if param is None:

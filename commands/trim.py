@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mlminilm.commands._params import ALPHA
 from mlminilm.config import TrimConfig, default
 
 T = TrimConfig
@@ -37,18 +38,18 @@ def command(
         "--langs", help="With --corpus: only these languages, comma-separated or repeated (default: all).")
     ] = list(default(T, "langs")),
     min_count: Annotated[int, typer.Option(
-        "--min-count", help="Keep only ids that occur at least this many times (in each language's own counts "
+        "--min-count", min=1, help="Keep only ids that occur at least this many times (in each language's own counts "
                             "for --per-lang-top-k, in the pooled counts for --coverage).")] = default(T, "min_count"),
     coverage: Annotated[Optional[float], typer.Option(
-        "--coverage", help="Pooled rule: keep the most frequent ids of all languages together until they cover "
+        "--coverage", callback=ALPHA, help="Pooled rule: keep the most frequent ids of all languages together until they cover "
                            "this fraction of the corpus tokens (0 < c <= 1). Default: 1.0 (every id counted), or "
                            "no pooled rule with --per-lang-top-k (give both for their union).")
     ] = default(T, "coverage"),
     max_vocab: Annotated[Optional[int], typer.Option(
-        "--max-vocab", help="At most this many ids in all, special tokens included: the pooled rule fills the room "
+        "--max-vocab", min=1, help="At most this many ids in all, special tokens included: the pooled rule fills the room "
                             "the other rules leave (which must fit).")] = default(T, "max_vocab"),
     per_lang_top_k: Annotated[Optional[int], typer.Option(
-        "--per-lang-top-k", help="Per-language rule: keep each language's N most frequent ids (counted in that "
+        "--per-lang-top-k", min=1, help="Per-language rule: keep each language's N most frequent ids (counted in that "
                                  "language alone), unioned over the languages, so a small language keeps its pieces "
                                  "beside a large one; with --coverage also the pooled rule's ids.")
     ] = default(T, "per_lang_top_k"),
@@ -57,7 +58,7 @@ def command(
                                                  "languages are written in (and digits, punctuation), so no "
                                                  "character of them becomes <unk>.")] = default(T, "script_chars"),
     script_fill: Annotated[int, typer.Option(
-        "--script-fill", help="Also keep, per language, this many more ids: first its counted ids the other rules "
+        "--script-fill", min=0, help="Also keep, per language, this many more ids: first its counted ids the other rules "
                               "left out, then pieces of its scripts its counts never show, the likeliest first (the "
                               "model's Unigram score and how much the piece looks like the language's counted "
                               "pieces). For a small counting corpus.")] = default(T, "script_fill"),
@@ -65,7 +66,7 @@ def command(
         "--check", help="A directory of held-out <lang>.txt files, one sentence per line: report per language the "
                         "share that tokenises exactly as before (same pieces).")] = default(T, "check"),
     workers: Annotated[int, typer.Option(
-        "--workers", help="Tokenizer processes counting --corpus; 0 = all cores.")] = default(T, "workers"),
+        "--workers", min=0, help="Tokenizer processes counting --corpus; 0 = all cores.")] = default(T, "workers"),
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an existing directory at --out.")] = default(T, "overwrite"),
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")] = False,

@@ -78,6 +78,13 @@ class Report:
 
 
 def run(cfg: CompareConfig) -> dict:
+    """`_run` under the output protocol: with --out, the lock is taken first and held for the whole comparison."""
+    from mlminilm.evaluation.common import claims_report
+
+    return claims_report("compare")(_run)(cfg)
+
+
+def _run(cfg: CompareConfig) -> dict:
     """Compare the reports `cfg.reports`; returns the comparison document (and writes it into `cfg.out` as JSON,
     CSV, Markdown and a chart when given). Every problem with the inputs is found before anything is written."""
     problems = Problems()
@@ -158,6 +165,8 @@ def report_problems(doc) -> list[str]:
         for m in metrics:
             if not _number(scores.get(m)):
                 p.append(f"languages.{key}.{m} is not a number")
+            elif not _score(scores[m]):  # every metric compared is a percentage: 1e308 is no score
+                p.append(f"languages.{key}.{m} is {scores[m]!r}, not a score in [0, 100]")
         if len(p) >= 3:
             break
     return p[:3]
@@ -165,6 +174,10 @@ def report_problems(doc) -> list[str]:
 
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _score(x) -> bool:
+    return 0 <= x <= 100
 
 
 def _count(x) -> bool:

@@ -150,7 +150,8 @@ def test_files_csv_markdown_chart(pair, tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
     code, stdout, err = compare(monkeypatch, capsys, teacher, student, "--out", out)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["chart.png", "metrics.csv", "metrics.json", "metrics.md"]
+    assert sorted(p.name for p in out.iterdir()) == [".mlminilm-output.json", "chart.png", "metrics.csv", "metrics.json",
+                                                     "metrics.md"]
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "metrics.json").read_text())["languages"]["en"]["scores"]["student"]["accuracy"] == 60.0
     assert (out / "metrics.csv").read_text().splitlines() == [
@@ -333,6 +334,10 @@ def test_missing_and_damaged_reports(pair, tmp_path, monkeypatch, capsys):
     line = assert_error(compare(monkeypatch, capsys, empty, tmp_path / "broken", "--out", out))
     assert "has no metrics.json" in line and "no `task`" in line
     assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "list", []), "--out", out), "not an object")
+    huge = json.loads((student / "metrics.json").read_text())
+    huge["languages"]["de"]["accuracy"] = 1e308  # a number, but no score: refused, not compared
+    assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "huge", huge), "--out", out),
+                 "languages.de.accuracy is 1e+308, not a score in [0, 100]")
     assert_error(compare(monkeypatch, capsys, teacher, teacher / "metrics.json"), "are the same report")
     line = assert_error(compare(monkeypatch, capsys, cut, cut))  # one damaged report given twice: said once
     assert line.count("is damaged") == 1

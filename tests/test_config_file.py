@@ -80,3 +80,27 @@ def test_bad_config_files_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys
     assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config), "--config", str(config)),
                  "more than once")
     assert not list(tmp_path.glob("run*"))
+
+
+def test_binary_files_alias_bombs_and_one_option_named_twice_are_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 27: a binary --config was a UnicodeDecodeError traceback, a 700-byte YAML alias bomb took 91 s and 4 GB
+    before its refusal, and `max-steps` beside `max_steps` let the second win silently."""
+    import time
+
+    binary = tmp_path / "c.toml"
+    binary.write_bytes(b"\xff\xfe\x00\x81max-steps = 3\n")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(binary)), "not a text file", "UTF-8")
+    bomb = tmp_path / "bomb.yaml"
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+              f"*a{i - 1}]" for i in range(1, 9)]
+    bomb.write_text("\n".join(lines) + "\n")
+    assert len(bomb.read_bytes()) < 1000
+    start = time.perf_counter()
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(bomb)), "YAML alias (*a0)")
+    assert time.perf_counter() - start < 5
+    twice = tmp_path / "twice.toml"
+    twice.write_text("max-steps = 3\nmax_steps = 5\n")
+    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(twice)),
+                 "max-steps and max_steps name the same option")
+    assert not list(tmp_path.glob("run*"))

@@ -408,3 +408,27 @@ def test_merge_replaces_in_place():
     merged = merge(old, [result("x", "en", 30), result("x", "fr", 40)])
     assert [(r.dataset_type, r.dataset_config, r.metric_value) for r in merged] == [
         ("a", "de", 1), ("x", "de", 2), ("x", "en", 30), ("x", "fr", 40), ("b", "de", 4)]
+
+
+def test_a_card_of_many_tags_is_updated_in_time_linear_in_its_size(tmp_path):
+    """Issue 27: 300,000 tags took > 400 s (huggingface_hub dedups tags in quadratic time). With 20,000 tags the
+    update now costs a few reads of the YAML (the old code: 8 or more)."""
+    import time
+
+    import yaml
+
+    from mlminilm.models.card_results import update_card
+
+    card = tmp_path / "m" / "README.md"
+    card.parent.mkdir()
+    front = yaml.safe_dump({"license": "mit", "tags": [f"tag{i}" for i in range(20_000)]})
+    card.write_text(f"---\n{front}---\n\nBody.\n", encoding="utf-8")
+    start = time.perf_counter()
+    yaml.safe_load(front)
+    one_read = time.perf_counter() - start
+    start = time.perf_counter()
+    update_card(card, xnli_doc(de=50.0))
+    assert time.perf_counter() - start < 5 * one_read + 1.0
+    fields = yaml.safe_load(card.read_text(encoding="utf-8").split("---\n")[1])
+    assert len(fields["tags"]) == 20_000 and fields["license"] == "mit"
+    assert by_config(results(card)) == {"de": 50.0}

@@ -387,6 +387,27 @@ def test_eval_backend_refusals(bert, exports, tmp_path, monkeypatch, capsys):
     xnli = write_xnli_dir(tmp_path / "xnli", ("en",), count=3)
     refused(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(exports["classifier"][0]), "--data", str(xnli),
                      "--out", str(out)), out, "is an ONNX export", "--backend onnx")
+    # Issue 27: a damaged graph, a field of the wrong type, and a graph outside the export: one line each.
+    import shutil
+
+    def edited(name: str, **fields) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(bert_export, copy)
+        record = json.loads((copy / "onnx" / "export.json").read_text())
+        (copy / "onnx" / "export.json").write_text(json.dumps({**record, **fields}))
+        return copy
+
+    damaged = edited("damaged")
+    (damaged / "onnx" / "model.onnx").write_bytes((damaged / "onnx" / "model.onnx").read_bytes()[:2000])
+    refused(tatoeba(damaged, "--backend", "onnx", "--layer", "-1"), out, "onnxruntime cannot load this graph",
+            "export the model again")
+    refused(tatoeba(edited("words", num_layers="four"), "--backend", "onnx", "--layer", "-1"), out,
+            "num_layers is 'four', not a layer count")
+    shutil.copyfile(bert_export / "onnx" / "model.onnx", tmp_path / "elsewhere.onnx")
+    refused(tatoeba(edited("outside", graph="../../elsewhere.onnx"), "--backend", "onnx", "--layer", "-1"), out,
+            "lies outside the export directory")
+    refused(tatoeba(edited("absolute", graph=str(tmp_path / "elsewhere.onnx")), "--backend", "onnx", "--layer",
+                    "-1"), out, "lies outside the export directory")
 
 
 def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsys):

@@ -178,7 +178,8 @@ def test_overwrite_replaces_the_previous_shards(tiny_wordpiece_dir, tiny_corpus_
     _prepare(tiny_wordpiece_dir, [tiny_corpus_dir / "en.txt"], out, overwrite=True, shard_sequences=1000)
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["en-00000.bin"]
     assert PreparedData.open(out).languages == ["en"]
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shards", "token_counts.npy"]
+    assert sorted(p.name for p in out.iterdir()) == [".mlminilm-output.json", "manifest.json", "shards",
+                                                     "token_counts.npy"]
 
 
 def test_config_validation_names_the_flags():

@@ -236,8 +236,6 @@ def _errors(teachers, tiny_corpus_dir, tmp_path):
     return [
         (("--model", unigram, "--data", str(no_counts)), "token counts"),
         (("--model", unigram, "--data", str(wp_data)), "was prepared with tokenizer"),
-        (("--model", wordpiece, *corpus, "--coverage", "0"), "--coverage must be in (0, 1]"),
-        (("--model", wordpiece, *corpus, "--coverage", "1.5"), "--coverage must be in (0, 1]"),
         (("--model", wordpiece, *corpus, "--min-count", "100000"), "nothing left to keep"),
         (("--model", wordpiece, *corpus, "--max-vocab", "3"), "--max-vocab 3 leaves no room"),
         (("--model", wordpiece), "give exactly one of --data"),
@@ -531,9 +529,6 @@ def test_cli_per_language_options_and_bad_input(teachers, tiny_corpus_dir, tmp_p
     for shard in (pooled_only / "shards").iterdir():
         shard.unlink()
     bad = [
-        (("--model", unigram, *corpus, "--per-lang-top-k", "0"), "--per-lang-top-k must be at least 1"),
-        (("--model", unigram, *corpus, "--per-lang-top-k", "-3"), "--per-lang-top-k must be at least 1"),
-        (("--model", unigram, *corpus, "--script-fill", "-1"), "--script-fill must be 0"),
         (("--model", unigram, "--data", str(pooled_only), "--per-lang-top-k", "5"),
          "--per-lang-top-k needs per-language counts", "holds only pooled counts"),
         (("--model", unigram, *corpus, "--check", str(tmp_path / "absent")), "--check", "does not exist"),
@@ -543,6 +538,23 @@ def test_cli_per_language_options_and_bad_input(teachers, tiny_corpus_dir, tmp_p
         out_dir = tmp_path / f"bad-{i}"
         assert_error(run_main(monkeypatch, capsys, "trim", *args, "--out", str(out_dir)), *needles)
         assert not out_dir.exists(), args
+    # Bad option values are usage errors (exit 2) naming the option, as the README's exit-code table says.
+    from helpers import assert_usage_error
+
+    for option, value in (("--per-lang-top-k", "0"), ("--per-lang-top-k", "-3"), ("--script-fill", "-1"),
+                          ("--coverage", "0"), ("--coverage", "1.5"), ("--coverage", "nan"), ("--min-count", "0"),
+                          ("--max-vocab", "0"), ("--workers", "-1")):
+        out_dir = tmp_path / "bad-value"
+        assert_usage_error(run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, option, value,
+                                    "--out", str(out_dir)), option)
+        assert not out_dir.exists(), option
+    # --check file names are language codes, like --langs.
+    wrong = tmp_path / "wrong-check"
+    wrong.mkdir()
+    (wrong / "notes.txt").write_text("hello\n", encoding="utf-8")
+    assert_error(run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, "--check", str(wrong),
+                          "--out", str(tmp_path / "bad-check")), "--check", "'notes'", "not an ISO 639")
+    assert not (tmp_path / "bad-check").exists()
     assert not list(tmp_path.glob(".tmp-*"))
     # The pooled counts alone still trim by the pooled rules (a warning says the per-language figures are absent).
     code, out, err = run_main(monkeypatch, capsys, "trim", "--model", unigram, "--data", str(pooled_only), "--out",

@@ -11,7 +11,6 @@ Output directory:
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -96,33 +95,22 @@ class PrepareResult:
 def run(config: PrepareConfig) -> PrepareResult:
     """Validate everything, tokenize and pack every language into a new directory beside `config.out`, write the
     manifest last, then swap it in: data already at `config.out` stays whole until the new data is complete."""
-    from mlminilm.io.outputs import OutputLock, recover_swap, swap_in
-    from mlminilm.io.stale import clean_stale
+    from mlminilm.io.outputs import Claim
 
     out = Path(config.out)
-    recover_swap(out)
-    # A .tmp-prepare-<name>-<pid> of a run that died (beside --out; inside it in earlier versions).
-    clean_stale(out.parent, prefix=f".tmp-prepare-{out.name}-")
-    if out.is_dir():
-        clean_stale(out, prefix=(".tmp-prepare-", f".{MANIFEST}.tmp-"))
-    sources, tokenizer = _validate(config, out)
-    with OutputLock(out):
-        work = out.parent / f".tmp-prepare-{out.name}-{os.getpid()}"
-        work.mkdir(parents=True)
-        try:
+    # The output protocol (mlminilm.io.outputs): lock first, then check and claim --out, build beside, swap in.
+    with Claim(out, "prepare", "prepared data", legacy=(MANIFEST, SHARDS_DIR, TOKEN_COUNTS)) as claim:
+        sources, tokenizer = _validate(config, claim)
+        with claim.staging() as work:
             start = time.perf_counter()
             stats, token_counts = _write_shards(config, sources, tokenizer, work)
             elapsed = time.perf_counter() - start
             np.save(work / TOKEN_COUNTS, token_counts)
             write_manifest(work, _manifest(config, tokenizer, stats))
-            swap_in(work, out)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     return PrepareResult(out, config.seq_len, stats, elapsed)
 
 
-def _validate(config: PrepareConfig, out: Path):
+def _validate(config: PrepareConfig, claim):
     """Every cheap check, before anything is written; all problems in one error."""
     problems = Problems()
     attempt = problems.attempt
@@ -130,23 +118,21 @@ def _validate(config: PrepareConfig, out: Path):
     # LANG=PATH inputs name their file after the '='; hub datasets and ids are not on disk and are skipped.
     paths = [i.split("=", 1)[1] if "=" in i and not Path(i).exists() else i for i in config.inputs]
     inputs = [("--teacher", config.teacher), *(("--input", path) for path in paths)]
-    attempt(lambda: _check_out(out, config.overwrite, inputs))
+    attempt(lambda: _check_out(claim, config.overwrite, inputs))
     sources = attempt(lambda: readers.resolve_inputs(config.inputs, config.langs, config.text_field))
     tokenizer = attempt(lambda: _load_tokenizer(config.teacher))
     problems.raise_any()
     return sources, tokenizer
 
 
-def _check_out(out: Path, overwrite: bool, inputs: list) -> None:
-    from mlminilm.io.outputs import check_replaceable, refuse_overlap
+def _check_out(claim, overwrite: bool, inputs: list) -> None:
+    from mlminilm.io.outputs import refuse_overlap
 
-    if out.exists() and not out.is_dir():
+    out = claim.given
+    if claim.out.exists() and not claim.out.is_dir():
         raise ConfigError(f"--out {out} is a file; name a directory")
-    refuse_overlap(out, inputs)
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another")
-        check_replaceable(out, (MANIFEST, SHARDS_DIR, TOKEN_COUNTS), "prepared data")
+    refuse_overlap(claim.out, inputs)
+    claim.check(overwrite, f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another")
 
 
 def _load_tokenizer(teacher: str):

@@ -4,8 +4,6 @@ settings inherited from the fine-tuning run, and report directories that appear 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,74 +135,66 @@ def to_device(batch: dict, device) -> dict:
 
 
 
+from mlminilm.io.outputs import current_claim  # noqa: E402
+
+
+def claims_report(command: str):
+    """Decorate an evaluation's (or compare's) `run(cfg)`: the lock on `cfg.out` is taken first and held for the
+    whole run; `ReportDir` checks, builds and swaps the report in under it (mlminilm.io.outputs)."""
+    from mlminilm.io import outputs
+    from mlminilm.report import FILES
+
+    return outputs.claims_report(command, "an evaluation report", (*FILES, "predictions"))
+
+
 @dataclass
 class ReportDir:
-    """A report written into a temporary sibling directory and renamed into place when complete, so an error
-    never leaves a partial report in --out. `path` None: nothing is written (terminal / --json only)."""
+    """A report built in a temporary directory beside --out and swapped in when complete, so an error never leaves
+    a partial report in --out (the output protocol of mlminilm.io.outputs). `final` None: nothing is written
+    (terminal / --json only)."""
 
     final: Path | None
     overwrite: bool = False
-    path: Path | None = None
+    claim: object = None
 
     @classmethod
     def open(cls, out: Path | None, overwrite: bool, protect: dict | tuple = ()) -> "ReportDir":
-        """`protect`: the inputs the report must stay out of ({flag: path}, or (flag, path) pairs)."""
+        """Check and claim --out under the lock the command holds (`claims_report`). `protect`: the inputs the
+        report must stay out of ({flag: path}, or (flag, path) pairs)."""
         if out is None:
             return cls(None)
-        from mlminilm.io.outputs import check_replaceable, refuse_overlap
-        from mlminilm.report import FILES
+        from mlminilm.io.outputs import Claim, refuse_overlap
 
+        claim = current_claim()
+        if claim is None or str(claim.given) != str(out):  # a caller without `claims_report`: checks only
+            from mlminilm.report import FILES
+
+            claim = Claim(out, "report", "an evaluation report", legacy=(*FILES, "predictions"))
         out = Path(out)
-        if out.exists() and not out.is_dir():
+        if claim.out.exists() and not claim.out.is_dir():
             raise CheckpointError(f"--out {out} exists and is not a directory")
         # {flag: path}, or (flag, path) pairs where one flag names several inputs
-        refuse_overlap(out, protect)
-        if out.exists() and any(out.iterdir()):
-            if not overwrite:
-                raise CheckpointError(f"--out {out} exists and is not empty; add --overwrite to replace it")
-            check_replaceable(out, (*FILES, "predictions"), "an evaluation report")
-        return cls(out, overwrite)
-
-    def begin(self) -> Path | None:
-        if self.final is None:
-            return None
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        from mlminilm.io.stale import clean_stale
-
-        clean_stale(self.final.parent, prefix=f".tmp-{self.final.name}-")  # this report, from a run that died
-        self.path = self.final.with_name(f".tmp-{self.final.name}-{os.getpid()}")
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir()
-        return self.path
-
-    def commit(self) -> None:
-        """Swap the complete report in (the previous one is removed only once the new one is in place), under
-        the output's lock so two evaluations never interleave."""
-        from mlminilm.io.outputs import OutputLock, swap_in
-
-        if self.final is None or self.path is None:
-            return
-        with OutputLock(self.final):
-            swap_in(self.path, self.final)
-        self.path = None
-
-    def discard(self) -> None:
-        if self.path is not None and self.path.exists():
-            shutil.rmtree(self.path, ignore_errors=True)
-        self.path = None
+        refuse_overlap(claim.out, protect)
+        claim.check(overwrite, f"--out {out} exists and is not empty; add --overwrite to replace it",
+                    error=CheckpointError, is_file=f"--out {out} exists and is not a directory")
+        return cls(out, overwrite, claim)
 
     def write(self, fill) -> Path | None:
-        """`fill(dir)` writes the files into the temporary directory, which is then renamed into place; on any
-        error it is removed. With no --out nothing is written. Returns the final directory (None without --out)."""
-        out = self.begin()
-        try:
-            if out is not None:
-                fill(out)
-            self.commit()
-        except BaseException:
-            self.discard()
-            raise
+        """`fill(dir)` writes the files into the temporary directory, which is then swapped in; on any error it is
+        removed. With no --out nothing is written. Returns the final directory (None without --out)."""
+        if self.final is None:
+            return None
+        claim = self.claim
+        if current_claim() is not claim:  # not under the command's lock (a direct caller): take it for the swap
+            from mlminilm.io.outputs import Claim
+
+            with Claim(self.final, claim.command, claim.what, legacy=claim.legacy) as held:
+                held.own, held.own_top = claim.own, claim.own_top
+                with held.staging() as tmp:
+                    fill(tmp)
+            return self.final
+        with claim.staging() as tmp:
+            fill(tmp)
         return self.final
 
     def publish(self, doc: dict, write_predictions, card: Path | None = None) -> dict:

@@ -24,7 +24,7 @@ from mlminilm import logging as mlog
 from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
-    ReportDir, card_to_update, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
+    ReportDir, card_to_update, claims_report, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
     throughput_record, to_device, write_json,
 )
 from mlminilm.metrics import mlqa as mlqa_scorer
@@ -219,6 +219,7 @@ def qa_settings(cfg: EvalMlqaConfig) -> dict:
 # ------------------------------------------------------------------------------------------------ run
 
 
+@claims_report("eval-mlqa")
 def run(cfg: EvalMlqaConfig) -> dict:
     """Score every requested file (running `cfg.model`, or reading `cfg.predictions`); returns the metrics
     document, and writes the report and the predictions into `cfg.out` when given."""

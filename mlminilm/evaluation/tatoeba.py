@@ -20,7 +20,7 @@ from mlminilm import logging as mlog
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
-from mlminilm.evaluation.common import ReportDir, card_to_update, throughput_record
+from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import (
     embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
 )
@@ -110,6 +110,7 @@ def _check(cfg: EvalTatoebaConfig):
     return data, unregistered, st, spec, export
 
 
+@claims_report("eval-tatoeba")
 def run(cfg: EvalTatoebaConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""

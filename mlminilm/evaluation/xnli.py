@@ -18,7 +18,7 @@ from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import (
-    ReportDir, card_to_update, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
+    ReportDir, card_to_update, claims_report, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
     throughput_record, to_device,
 )
 from mlminilm.langs import warn_unregistered
@@ -145,6 +145,7 @@ def resolve_max_seq_len(cfg_value: int | None, model: str) -> int:
     return int(run_settings(model).get("max_seq_len") or TASK_DEFAULTS["xnli"].max_seq_len)
 
 
+@claims_report("eval-xnli")
 def run(cfg: EvalXnliConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""

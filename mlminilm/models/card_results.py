@@ -204,7 +204,9 @@ def read_card(path: Path) -> CardFile:
         fields = {} if fields is None else fields
         if not isinstance(fields, dict):
             raise ValueError(f"the front matter is a {type(fields).__name__}, not a mapping of fields")
-        card.data = ModelCardData(**fields)  # parses model-index into eval_results
+        # Only what is read here (model-index, parsed into eval_results, and the model name): huggingface_hub
+        # dedups `tags` and other lists in quadratic time, > 400 s for a card of 300,000 tags.
+        card.data = ModelCardData(**{k: v for k, v in fields.items() if k in ("model-index", "model_name")})
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DataError(f"--update-card: the front matter of the model card {path} is malformed: {_one_line(exc)}; "
                         "fix it and run again") from None
@@ -266,7 +268,9 @@ def _front_matter(card: CardFile, index, lb: str) -> str:
             return new
     except yaml.YAMLError:
         pass
-    data = card.data
+    from huggingface_hub import ModelCardData
+
+    data = ModelCardData(**card.fields)  # every field, to dump them again (rare: a front matter yaml reads back oddly)
     data.model_name, data.eval_results = index.model_name, index.eval_results
     return data.to_yaml(line_break=lb, original_order=list(card.fields))
 

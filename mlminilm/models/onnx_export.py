@@ -50,14 +50,14 @@ def run(config: ExportConfig) -> dict:
     """Export `config.model` to `config.out`; returns the export record (onnx/export.json) with `out` and
     `elapsed_s`. All cheap checks come first; the output is built beside `config.out` and swapped in when complete,
     under the output's lock (README "Reliability")."""
-    from mlminilm.io.outputs import OutputLock, recover_swap
+    from mlminilm.io.outputs import Claim
 
     start = time.perf_counter()
     out = Path(config.out)
-    recover_swap(out)
-    source = _validate(config, out)
-    with OutputLock(out):
-        record = _export(config, out, source)
+    # The output protocol (mlminilm.io.outputs): lock first, then check and claim --out, build beside, swap in.
+    with Claim(out, "export", "an export mlminilm wrote", legacy=None) as claim:
+        source = _validate(config, claim)
+        record = _export(config, out, source, claim)
     return {"out": str(out), **record, "elapsed_s": round(time.perf_counter() - start, 3)}
 
 
@@ -82,7 +82,7 @@ class _Source:
         return names
 
 
-def _validate(config: ExportConfig, out: Path) -> _Source:
+def _validate(config: ExportConfig, claim) -> _Source:
     """The checks that need no weights, all reported at once."""
     from mlminilm.io.outputs import refuse_overlap
     from mlminilm.models.loading import check_encoder_config, check_vocabulary, load_config, load_tokenizer, resolve_model
@@ -92,17 +92,16 @@ def _validate(config: ExportConfig, out: Path) -> _Source:
     attempt = problems.attempt
     attempt(lambda: require_onnx("mlminilm export", ("onnx", "onnxruntime", "onnxscript")))
     model_dir = attempt(lambda: resolve_model(config.model))
-    attempt(lambda: refuse_overlap(out, {"--model": model_dir}))
-    if out.exists() and not out.is_dir():
-        problems.add(ConfigError(f"--out {out} is a file; name a directory"))
-    elif out.is_dir() and any(out.iterdir()):
-        if not config.overwrite:
-            problems.add(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
-        elif not is_export(out):
-            # An export holds its onnx/export.json: without one the directory is not ours to replace.
-            problems.add(CheckpointError(
-                f"--out {out} holds files but no {RECORD}, so it is not an export mlminilm wrote; --overwrite "
-                "replaces only that: move its files away or choose another --out"))
+    out = claim.given
+    attempt(lambda: refuse_overlap(claim.out, {"--model": model_dir}))
+    if claim.out.is_dir() and any(claim.out.iterdir()) and config.overwrite and not is_export(claim.out):
+        # An export holds its onnx/export.json: without one the directory is not ours to replace.
+        problems.add(CheckpointError(
+            f"--out {out} holds files but no {RECORD}, so it is not an export mlminilm wrote; --overwrite "
+            "replaces only that: move its files away or choose another --out"))
+    else:  # --overwrite replaces only the files the export's record of its own files names
+        attempt(lambda: claim.check(config.overwrite,
+                                    f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
     if model_dir is not None and is_export(model_dir):
         problems.add(ConfigError(f"--model {config.model} is itself an export (it has {RECORD}); export the model "
                                  "it was made from"))
@@ -143,18 +142,13 @@ def _task(model_config, name: str) -> str:
 # ------------------------------------------------------------------------------------------------ the export
 
 
-def _export(config: ExportConfig, out: Path, source: _Source) -> dict:
-    from mlminilm.io.outputs import staged
-    from mlminilm.io.stale import clean_stale
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out.parent, prefix=f".tmp-{out.name}-")  # this export, from a process that died
+def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
     model = _load(source)
     names = source.input_names
     output = TASKS[source.task]
     wrapper = onnx_graph.Graph(model, output).eval()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
-    with staged(out) as tmp:  # never a half-written export beside the output
+    with claim.staging() as tmp:  # never a half-written export beside the output
         graph = tmp / GRAPH
         graph.parent.mkdir(parents=True)
         t0 = time.perf_counter()

@@ -95,11 +95,12 @@ def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
         doc = json.loads(path.read_text(encoding="utf-8"))
         missing = [key for key in ("task", "dtype", "inputs") if key not in doc]
         problems = [f"no {', '.join(missing)}"] if missing else []
+        problems += _field_problems(doc)
         record = ExportRecord(directory, doc)
         if not missing and doc["task"] not in TASKS:
             problems.append(f"unknown task {doc['task']!r}")
-        if not record.graph.is_file():
-            problems.append(f"its graph {record.graph} is missing")
+        if not problems:
+            problems += _graph_problems(directory, doc.get("graph", GRAPH))
     except (OSError, ValueError, TypeError, AttributeError) as exc:  # unreadable, not JSON, not an object
         problems = [f"not a readable export record ({type(exc).__name__}: {exc})"]
     if problems or record is None:
@@ -109,6 +110,37 @@ def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
             f"{model} is an export of a {record.task} model (output {TASKS[record.task]}); this evaluation needs a "
             f"{task} export: export the right model with `mlminilm export`")
     return record
+
+
+def _field_problems(doc: dict) -> list[str]:
+    """The fields the evaluations read, each of its type: a record edited by hand fails here in one line, not as a
+    traceback in the middle of an evaluation."""
+    problems = []
+    for key, ok, what in (
+        ("task", lambda v: isinstance(v, str), "a string"),
+        ("dtype", lambda v: v in ("float32", "int8"), "float32 or int8"),
+        ("inputs", lambda v: isinstance(v, list) and v and all(isinstance(i, dict) and isinstance(i.get("name"), str)
+                                                              for i in v), "a list of named inputs"),
+        ("graph", lambda v: isinstance(v, str) and v, "a path inside the export directory"),
+        ("num_layers", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1024, "a layer count"),
+        ("hidden_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
+        ("opset", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "an opset number"),
+    ):
+        if key in doc and not ok(doc[key]):
+            problems.append(f"{key} is {doc[key]!r}, not {what}")
+    return problems
+
+
+def _graph_problems(directory: Path, graph: str) -> list[str]:
+    """The graph the record names must be a file inside the export directory (no absolute path, no `..`, no link
+    leading out): an export directory never makes an evaluation load a graph from elsewhere."""
+    root = directory.resolve()
+    target = (directory / graph).resolve()
+    if Path(graph).is_absolute() or ".." in Path(graph).parts or root not in target.parents:
+        return [f"its graph {graph!r} lies outside the export directory {directory}, which mlminilm does not load"]
+    if not target.is_file():
+        return [f"its graph {directory / graph} is missing"]
+    return []
 
 
 def refuse_torch_on_export(model: str | Path) -> None:
@@ -148,7 +180,12 @@ def session(graph: str | Path, threads: int | None = None):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: its warnings are about optimisations, not results
-    return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's errors (InvalidProtobuf, Fail, ...) share no base class
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{graph}: onnxruntime cannot load this graph, it is damaged ({first[:300]}); export the "
+                          "model again with `mlminilm export`") from None
 
 
 class OnnxModel:

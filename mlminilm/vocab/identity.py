@@ -50,6 +50,13 @@ def check_files(directory: Path) -> dict[str, Path]:
     if not files:
         raise ConfigError(f"--check {directory} holds no <lang>{CHECK_SUFFIX} file (one sentence per line, e.g. "
                           f"de{CHECK_SUFFIX})")
+    from mlminilm import langs
+    from mlminilm.errors import DataError
+
+    try:  # each file name is a language code, checked as --langs is (an unregistered valid code: one warning)
+        langs.warn_unregistered(langs.accept_codes(files))
+    except DataError as exc:
+        raise ConfigError(f"--check {directory}: its <lang>{CHECK_SUFFIX} file names are language codes: {exc}") from None
     return files
 
 

@@ -75,17 +75,17 @@ class TrimResult:
 def run(config: TrimConfig) -> TrimResult:
     """Count, choose the ids, and write the trimmed model to `config.out`; all cheap checks come first. The model
     is written beside `config.out` and swapped in when complete, under the output's lock (README "Reliability")."""
-    from mlminilm.io.outputs import OutputLock, recover_swap
+    from mlminilm.io.outputs import Claim
 
     start = time.perf_counter()
     out = Path(config.out)
-    recover_swap(out)
-    validated = _validate(config, out)
-    with OutputLock(out):
-        return _trim(config, out, start, *validated)
+    # The output protocol (mlminilm.io.outputs): lock first, then check and claim --out, build beside, swap in.
+    with Claim(out, "trim", "a model mlminilm trimmed", legacy=None) as claim:
+        validated = _validate(config, claim)
+        return _trim(config, out, start, claim, *validated)
 
 
-def _trim(config: TrimConfig, out: Path, start: float, tokenizer, doc, model_config, model_dir,
+def _trim(config: TrimConfig, out: Path, start: float, claim, tokenizer, doc, model_config, model_dir,
           check_files) -> TrimResult:
     if config.data is not None:
         found = counting.counts_from_data(config.data, tokenizer, config.model)
@@ -120,10 +120,11 @@ def _trim(config: TrimConfig, out: Path, start: float, tokenizer, doc, model_con
                      weights.count_parameters(model, absent), trimmed)
     record["prompt_pieces"] = tokenizer.convert_ids_to_tokens([int(i) for i in always["prompts"] if i not in forced])
     record["languages"] = languages
-    from mlminilm.io.outputs import staged
+    from mlminilm.io.outputs import disk_errors
 
-    with staged(out) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights.saved_state(model, absent))
+    with claim.staging() as tmp:
+        with disk_errors(tmp):  # safetensors reports a full disk as its own error, not an OSError
+            model.save_pretrained(tmp, safe_serialization=True, state_dict=weights.saved_state(model, absent))
         tokens.write_tokenizer(tokenizer, doc, old_ids, tmp, trimmed_doc)
         sentence_encoder = _copy_extras(model_dir, tmp)
         (tmp / TRIM_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -132,7 +133,7 @@ def _trim(config: TrimConfig, out: Path, start: float, tokenizer, doc, model_con
     return TrimResult(out, record, time.perf_counter() - start)
 
 
-def _validate(config: TrimConfig, out: Path):
+def _validate(config: TrimConfig, claim):
     """The checks that need no counting, all reported at once."""
     from mlminilm.io.outputs import refuse_overlap
     from mlminilm.models.loading import load_config, load_tokenizer, resolve_model
@@ -142,17 +143,16 @@ def _validate(config: TrimConfig, out: Path):
 
     model_dir = attempt(lambda: resolve_model(config.model))
     inputs = {"--model": model_dir, "--data": config.data, "--corpus": config.corpus, "--check": config.check}
-    attempt(lambda: refuse_overlap(out, inputs))
-    if out.exists() and not out.is_dir():
-        problems.add(ConfigError(f"--out {out} is a file; name a directory"))
-    elif out.is_dir() and any(out.iterdir()):
-        if not config.overwrite:
-            problems.add(ConfigError(f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
-        elif not (out / TRIM_JSON).is_file():
-            # A trimmed model holds its trim.json: without one the directory is not ours to replace.
-            problems.add(CheckpointError(
-                f"--out {out} holds files but no {TRIM_JSON}, so it is not a model mlminilm trimmed; --overwrite "
-                "replaces only that: move its files away or choose another --out"))
+    out = claim.given
+    attempt(lambda: refuse_overlap(claim.out, inputs))
+    if claim.out.is_dir() and any(claim.out.iterdir()) and config.overwrite and not (claim.out / TRIM_JSON).is_file():
+        # A trimmed model holds its trim.json: without one the directory is not ours to replace.
+        problems.add(CheckpointError(
+            f"--out {out} holds files but no {TRIM_JSON}, so it is not a model mlminilm trimmed; --overwrite "
+            "replaces only that: move its files away or choose another --out"))
+    else:  # --overwrite replaces only the files the trimmed model's record of its own files names
+        attempt(lambda: claim.check(config.overwrite,
+                                    f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
     for flag, path in (("--data", config.data), ("--corpus", config.corpus)):
         if path is not None and not Path(path).exists():
             problems.add(ConfigError(f"{flag} {path} does not exist"))
