@@ -30,7 +30,9 @@ DEFAULT_TEACHER = "multilingual-e5-small"
 # The demo's recipe, sized so that the whole run takes a few minutes on 2 CPU cores in fp32 (README).
 DISTILL_STEPS = 60
 DISTILL_BATCH = 16  # pairs per step
-DISTILL_LR = 1e-4  # the parallel recipe's (docs/RETENTION.md)
+DISTILL_LR = 1e-4  # the parallel recipe's (recipes/multilingual-e5-small-6x384.toml)
+DISTILL_CONTRASTIVE = 1.0  # the recipe's in-batch translation ranking beside the MSE term
+DISTILL_FROZEN = 2  # the recipe's frozen bottom layers (fewer when the student is shallower)
 FINETUNE_EPOCHS = 3
 FINETUNE_LR = 1e-4  # on 600 pairs, 5e-5 left the student near chance and 2e-4 collapsed it to one class
 FINETUNE_BATCH = 16
@@ -145,12 +147,13 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     cut = distill.run(DistillConfig(out=out / "cut", init_layers="first", max_steps=0, **shape))
     pairs = write_pairs(CORPUS, out / "pairs")
     log.info("3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
-             "%dx%d student (--init-layers %s, --parallel)", stages, steps, DISTILL_BATCH, pairs, layers,
-             t_cfg.hidden_size, DEFAULT_INIT_LAYERS)
+             "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)", stages, steps,
+             DISTILL_BATCH, pairs, layers, t_cfg.hidden_size, DEFAULT_INIT_LAYERS)
     distilled = distill.run(DistillConfig(
         out=out / "distill", freeze_embeddings=True, max_steps=steps, batch_size=DISTILL_BATCH, lr=DISTILL_LR,
         warmup=0.1, save_every=steps, log_every=max(1, steps // 6), parallel=out / "pairs",
-        relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0, **shape,
+        relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0,
+        parallel_contrastive_weight=DISTILL_CONTRASTIVE, freeze_layers=min(DISTILL_FROZEN, layers - 1), **shape,
     ))
     mark = lap("distill", mark)
     _drop_checkpoints(out / "distill")
