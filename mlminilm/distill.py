@@ -488,29 +488,10 @@ def fill_target_cache(pairs: ParallelSampler, teacher: nn.Module, head: Embeddin
     from mlminilm.distillation import targets
 
     root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
-    facts = targets.fingerprint(targets.module_digest(teacher), head.modes, head.normalize, pairs.prefix,
-                                pairs.max_length)
-    store = targets.TargetStore(root, facts)
-    if rt.is_main:
-        store.load()
-        texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
-        t0 = time.perf_counter()
-
-        def embed(chunk: list[str]):
-            return targets.embed_sources(teacher, pairs.tokenizer, chunk, prefix=pairs.prefix,
-                                         max_length=pairs.max_length, modes=head.modes, normalize=head.normalize,
-                                         device=rt.device)
-
-        def progress(done: int, total: int) -> None:
-            log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
-
-        computed = targets.fill(store, texts, embed, progress)
-        log.info("teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
-                 f"{len(set(texts)):,}", f"{len(set(texts)) - computed:,}", f"{computed:,}", store.dir)
-    rt.barrier()
-    if not rt.is_main:
-        store.load()
-    pairs.target_table = store.table()
+    texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
+    pairs.target_table = targets.prepare(root, teacher, pairs.tokenizer, texts, head.modes, head.normalize,
+                                         prefix=pairs.prefix, max_length=pairs.max_length, device=rt.device,
+                                         is_main=rt.is_main, barrier=rt.barrier)
 
 
 def parallel_prefix(cfg: DistillConfig) -> str:

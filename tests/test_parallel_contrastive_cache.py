@@ -239,7 +239,7 @@ def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_te
 
 def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
     """recipes/*.toml are plain --config files: every key an option of distill, the paths on the command line.
-    Here on the tiny teacher (its shape on the command line), two steps."""
+    Here on the tiny teacher (its shape on the command line: 3 of its 4 layers), two steps."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -253,7 +253,7 @@ def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkey
         options = tomllib.loads(recipe.read_text(encoding="utf-8"))
         out = tmp_path / recipe.stem
         code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(recipe), "--teacher", str(st_teacher),
-                                "--data", str(st_data), "--parallel", str(pairs), "--out", str(out), "--layers", "2",
+                                "--data", str(st_data), "--parallel", str(pairs), "--out", str(out), "--layers", "3",
                                 "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "2",
                                 "--save-every", "2", "--quiet")
         assert code == 0, err

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,29 @@ def fill(store: TargetStore, texts: list[str], embed, progress=None) -> int:
         if progress is not None:
             progress(min(start + PART_SIZE, len(todo)), len(todo))
     return len(todo)
+
+
+def prepare(root: Path, teacher: nn.Module, tokenizer, texts: list[str], modes: tuple[str, ...], normalize: bool, *,
+            prefix: str, max_length: int, device, is_main: bool = True, barrier=lambda: None) -> TargetTable:
+    """The table of the teacher's embeddings of `texts` under `root`: what the store lacks is computed by the main
+    process (logged, with progress), the others wait at `barrier` and read what it wrote."""
+    store = TargetStore(root, fingerprint(module_digest(teacher), modes, normalize, prefix, max_length))
+    if is_main:
+        store.load()
+        t0 = time.perf_counter()
+
+        def embed(chunk: list[str]) -> np.ndarray:
+            return embed_sources(teacher, tokenizer, chunk, prefix=prefix, max_length=max_length, modes=modes,
+                                 normalize=normalize, device=device)
+
+        def progress(done: int, total: int) -> None:
+            log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
+
+        computed = fill(store, texts, embed, progress)
+        distinct = len(set(texts))
+        log.info("teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
+                 f"{distinct:,}", f"{distinct - computed:,}", f"{computed:,}", store.dir)
+    barrier()
+    if not is_main:
+        store.load()
+    return store.table()
