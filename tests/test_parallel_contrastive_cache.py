@@ -282,3 +282,15 @@ def test_freeze_layers_keeps_the_bottom_as_the_teacher_has_it(st_teacher, st_dat
         config(st_teacher, st_data, tmp_path / "x", freeze_layers=3, **kw)
     with pytest.raises(ConfigError, match="--freeze-layers needs --init teacher"):
         config(st_teacher, st_data, tmp_path / "x", freeze_layers=1, **{**kw, "init": "random", "init_layers": None})
+
+
+def test_a_term_without_a_weight_is_an_error():
+    from mlminilm.config import DistillConfig
+    from mlminilm.distillation.objective import weighted_loss
+
+    cfg = DistillConfig(teacher="t", data=Path("d"), out=Path("o"), parallel=Path("p"), parallel_loss_weight=2.0,
+                        parallel_contrastive_weight=0.5, relation_loss_weight=3.0)
+    one = torch.tensor(1.0)
+    assert weighted_loss({"parallel": one, "contrastive": one, "attention": one, "value": one}, cfg).item() == 8.5
+    with pytest.raises(KeyError, match="toy"):
+        weighted_loss({"parallel": one, "toy": one}, cfg)
