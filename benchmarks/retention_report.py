@@ -243,6 +243,9 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
 
 
 def _describe(s: dict, b: dict) -> str:
+    if s.get("recipe"):
+        return (f"`distill --config recipes/multilingual-e5-small-6x384.toml` on the parallel text (its terms, start, "
+                f"batch and learning rate), {s['steps']} steps")
     terms = [f"{w} {s[k]:g}" for w, k in (("hidden", "hidden_loss_weight"), ("embedding", "embedding_loss_weight"))
              if s[k]]
     parts = []
