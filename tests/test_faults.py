@@ -4,6 +4,7 @@ log lines without a terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import subprocess
@@ -404,6 +405,33 @@ def test_a_failed_prepare_overwrite_keeps_the_data_that_was_there(wp_teacher, ti
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+@contextlib.contextmanager
+def small_tmpfs(tmp_path: Path):
+    """A 1 MiB tmpfs at tmp_path/disk for the block (the test is skipped where this process may not mount one)."""
+    import os
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def fill_disk(disk: Path) -> None:
+    """Write disk/filler until the file system is full."""
+    try:
+        with open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+
+
 def test_trim_on_a_real_full_disk_is_one_line(wp_teacher, tiny_corpus_dir, tmp_path):
     """Issue 27: safetensors reports a full disk as its own SafetensorError (a traceback before); now one `Error:`
     line, and nothing left on the disk. A 1 MiB tmpfs, full but for a few kB: the small files fit, the weights do
@@ -412,59 +440,31 @@ def test_trim_on_a_real_full_disk_is_one_line(wp_teacher, tiny_corpus_dir, tmp_p
 
     from helpers import assert_one_line_error, cli
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
-        try:
-            with open(disk / "filler", "wb") as f:
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-        except OSError:
-            pass
+    with small_tmpfs(tmp_path) as disk:
+        fill_disk(disk)
         os.truncate(disk / "filler", (disk / "filler").stat().st_size - 16384)
         proc = cli("trim", "--model", str(wp_teacher), "--corpus", str(tiny_corpus_dir), "--workers", "1", "--out",
                    str(disk / "trimmed"))
         assert_one_line_error(proc, "No space left on device", "disk space")
         assert "SafetensorError" not in proc.stderr
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
 
 
 def test_prepare_fills_a_real_full_disk_and_keeps_the_old_data(wp_teacher, tiny_corpus_dir, tmp_path):
     """A real full file system: a 1 MiB tmpfs (skipped where this process may not mount one)."""
-    import os
-
     from helpers import assert_one_line_error, cli
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
+    with small_tmpfs(tmp_path) as disk:
         out = disk / "data"
         proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
         assert proc.returncode == 0, proc.stderr
         before = tree(disk)
-        try:  # fill the disk to its last block: the new data cannot be written beside the old
-            with open(disk / "filler", "wb") as f:
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-        except OSError:
-            pass
+        fill_disk(disk)  # to its last block: the new data cannot be written beside the old
         proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out),
                    "--overwrite")
         assert_one_line_error(proc, "disk space")
         (disk / "filler").unlink()
         assert tree(disk) == before
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
 
 
 def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block(wp_teacher, tiny_corpus_dir,
