@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,7 +13,6 @@ from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.errors import CheckpointError, ConfigError
 from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config
 from mlminilm.models.student import student_config
-from mlminilm.io.outputs import OutputLock, check_replaceable, refuse_overlap
 from mlminilm.io.stale import clean_stale
 
 log = mlog.get(__name__)
@@ -110,56 +106,21 @@ def _failed_stages(out: Path) -> bool:
     return all(e.name in ("assistant-run", "student-run") and training.failed_run_leftovers(e) for e in entries)
 
 
+def _any_checkpoint(out: Path) -> bool:
+    return any(training.checkpoint_dirs(out / run) for run in ("assistant-run", "student-run"))
+
+
+LAYOUT = training.RunLayout(STAGE_DIRS, what="an assist run", leftovers=_failed_stages, checkpointed=_any_checkpoint)
+
+
 def run(cfg: AssistConfig) -> AssistResult:
     first, second = validate(cfg)
     out = Path(cfg.out)
-    refuse_overlap(out, {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba})
-    if cfg.overwrite:
-        check_replaceable(out, STAGE_DIRS, "an assist run")
-    with OutputLock(out) if mlog.is_main_process() else contextlib.nullcontext():
-        # Only now, with every input checked, is a previous run replaced; with --overwrite it is kept aside until
-        # the new run has finished (a new run that fails before any checkpoint puts it back).
-        aside = None
-        if mlog.is_main_process() and (cfg.overwrite or (not cfg.resume and out.is_dir() and any(out.iterdir()))):
-            aside = _set_aside(out) if cfg.overwrite else None
-            for name in STAGE_DIRS:
-                if (out / name).exists():
-                    shutil.rmtree(out / name)
-        try:
-            result = _run_stages(cfg, out, first, second)
-        except BaseException:
-            if aside is not None:
-                _after_failed(out, aside)
-            raise
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-        return result
-
-
-def _set_aside(out: Path) -> Path | None:
-    present = [name for name in STAGE_DIRS if (out / name).exists()]
-    aside = out / training.PREVIOUS_RUN
-    if not present or aside.exists():
-        return aside if aside.exists() else None
-    aside.mkdir()
-    for name in present:
-        os.replace(out / name, aside / name)
-    log.info("--overwrite: the previous run is kept in %s until this one finishes", aside)
-    return aside
-
-
-def _after_failed(out: Path, aside: Path) -> None:
-    if any(training.checkpoint_dirs(out / run) for run in ("assistant-run", "student-run")):
-        log.warning("the run failed after saving a checkpoint (resume it with --resume); the run --overwrite "
-                    "replaced is kept in %s", aside)
-        return
-    for name in STAGE_DIRS:
-        if (out / name).exists():
-            shutil.rmtree(out / name, ignore_errors=True)
-    for entry in aside.iterdir():
-        os.replace(entry, out / entry.name)
-    aside.rmdir()
-    log.warning("the run failed before its first checkpoint: the previous run in %s is restored", out)
+    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba}
+    # The claim every training command makes (training.claimed_output): with --overwrite the previous stages are
+    # kept aside until the new run has finished, and put back if it fails before any stage's first checkpoint.
+    with training.claimed_output(out, cfg, LAYOUT, inputs):
+        return _run_stages(cfg, out, first, second)
 
 
 def _run_stages(cfg: AssistConfig, out: Path, first: DistillConfig, second: DistillConfig) -> AssistResult:

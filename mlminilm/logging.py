@@ -152,6 +152,3 @@ def counter(description: str, total: int, unit: str):
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
-
-def eprint(*args) -> None:
-    print(*args, file=sys.stderr)

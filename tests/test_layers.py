@@ -27,7 +27,7 @@ LAYERS = (
     ("machinery", ("mlminilm.corpus", "mlminilm.distillation", "mlminilm.training")),
     ("evaluation and vocabulary", ("mlminilm.evaluation", "mlminilm.vocab")),
     ("commands' library calls", ("mlminilm.distill", "mlminilm.assist", "mlminilm.finetune", "mlminilm.demo",
-                                 "mlminilm.losses", "mlminilm.capture", "mlminilm.compare",
+                                 "mlminilm.compare",
                                  # the package itself: the public facade, `from mlminilm import distill, ...`
                                  ROOT)),
     ("command line", ("mlminilm.commands", "mlminilm.__main__")),

@@ -19,8 +19,8 @@ import numpy as np
 from mlminilm import logging as mlog
 from mlminilm.errors import ConfigError
 from mlminilm.evaluation.common import length_order, pad_batch, position_limit, to_device
-from mlminilm.models.pooling import POOLING_MODES, pool  # noqa: F401 (re-exported: the evaluations import them from here)
-from mlminilm.models.sentence_encoder import SentenceTransformerSetup, read_sentence_transformers  # noqa: F401
+from mlminilm.models.pooling import POOLING_MODES, pool
+from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
 log = mlog.get(__name__)
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from mlminilm.config import TATOEBA_MAX_LENGTH
-from mlminilm.evaluation.embeddings import embed, encode, prompt_length, read_sentence_transformers, resolve_spec
+from mlminilm.evaluation.embeddings import embed, encode, prompt_length, resolve_spec
 from mlminilm.evaluation.tatoeba import retrieval_scores
 from mlminilm.langs import warn_unregistered
+from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
 
 BATCH_SIZE = 128

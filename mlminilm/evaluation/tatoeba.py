@@ -22,9 +22,10 @@ from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import (
-    embed, encode, prompt_length, read_sentence_transformers, resolve_spec, truncate_at,
+    embed, encode, prompt_length, resolve_spec, truncate_at,
 )
 from mlminilm.langs import warn_unregistered
+from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
 
 log = mlog.get(__name__)

@@ -25,6 +25,7 @@ from mlminilm.training.run_dir import (
     TENSORBOARD,
     MetricsLog,
     PREVIOUS_RUN,
+    RunLayout,
     check_resume_compatible,
     claimed_output,
     failed_run_leftovers,
@@ -37,7 +38,7 @@ from mlminilm.training.tracking import Tracker, check_report_to, open_tracker
 
 __all__ = [
     "CHECKPOINTS", "LEGACY_RUN_RECORD", "METRICS", "RUN_RECORD", "LoopResult", "MetricsLog", "Runtime", "StepOutput",
-    "PREVIOUS_RUN", "TrainingState", "check_resume_compatible", "claimed_output", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
+    "PREVIOUS_RUN", "RunLayout", "TrainingState", "check_resume_compatible", "claimed_output", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
     "linear_schedule", "load_checkpoint", "make_optimizer", "prepare_output_dir", "read_run_record", "resume_point",
     "run_record", "save_checkpoint", "setup_runtime", "setup_training", "step_seed", "teardown_runtime",
     "train_loop", "write_json_atomic", "TENSORBOARD", "Tracker", "check_report_to", "open_tracker",

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -36,8 +37,34 @@ RESUME_CHANGEABLE = ("lr", "warmup")
 PREVIOUS_RUN = ".previous-run"  # where --overwrite keeps the run it replaces until the new one has finished
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+    """What a training command keeps in its --out, as its claim on the directory needs to know it: the entries it
+    writes (`artifacts`: all that --overwrite may replace), its run record, how the refusal names a run of it, and
+    how to tell a run that died before its first checkpoint (`leftovers`: nothing in it to resume) from one that
+    saved one (`checkpointed`). The defaults are a single run's (distill, finetune); assist's runs its stages in
+    sub-directories."""
+
+    artifacts: tuple[str, ...]
+    record_file: str = RUN_RECORD
+    what: str = "a run of this command"
+    leftovers: Callable[[Path], bool] | None = None  # None: failed_run_leftovers(out, record_file)
+    checkpointed: Callable[[Path], bool] | None = None  # None: whether out/checkpoints/ holds one
+
+    def died_early(self, out: Path) -> bool:
+        return self.leftovers(out) if self.leftovers else failed_run_leftovers(out, self.record_file)
+
+    def has_checkpoint(self, out: Path) -> bool:
+        return self.checkpointed(out) if self.checkpointed else bool(checkpoint_dirs(out))
+
+    @property
+    def ours(self) -> tuple[str, ...]:
+        """The entries --overwrite may replace (the legacy record only beside a single run's own)."""
+        return (*self.artifacts, LEGACY_RUN_RECORD) if self.leftovers is None else self.artifacts
+
+
 @contextlib.contextmanager
-def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], inputs: dict,
+def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | RunLayout, inputs: dict,
                    record_file: str = RUN_RECORD):
     """A training command's hold on its --out for the whole run (README "Reliability"):
 
@@ -49,23 +76,24 @@ def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], inpu
     """
     from mlminilm.io.outputs import OutputLock, refuse_overlap
 
+    layout = artifacts if isinstance(artifacts, RunLayout) else RunLayout(tuple(artifacts), record_file)
     out = Path(out)
     refuse_overlap(out, inputs)
     main = mlog.is_main_process()
     with OutputLock(out) if main else contextlib.nullcontext():
-        aside = prepare_output_dir(out, cfg, artifacts, record_file, set_aside=main)
+        aside = prepare_output_dir(out, cfg, layout, set_aside=main)
         try:
             yield
         except BaseException:
             if main and aside is not None:
-                _after_failed_overwrite(out, aside, artifacts)
+                _after_failed_overwrite(out, aside, layout)
             raise
         if main and (out / PREVIOUS_RUN).exists():
             shutil.rmtree(out / PREVIOUS_RUN, ignore_errors=True)
 
 
-def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], record_file: str = RUN_RECORD,
-                       set_aside: bool = True) -> Path | None:
+def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | RunLayout,
+                       record_file: str = RUN_RECORD, set_aside: bool = True) -> Path | None:
     """Refuse a non-empty output directory unless resuming or overwriting; on overwrite set only our artifacts
     aside (in OUT/.previous-run, returned; None when nothing was set aside), refusing a directory with other files.
 
@@ -75,6 +103,8 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], 
     from mlminilm.io.outputs import check_replaceable
     from mlminilm.io.stale import clean_stale
 
+    layout = artifacts if isinstance(artifacts, RunLayout) else RunLayout(tuple(artifacts), record_file)
+    artifacts = layout.artifacts
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
@@ -82,7 +112,7 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], 
     clean_stale(out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json"))))
     clean_stale(out / CHECKPOINTS)
     existing = [p for p in out.iterdir()] if out.exists() else []
-    failed = bool(existing) and not cfg.resume and failed_run_leftovers(out, record_file)
+    failed = bool(existing) and not cfg.resume and layout.died_early(out)
     if existing and not (cfg.resume or cfg.overwrite or failed):
         kept = (f" ({out / PREVIOUS_RUN} holds the run an unfinished --overwrite replaced)"
                 if (out / PREVIOUS_RUN).exists() else "")
@@ -91,7 +121,7 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...], 
             "--overwrite to start over"
         )
     if cfg.overwrite:
-        check_replaceable(out, (*artifacts, LEGACY_RUN_RECORD), "a run of this command")
+        check_replaceable(out, layout.ours, layout.what)
     if failed and not cfg.overwrite:
         log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
     if not set_aside or not (cfg.overwrite or failed):
@@ -123,14 +153,14 @@ def _remove(out: Path, names) -> None:
             target.unlink(missing_ok=True)
 
 
-def _after_failed_overwrite(out: Path, aside: Path, artifacts: tuple[str, ...]) -> None:
+def _after_failed_overwrite(out: Path, aside: Path, layout: RunLayout) -> None:
     """The new run failed: with no checkpoint of its own, the previous run goes back in place; otherwise both
     stay (the new one can be resumed) and the log says where the previous one is."""
-    if checkpoint_dirs(out):
+    if layout.has_checkpoint(out):
         log.warning("the run failed after saving a checkpoint (resume it with --resume); the run --overwrite "
                     "replaced is kept in %s", aside)
         return
-    _remove(out, artifacts)
+    _remove(out, layout.artifacts)
     for entry in aside.iterdir():
         os.replace(entry, out / entry.name)
     aside.rmdir()
