@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+import mlminilm
 from mlminilm.version import __version__
 from mlminilm.commands._params import bound_integer_options
 
@@ -21,19 +22,8 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# (command name, module under mlminilm.commands). Only commands that work are listed here.
-COMMANDS = [
-    ("prepare", "prepare"),
-    ("distill", "distill"),
-    ("assist", "assist"),
-    ("finetune", "finetune"),
-    ("eval-xnli", "eval_xnli"),
-    ("eval-mlqa", "eval_mlqa"),
-    ("eval-tatoeba", "eval_tatoeba"),
-    ("trim", "trim"),
-    ("compare", "compare"),
-    ("export", "export"),
-]
+# (command name, its module under mlminilm.commands), from the one list of commands (mlminilm.COMMANDS).
+COMMANDS = [(name, name.replace("-", "_")) for name, _, _ in mlminilm.COMMANDS]
 
 
 def _version(value: bool) -> None:

@@ -10,21 +10,26 @@ Names load on first use, so `import mlminilm` stays cheap (no torch) for the com
 
 from mlminilm.version import __version__
 
-# Python name -> (module, attribute): the commands and their configs. A command whose module has its name
-# (distill, assist, finetune, compare) is that module, made callable (mlminilm.api.command_module).
-_COMMANDS = {
-    "prepare": ("mlminilm.corpus.prepare", "run", "PrepareConfig"),
-    "distill": ("mlminilm.distill", None, "DistillConfig"),
-    "assist": ("mlminilm.assist", None, "AssistConfig"),
-    "finetune": ("mlminilm.finetune", None, "FinetuneConfig"),
-    "eval_xnli": ("mlminilm.evaluation.xnli", "run", "EvalXnliConfig"),
-    "eval_mlqa": ("mlminilm.evaluation.mlqa", "run", "EvalMlqaConfig"),
-    "eval_tatoeba": ("mlminilm.evaluation.tatoeba", "run", "EvalTatoebaConfig"),
-    "trim": ("mlminilm.vocab.trim", "run", "TrimConfig"),
-    "compare": ("mlminilm.compare", None, "CompareConfig"),
-    "export": ("mlminilm.models.onnx_export", "run", "ExportConfig"),
-}
-_CONFIGS = tuple(config for _, _, config in _COMMANDS.values())
+# The commands, listed once: (name on the command line, the library module whose `run(config)` is the command,
+# its config class in mlminilm.config), in the order `mlminilm --help` shows them. The CLI registers them from here
+# (commands/app.py; the CLI module is the name with "_" for "-"), the Python API exposes them as that same name
+# (`mlminilm.eval_xnli`), and the tests walk them. A command whose library module has its name (distill, assist,
+# finetune, compare) is that module, made callable (mlminilm.api.command_module): importing it binds the module
+# to the package's attribute of that name, so it has to be the command itself.
+COMMANDS = (
+    ("prepare", "mlminilm.corpus.prepare", "PrepareConfig"),
+    ("distill", "mlminilm.distill", "DistillConfig"),
+    ("assist", "mlminilm.assist", "AssistConfig"),
+    ("finetune", "mlminilm.finetune", "FinetuneConfig"),
+    ("eval-xnli", "mlminilm.evaluation.xnli", "EvalXnliConfig"),
+    ("eval-mlqa", "mlminilm.evaluation.mlqa", "EvalMlqaConfig"),
+    ("eval-tatoeba", "mlminilm.evaluation.tatoeba", "EvalTatoebaConfig"),
+    ("trim", "mlminilm.vocab.trim", "TrimConfig"),
+    ("compare", "mlminilm.compare", "CompareConfig"),
+    ("export", "mlminilm.models.onnx_export", "ExportConfig"),
+)
+_COMMANDS = {name.replace("-", "_"): (module, config) for name, module, config in COMMANDS}
+_CONFIGS = tuple(config for _, _, config in COMMANDS)
 
 __all__ = ["__version__", *_COMMANDS, *_CONFIGS]
 
@@ -38,13 +43,13 @@ def __getattr__(name: str):
         return getattr(config, name)
     if name not in _COMMANDS:
         raise AttributeError(f"module 'mlminilm' has no attribute {name!r}")
-    module_name, attribute, config_name = _COMMANDS[name]
+    module_name, config_name = _COMMANDS[name]
     module = importlib.import_module(module_name)
-    if attribute is None:
+    if module_name == f"mlminilm.{name}":
         return module  # callable: it calls command_module at its end
     from mlminilm import api, config
 
-    function = api.command(getattr(module, attribute), getattr(config, config_name), name)
+    function = api.command(module.run, getattr(config, config_name), name)
     globals()[name] = function  # built once
     return function
 
