@@ -85,7 +85,8 @@ def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
     first, second = stage_configs(replace(cfg, overwrite=False), teacher)
-    _, data, _, tokenizer = distill.validate(first)
+    plan = distill.validate(first)
+    data, tokenizer = plan.data, plan.tokenizer
     # The second stage's teacher (the assistant) does not exist yet: check the student against its shape.
     assistant_config = student_config(teacher_config, first.shape)
     distill.check_compatibility(second, assistant_config, data, tokenizer_identity(tokenizer))

@@ -11,14 +11,15 @@ from torch import nn
 from mlminilm.config import DistillConfig
 from mlminilm.distillation.capture import layer_qkv, qkv_and_output
 from mlminilm.models.layers import base_model
-from mlminilm.distillation.losses import (
-    embedding_mse,
-    hidden_cosine,
-    hidden_mse,
-    minilm_v1_terms,
-    minilm_v2_terms,
-    sentence_embedding,
-    translation_ranking,
+from mlminilm.distillation.losses import embedding_mse, sentence_embedding, translation_ranking
+from mlminilm.distillation.terms import (  # noqa: F401 (weighted_loss, uses_running_text: this module's names too)
+    TERMS,
+    StepTensors,
+    compute_terms,
+    reads_output,
+    term_weights,
+    uses_running_text,
+    weighted_loss,
 )
 
 
@@ -58,32 +59,8 @@ class EmbeddingHead:
     normalize: bool
 
 
-# The relation terms (MiniLM v1: attention, value; MiniLMv2: qq, kk, vv) weigh --relation-loss-weight.
-RELATION_TERMS = ("attention", "value", "qq", "kk", "vv")
-
-
-# The weight of each named loss term in the total, the relation terms excepted.
-def term_weights(cfg: DistillConfig) -> dict[str, float]:
-    on = cfg.parallel is not None
-    return {"hidden": cfg.hidden_loss_weight or 0.0, "embedding": cfg.embedding_loss_weight or 0.0,
-            "parallel": cfg.parallel_loss_weight if on else 0.0,
-            "contrastive": cfg.parallel_contrastive_weight if on else 0.0}
-
-
-def weighted_loss(parts: dict[str, torch.Tensor], cfg: DistillConfig) -> torch.Tensor:
-    """The loss the student minimises: the weighted relation, output and parallel terms (metrics.jsonl records
-    each term unweighted, under its name). A term without a weight is an error, never a silent default."""
-    weights = term_weights(cfg)
-    weights.update(dict.fromkeys(RELATION_TERMS, cfg.relation_loss_weight))
-    unknown = sorted(set(parts) - set(weights))
-    if unknown:
-        raise KeyError(f"loss term(s) {', '.join(unknown)} have no weight in objective.term_weights")
-    return sum(weights[name] * value for name, value in parts.items())
-
-
-def uses_running_text(cfg: DistillConfig) -> bool:
-    """Whether any term reads the running-text batch (with only the parallel term on, it is not drawn)."""
-    return cfg.relation_loss_weight > 0 or cfg.output_terms
+# The terms, their weights and what each reads are one table: mlminilm/distillation/terms.py.
+RELATION_TERMS = tuple(t.name for t in TERMS.values() if t.weight == "relation_loss_weight")
 
 
 def parallel_terms(target: torch.Tensor, s_hidden: torch.Tensor, both_mask: torch.Tensor, head: EmbeddingHead,
@@ -114,9 +91,9 @@ def teacher_embedding(teacher: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
 def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
                   mask: torch.Tensor | None, cfg: DistillConfig, head: EmbeddingHead | None = None,
                   pairs=None) -> dict[str, torch.Tensor]:
-    """The loss terms of one micro-batch: the teacher's Q/K/V (no gradient) against the student's, and with
-    output terms on (cfg.output_terms), the last hidden states and the sentence embedding (`head`); with
-    `pairs` (a corpus.parallel.ParallelBatch), the parallel term.
+    """The loss terms of one micro-batch (every row of terms.TERMS that is on): the teacher's Q/K/V (no gradient)
+    against the student's, and with an output term on, the last hidden states and the sentence embedding
+    (`head`); with `pairs` (a corpus.parallel.ParallelBatch), the pairs terms.
 
     `mask` is None for a batch without padding (then nothing is masked anywhere). `input_ids` is None when no
     term reads the running text (only the parallel term on).
@@ -127,39 +104,23 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
     # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
     # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/distillation/relations.py).
     device = (input_ids if input_ids is not None else pairs.source_ids).device.type
+    outputs = reads_output(cfg)
     with torch.no_grad(), torch.autocast(device, enabled=False):
+        t_qkv = t_out = t_pairs = None
         if input_ids is None:
-            t_qkv = None
-        elif cfg.output_terms:
+            pass
+        elif outputs:
             t_qkv, t_out = qkv_and_output(teacher, input_ids, mask, teacher_layer)
         else:
             t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
         if pairs is not None:  # the teacher's embeddings of the sources: from the target cache, or computed here
             t_pairs = pairs.targets if pairs.targets is not None else teacher_embedding(
                 teacher, pairs.source_ids, pairs.source_mask, head)
+    s_pairs = None
     if pairs is not None:
         found, s_pairs = student_forward(input_ids, mask, pairs.both_ids, pairs.both_mask)
     else:
         found = student_forward(input_ids, mask)
-    parts: dict[str, torch.Tensor] = {}
-    if pairs is not None:
-        parts.update(parallel_terms(t_pairs, s_pairs, pairs.both_mask, head, cfg, pairs.not_negative))
-    if input_ids is None:
-        return parts
-    s_qkv, s_out = found if cfg.output_terms else (found, None)
-    if cfg.relation_loss_weight > 0:
-        if cfg.objective == "minilm":
-            parts.update(minilm_v1_terms(t_qkv, s_qkv, mask, cfg.heads))
-        else:
-            parts.update(minilm_v2_terms(t_qkv, s_qkv, mask, cfg.relation_heads))
-    weights = term_weights(cfg)
-    if weights["hidden"] > 0:
-        distance = hidden_cosine if cfg.hidden_distance == "cosine" else hidden_mse
-        parts["hidden"] = distance(t_out, s_out, mask)
-    if weights["embedding"] > 0:
-        if head is None:
-            raise ValueError("the embedding term needs the teacher's EmbeddingHead")
-        with torch.no_grad():
-            t_emb = sentence_embedding(t_out, mask, head.modes, head.normalize)
-        parts["embedding"] = embedding_mse(t_emb, sentence_embedding(s_out, mask, head.modes, head.normalize))
-    return parts
+    s_qkv, s_out = (found if outputs else (found, None)) if input_ids is not None else (None, None)
+    step = StepTensors(cfg, head, mask, t_qkv, s_qkv, t_out, s_out, pairs, t_pairs, s_pairs)
+    return compute_terms(step, running_text=input_ids is not None, pairs=pairs is not None)

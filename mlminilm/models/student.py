@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mlminilm.models.layers import encoder_layers, resolve_layer
-from mlminilm.config import StudentShape
+from mlminilm.config import DEFAULT_INIT_LAYERS, StudentShape
 from mlminilm.errors import ConfigError
 from mlminilm.models.loading import load_encoder
 
@@ -70,9 +70,10 @@ def init_layers(rule: str | list[int], teacher_layers: int, student_layers: int)
     return picked
 
 
-def init_from_teacher(student: nn.Module, teacher_name: str, rule: str | list[int] = "every") -> list[int]:
-    """Copy the embeddings and the teacher layers `rule` picks (init_layers) into the student (widths must
-    match). Returns the teacher layers used, one per student layer."""
+def init_from_teacher(student: nn.Module, teacher_name: str, rule: str | list[int] = DEFAULT_INIT_LAYERS) -> list[int]:
+    """Copy the embeddings and the teacher layers `rule` picks (init_layers; by default the project's,
+    mlminilm.config.DEFAULT_INIT_LAYERS) into the student (widths must match). Returns the teacher layers used,
+    one per student layer."""
     teacher = load_encoder(teacher_name)
     t_layers, s_layers = encoder_layers(teacher), encoder_layers(student)
     picked = init_layers(rule, len(t_layers), len(s_layers))

@@ -5,7 +5,7 @@
 - `run_dir`: the output directory, the run record and its --resume check, the metrics log;
 - `checkpoint_layout`, `checkpoints`, `checkpoint_writer`: where checkpoints live, loading and resuming, writing
   (synchronously or in a background thread);
-- `loop`: `setup_training` and `train_loop`;
+- `loop`: `setup_training` and `run_steps` (`train_loop`: the same, its two records given field by field);
 - `tracking`: where the metrics records go (metrics.jsonl, and TensorBoard with --report-to tensorboard);
 - `batch_size`: the micro-batch `--batch-size auto` picks.
 
@@ -16,7 +16,8 @@ from mlminilm.io.atomic import write_json_atomic
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
 from mlminilm.training.checkpoint_writer import save_checkpoint
 from mlminilm.training.checkpoints import load_checkpoint, resume_point
-from mlminilm.training.loop import LoopResult, StepOutput, TrainingState, setup_training, step_seed, train_loop
+from mlminilm.training.loop import (LoopResult, Reporting, StepOutput, Steps, TrainingState, run_steps, setup_training,
+                                    step_seed, train_loop)
 from mlminilm.training.optim import linear_schedule, make_optimizer
 from mlminilm.training.run_dir import (
     LEGACY_RUN_RECORD,
@@ -37,7 +38,8 @@ from mlminilm.training.runtime import Runtime, cpu_has_native_bf16, setup_runtim
 from mlminilm.training.tracking import Tracker, check_report_to, open_tracker
 
 __all__ = [
-    "CHECKPOINTS", "LEGACY_RUN_RECORD", "METRICS", "RUN_RECORD", "LoopResult", "MetricsLog", "Runtime", "StepOutput",
+    "CHECKPOINTS", "LEGACY_RUN_RECORD", "METRICS", "RUN_RECORD", "LoopResult", "MetricsLog", "Reporting", "Runtime",
+    "StepOutput", "Steps", "run_steps",
     "PREVIOUS_RUN", "RunLayout", "TrainingState", "check_resume_compatible", "claimed_output", "checkpoint_dirs", "cpu_has_native_bf16", "failed_run_leftovers",
     "linear_schedule", "load_checkpoint", "make_optimizer", "prepare_output_dir", "read_run_record", "resume_point",
     "run_record", "save_checkpoint", "setup_runtime", "setup_training", "step_seed", "teardown_runtime",

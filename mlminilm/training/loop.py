@@ -139,6 +139,40 @@ class _Window:
         self.losses, self.parts, self.steps = [], {}, []
 
 
+@dataclass
+class Steps:
+    """What the loop computes: optimizer steps `start_step` .. cfg.max_steps-1 of `compute(step, micro)` (one
+    micro-batch forward, its loss), through `model` (DDP-wrapped when distributed); `raw_model` is what is saved."""
+
+    cfg: TrainConfig
+    rt: Runtime
+    model: nn.Module
+    raw_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    compute: Callable[[int, int], StepOutput]
+    start_step: int = 0
+    scaler: object | None = None  # torch.amp.GradScaler under fp16
+
+
+@dataclass
+class Reporting:
+    """How the loop logs and checkpoints: the records go to `metrics` (closed when the loop ends, however it
+    ends), checkpoints under `out` (by `checkpointer`, default a background AsyncCheckpointer), with
+    `checkpoint_state(step)` in their state; `on_log(step, {"info", "record"})` may add to each log record,
+    `after_save(step)` runs after each checkpoint (its record logged), `probe(step)` every `probe_every` steps."""
+
+    out: Path
+    metrics: Tracker | MetricsLog
+    description: str = "training"
+    on_log: Callable[[int, dict], None] | None = None
+    checkpoint_state: Callable[[int], dict] | None = None
+    after_save: Callable[[int], dict | None] | None = None
+    checkpointer: object | None = None
+    probe: Callable[[int], dict | None] | None = None
+    probe_every: int = 0
+
+
 def train_loop(
     *,
     cfg: TrainConfig,
@@ -160,11 +194,18 @@ def train_loop(
     probe: Callable[[int], dict | None] | None = None,
     probe_every: int = 0,
 ) -> LoopResult:
-    """Run optimizer steps start_step .. cfg.max_steps-1.
+    """`run_steps` with its two records given field by field (the keyword form callers used before them)."""
+    return run_steps(
+        Steps(cfg, rt, model, raw_model, optimizer, scheduler, compute, start_step, scaler),
+        Reporting(out, metrics, description, on_log, checkpoint_state, after_save, checkpointer, probe, probe_every),
+    )
 
-    `compute(step, micro)` runs one micro-batch forward and returns its loss; the loop does backward
-    (averaged over accumulation), the optimizer and schedule steps, logging and checkpoints. `model` is what
-    forward runs through (DDP-wrapped when distributed), `raw_model` what is saved.
+
+def run_steps(steps: Steps, reporting: Reporting) -> LoopResult:
+    """Run optimizer steps steps.start_step .. cfg.max_steps-1.
+
+    The loop does backward (averaged over accumulation), the optimizer and schedule steps, logging and
+    checkpoints around `steps.compute`.
 
     Between log and save steps nothing is read from the device: losses and the finiteness flag stay on it
     (`_Window`) and are read at the end of each log interval and before every checkpoint. A non-finite loss
@@ -178,141 +219,174 @@ def train_loop(
     Every record goes to `metrics` (metrics.jsonl and any --report-to sink: `tracking.Tracker`), closed when the
     loop ends, however it ends.
     """
-    accum = cfg.grad_accum
-    history: list[dict] = []
-    first_loss = last_loss = None
-    total_tokens = 0
-    t_start = t_window = time.perf_counter()
-    window_tokens = 0
-    window_info: dict = {}
-    window = _Window(rt.device)
     # Checkpoints are written in a background thread from a host copy (checkpoint_writer.AsyncCheckpointer): the
     # steps go on while the files are written, one checkpoint at a time, each still atomic.
     from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
-    writer = checkpointer if checkpointer is not None else AsyncCheckpointer(out, cfg.keep)
-    # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
-    log_lines = rt.is_main and not mlog.progress_enabled()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    probe_time = 0.0
-
+    cfg, rt = steps.cfg, steps.rt
+    writer = reporting.checkpointer if reporting.checkpointer is not None else AsyncCheckpointer(reporting.out,
+                                                                                                 cfg.keep)
     # On any exit, a checkpoint write in flight is finished first, and the metrics sinks are closed.
-    with writer, contextlib.closing(metrics), mlog.progress() as bar:
-        task = bar.add_task(description, total=cfg.max_steps, completed=start_step, rate="")
-        model.train()
-        for step in range(start_step, cfg.max_steps):
-            torch.manual_seed(step_seed(cfg.seed, step, rt.rank))
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = torch.zeros((), device=rt.device)
-            step_parts: dict[str, torch.Tensor] = {}
-            for micro in range(accum):
-                sync = micro == accum - 1 or not rt.distributed
-                ctx = contextlib.nullcontext() if sync else model.no_sync()
-                with ctx:
-                    with rt.autocast():
-                        res = compute(step, micro)
-                    loss = res.loss / accum
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
-                step_loss += res.loss.detach().float() / accum
-                for k, v in res.parts.items():
-                    step_parts[k] = step_parts.get(k, 0.0) + v.detach().float() / accum
-                window_tokens += int(res.tokens)
-                for k, v in res.info.items():
-                    window_info[k] = window_info.get(k, 0) + v
-            if cfg.max_grad_norm > 0:
-                # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
-                # every parameter the optimizer steps (unscaled first under fp16).
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)  # skipped, on the device, when a gradient overflowed
-                scaler.update()
-            else:
-                optimizer.step()
-            scheduler.step()
-            done = step + 1
-            window.add(done, step_loss, step_parts)
-
-            log_now = done % cfg.log_every == 0 or done == cfg.max_steps
-            save_now = done % cfg.save_every == 0 or done == cfg.max_steps
-            probe_now = probe is not None and (done % probe_every == 0 or done == cfg.max_steps)
-            if not (log_now or save_now or probe_now):
-                continue
-            losses, parts, bad = window.read(rt)
-            if bad >= 0:
-                value = losses[window.steps.index(bad)]
-                writer.wait()  # the last good checkpoint, named below, is on disk
-                raise _diverged(out, f"loss became {value} at step {bad}")
-            first_loss = losses[0] if first_loss is None else first_loss
-            last_loss = losses[-1]
-            if log_now:
-                now = time.perf_counter()
-                tokens = window_tokens * rt.world  # each process counts its own share
-                rate = tokens / max(now - t_window, 1e-9)
-                total_tokens += tokens
-                record = {
-                    "step": done,
-                    "loss": sum(losses) / len(losses),
-                    **parts,
-                    "lr": scheduler.get_last_lr()[0],
-                    "tokens_per_s": rate,
-                    "elapsed_s": now - t_start,
-                }
-                if scaler is not None:
-                    record["loss_scale"] = scaler.get_scale()
-                if on_log is not None:
-                    on_log(done, {"info": window_info, "record": record})
-                history.append(record)
-                metrics.write(record)
-                bar.update(task, completed=done, rate=f"loss {record['loss']:.4f} · {rate:,.0f} tok/s")
-                if log_lines:
-                    per_step = (now - t_start) / max(done - start_step, 1)
-                    log.info(
-                        "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s", description, done, cfg.max_steps,
-                        record["loss"], record["lr"], f"{rate:,.0f}", _duration(per_step * (cfg.max_steps - done)),
-                    )
-                else:
-                    log.debug("step %d loss %.5f", done, record["loss"])
-                t_window, window_tokens, window_info = now, 0, {}
-                window.clear()
-
-            if save_now:
-                # A finite loss does not prove finite weights (an inf or NaN gradient, an overflowing update):
-                # never save, and never call "good", a checkpoint that holds NaN.
-                if not weights_finite(raw_model):
-                    writer.wait()
-                    raise _diverged(out, f"the weights became NaN or infinite at step {done} (the loss was still finite)")
-                state = checkpoint_state(done) if checkpoint_state else {}
-                if scaler is not None:
-                    state = {**state, "grad_scaler": scaler.state_dict()}
-                if rt.is_main:
-                    writer.save(done, raw_model, optimizer, scheduler, state)
-                if after_save is not None:
-                    writer.wait()  # what runs after a save may read the checkpoint
-                    rt.barrier()
-                    extra = after_save(done)
-                    if extra:
-                        metrics.write({"step": done, **extra})
-                        history.append({"step": done, **extra})
-            if probe_now:
-                t_probe = time.perf_counter()
-                found = probe(done)
-                rt.barrier()
-                spent = time.perf_counter() - t_probe
-                probe_time += spent
-                t_window += spent  # the next tokens/s is the training's alone
-                if found:
-                    found = {"step": done, **found, "train_s": round(t_probe - t_start - probe_time + spent, 2)}
-                    metrics.write(found)
-                    history.append(found)
+    with writer, contextlib.closing(reporting.metrics), mlog.progress() as bar:
+        loop = _Loop(steps, reporting, writer, bar)
+        steps.model.train()
+        for step in range(steps.start_step, cfg.max_steps):
+            loop.step(step)
         writer.wait()
         rt.barrier()
-    elapsed = time.perf_counter() - t_start
-    return LoopResult(
-        start_step, cfg.max_steps, first_loss, last_loss,
-        total_tokens / max(elapsed - probe_time, 1e-9), elapsed, history,
-    )
+    return loop.result()
+
+
+class _Loop:
+    """The running state of `run_steps`: the window of losses, the counters, the progress bar."""
+
+    def __init__(self, steps: Steps, reporting: Reporting, writer, bar):
+        self.s, self.r, self.writer, self.bar = steps, reporting, writer, bar
+        self.history: list[dict] = []
+        self.first_loss = self.last_loss = None
+        self.total_tokens = 0
+        self.t_start = self.t_window = time.perf_counter()
+        self.window_tokens = 0
+        self.window_info: dict = {}
+        self.window = _Window(steps.rt.device)
+        # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
+        self.log_lines = steps.rt.is_main and not mlog.progress_enabled()
+        self.params = [p for group in steps.optimizer.param_groups for p in group["params"]]
+        self.probe_time = 0.0
+        self.task = bar.add_task(reporting.description, total=steps.cfg.max_steps, completed=steps.start_step,
+                                 rate="")
+
+    def step(self, step: int) -> None:
+        """Optimizer step `step`, then what its end calls for (a log record, a checkpoint, a probe)."""
+        s, cfg = self.s, self.s.cfg
+        self._update(step)
+        done = step + 1
+        log_now = done % cfg.log_every == 0 or done == cfg.max_steps
+        save_now = done % cfg.save_every == 0 or done == cfg.max_steps
+        probe_now = self.r.probe is not None and (done % self.r.probe_every == 0 or done == cfg.max_steps)
+        if not (log_now or save_now or probe_now):
+            return
+        losses, parts, bad = self.window.read(s.rt)
+        if bad >= 0:
+            value = losses[self.window.steps.index(bad)]
+            self.writer.wait()  # the last good checkpoint, named below, is on disk
+            raise _diverged(self.r.out, f"loss became {value} at step {bad}")
+        self.first_loss = losses[0] if self.first_loss is None else self.first_loss
+        self.last_loss = losses[-1]
+        if log_now:
+            self._log(done, losses, parts)
+        if save_now:
+            self._save(done)
+        if probe_now:
+            self._probe(done)
+
+    def _update(self, step: int) -> None:
+        """The micro-batches' forward and backward, the clipping, the optimizer and schedule steps."""
+        s = self.s
+        rt, accum, scaler, optimizer = s.rt, s.cfg.grad_accum, s.scaler, s.optimizer
+        torch.manual_seed(step_seed(s.cfg.seed, step, rt.rank))
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = torch.zeros((), device=rt.device)
+        step_parts: dict[str, torch.Tensor] = {}
+        for micro in range(accum):
+            sync = micro == accum - 1 or not rt.distributed
+            ctx = contextlib.nullcontext() if sync else s.model.no_sync()
+            with ctx:
+                with rt.autocast():
+                    res = s.compute(step, micro)
+                loss = res.loss / accum
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            step_loss += res.loss.detach().float() / accum
+            for k, v in res.parts.items():
+                step_parts[k] = step_parts.get(k, 0.0) + v.detach().float() / accum
+            self.window_tokens += int(res.tokens)
+            for k, v in res.info.items():
+                self.window_info[k] = self.window_info.get(k, 0) + v
+        if s.cfg.max_grad_norm > 0:
+            # After the (DDP-averaged) gradients are complete, before the update: the global L2 norm over
+            # every parameter the optimizer steps (unscaled first under fp16).
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, s.cfg.max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)  # skipped, on the device, when a gradient overflowed
+            scaler.update()
+        else:
+            optimizer.step()
+        s.scheduler.step()
+        self.window.add(step + 1, step_loss, step_parts)
+
+    def _log(self, done: int, losses: list[float], parts: dict[str, float]) -> None:
+        s, cfg, description = self.s, self.s.cfg, self.r.description
+        now = time.perf_counter()
+        tokens = self.window_tokens * s.rt.world  # each process counts its own share
+        rate = tokens / max(now - self.t_window, 1e-9)
+        self.total_tokens += tokens
+        record = {
+            "step": done,
+            "loss": sum(losses) / len(losses),
+            **parts,
+            "lr": s.scheduler.get_last_lr()[0],
+            "tokens_per_s": rate,
+            "elapsed_s": now - self.t_start,
+        }
+        if s.scaler is not None:
+            record["loss_scale"] = s.scaler.get_scale()
+        if self.r.on_log is not None:
+            self.r.on_log(done, {"info": self.window_info, "record": record})
+        self.history.append(record)
+        self.r.metrics.write(record)
+        self.bar.update(self.task, completed=done, rate=f"loss {record['loss']:.4f} · {rate:,.0f} tok/s")
+        if self.log_lines:
+            per_step = (now - self.t_start) / max(done - s.start_step, 1)
+            log.info(
+                "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s", description, done, cfg.max_steps,
+                record["loss"], record["lr"], f"{rate:,.0f}", _duration(per_step * (cfg.max_steps - done)),
+            )
+        else:
+            log.debug("step %d loss %.5f", done, record["loss"])
+        self.t_window, self.window_tokens, self.window_info = now, 0, {}
+        self.window.clear()
+
+    def _save(self, done: int) -> None:
+        s, r, writer = self.s, self.r, self.writer
+        # A finite loss does not prove finite weights (an inf or NaN gradient, an overflowing update):
+        # never save, and never call "good", a checkpoint that holds NaN.
+        if not weights_finite(s.raw_model):
+            writer.wait()
+            raise _diverged(r.out, f"the weights became NaN or infinite at step {done} (the loss was still finite)")
+        state = r.checkpoint_state(done) if r.checkpoint_state else {}
+        if s.scaler is not None:
+            state = {**state, "grad_scaler": s.scaler.state_dict()}
+        if s.rt.is_main:
+            writer.save(done, s.raw_model, s.optimizer, s.scheduler, state)
+        if r.after_save is not None:
+            writer.wait()  # what runs after a save may read the checkpoint
+            s.rt.barrier()
+            extra = r.after_save(done)
+            if extra:
+                r.metrics.write({"step": done, **extra})
+                self.history.append({"step": done, **extra})
+
+    def _probe(self, done: int) -> None:
+        t_probe = time.perf_counter()
+        found = self.r.probe(done)
+        self.s.rt.barrier()
+        spent = time.perf_counter() - t_probe
+        self.probe_time += spent
+        self.t_window += spent  # the next tokens/s is the training's alone
+        if found:
+            found = {"step": done, **found,
+                     "train_s": round(t_probe - self.t_start - self.probe_time + spent, 2)}
+            self.r.metrics.write(found)
+            self.history.append(found)
+
+    def result(self) -> LoopResult:
+        elapsed = time.perf_counter() - self.t_start
+        return LoopResult(
+            self.s.start_step, self.s.cfg.max_steps, self.first_loss, self.last_loss,
+            self.total_tokens / max(elapsed - self.probe_time, 1e-9), elapsed, self.history,
+        )
 
 
 def _diverged(out: Path, what: str) -> TrainingDiverged:

@@ -1,0 +1,171 @@
+"""A `distill` run resolved once: what its checks found out (mlminilm.distill.validate) in one frozen record
+that the run (distillation/run.py) consumes, so that no option is parsed, and no teacher file read, twice.
+
+Also the pure functions of that record: the auto output terms, the teacher's embedding head, the parallel prefix,
+the loss in words and the model card's facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mlminilm import logging as mlog
+from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillConfig, parse_init_layers
+from mlminilm.corpus.dataset import PreparedData
+from mlminilm.corpus.parallel import ParallelPairs
+from mlminilm.distillation.objective import EmbeddingHead
+from mlminilm.distillation.terms import OUTPUT, PAIRS, terms_on, weight_of
+from mlminilm.errors import ConfigError
+from mlminilm.models.sentence_encoder import SentenceTransformerSetup
+
+log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
+
+# How the parallel term embeds sentences with a teacher that has no sentence-transformers Pooling module.
+MEAN_POOLING = EmbeddingHead(("mean",), False)
+
+
+@dataclass(frozen=True)
+class DistillPlan:
+    cfg: DistillConfig  # auto choices decided (the output terms' weights)
+    data: PreparedData
+    teacher_config: object  # the teacher's transformers config
+    tokenizer: object  # the teacher's tokenizer
+    sentence: SentenceTransformerSetup | None  # the teacher's sentence-transformers setup, read once
+    head: EmbeddingHead | None  # what the embedding and parallel terms pool with; None when neither is on
+    teacher_layer: int  # the distilled teacher layer, 0-based from the bottom
+    init_layers: str | list[int] | None  # --init-layers parsed (DEFAULT_INIT_LAYERS when not given); None: random
+    terms: tuple[tuple[str, float], ...]  # the loss terms on, with their weights, in the order a step sums them
+    pairs: ParallelPairs | None  # --parallel, read once (None when no term reads it)
+    prefix: str  # put before every parallel sentence
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {lang: self.data.num_sequences(lang) for lang in self.data.languages}
+
+    @property
+    def reads_output(self) -> bool:
+        """Whether a term reads the student's output (then its top layer trains whole)."""
+        return bool(_names(self.cfg, (OUTPUT,)))
+
+    @property
+    def trains_output(self) -> bool:
+        """Whether a term reaches the student's last layer whole (output or pairs terms): then nothing of it is
+        frozen and the teacher runs to its top."""
+        return bool(_names(self.cfg, (OUTPUT, PAIRS)))
+
+
+def _names(cfg: DistillConfig, reads: tuple[str, ...]) -> set[str]:
+    return {t.name for t in terms_on(cfg, reads)}
+
+
+def terms_with_weights(cfg: DistillConfig) -> tuple[tuple[str, float], ...]:
+    return tuple((t.name, weight_of(t, cfg)) for t in terms_on(cfg))
+
+
+def init_rule(cfg: DistillConfig) -> str | list[int] | None:
+    """--init-layers parsed once (its default stated in mlminilm.config); None for a random start."""
+    if cfg.init != "teacher":
+        return None
+    return parse_init_layers(cfg.init_layers if cfg.init_layers is not None else DEFAULT_INIT_LAYERS)
+
+
+def teacher_layer(cfg: DistillConfig, depth: int) -> int:
+    """--teacher-layer counted from the bottom of a `depth`-layer teacher (negative values count from its top)."""
+    return cfg.teacher_layer + depth if cfg.teacher_layer < 0 else cfg.teacher_layer
+
+
+def resolve_output_terms(cfg: DistillConfig, teacher_config, sentence: SentenceTransformerSetup | None
+                         ) -> DistillConfig:
+    """The config with --hidden-loss-weight / --embedding-loss-weight auto (None) decided: OUTPUT_TERMS_WEIGHT for
+    a sentence-transformers teacher of the student's width (what its users use it for is its embedding), else 0,
+    the pure MiniLM objective. Explicit weights are kept as given (and checked later)."""
+    if cfg.hidden_loss_weight is not None and cfg.embedding_loss_weight is not None:
+        return cfg
+    on = sentence is not None and cfg.hidden == teacher_config.hidden_size
+    weight = OUTPUT_TERMS_WEIGHT if on else 0.0
+    resolved = replace(
+        cfg,
+        hidden_loss_weight=weight if cfg.hidden_loss_weight is None else cfg.hidden_loss_weight,
+        embedding_loss_weight=weight if cfg.embedding_loss_weight is None else cfg.embedding_loss_weight,
+    )
+    if on:
+        log.info("output terms on (auto: a sentence-transformers teacher of the student's width): hidden %g, "
+                 "embedding %g", resolved.hidden_loss_weight, resolved.embedding_loss_weight)
+    return resolved
+
+
+def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> EmbeddingHead | None:
+    """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
+    embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
+    encoder's last hidden states by their mean over real tokens."""
+    if not cfg.embedding_loss_weight and not cfg.parallel_term:
+        return None
+    from mlminilm.models.pooling import POOLING_MODES
+
+    if st is None and not cfg.embedding_loss_weight:
+        return MEAN_POOLING
+    if st is None:
+        raise ConfigError(
+            f"--embedding-loss-weight needs a sentence-transformers teacher (modules.json with a Pooling module); "
+            f"teacher '{cfg.teacher}' has none: use --hidden-loss-weight instead, or set --embedding-loss-weight 0")
+    bad = [m for m in st.pooling if m not in POOLING_MODES]
+    if bad:
+        raise ConfigError(f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding and parallel "
+                          f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
+                          "leave out --parallel")
+    if st.not_applied:
+        log.warning("teacher %s has %s after its pooling: the embedding term compares the pooled (and normalised) "
+                    "vectors before them", cfg.teacher, ", ".join(st.not_applied))
+    return EmbeddingHead(tuple(st.pooling), st.normalize)
+
+
+def parallel_prefix(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> str:
+    """--parallel-prefix, or by default the teacher's sentence-transformers "query" prompt (what eval-tatoeba puts
+    before each sentence), else none."""
+    if cfg.parallel_prefix is not None:
+        return cfg.parallel_prefix
+    return (st.query_prompt or "") if st is not None else ""
+
+
+def objective_summary(plan: DistillPlan) -> str:
+    """The loss in words, for the log, run.json and the model card."""
+    cfg, head = plan.cfg, plan.head
+    parts = []
+    if cfg.relation_loss_weight > 0:
+        relations = ("MiniLM attention + value relations" if cfg.objective == "minilm"
+                     else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads")
+        parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
+    if cfg.hidden_loss_weight:
+        parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
+    how = head and "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
+    if cfg.embedding_loss_weight and head is not None:
+        parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
+    if cfg.parallel_term and head is not None and cfg.parallel_loss_weight > 0:
+        parts.append(f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
+                     f"teacher's sentence; {how}; prefix {plan.prefix!r})")
+    if cfg.parallel_term and head is not None and cfg.parallel_contrastive_weight > 0:
+        parts.append(f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
+                     f"temperature {cfg.parallel_temperature:g}; {how})")
+    return " + ".join(parts)
+
+
+def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
+    """What the model card (and mlminilm.json) records about how the student was made."""
+    cfg, data = plan.cfg, plan.data
+    return {
+        "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
+        "teacher": cfg.teacher,
+        "teacher_layer": plan.teacher_layer,
+        "objective": cfg.objective,
+        "loss": objective_summary(plan),
+        "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
+        "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
+        "init": cfg.init,
+        "init_layers": (f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None
+                        else None),
+        "data": str(cfg.data),
+        "languages": ", ".join(data.languages),
+        "alpha": cfg.alpha,
+        "parallel": str(cfg.parallel) if cfg.parallel_term else None,
+        "steps": cfg.max_steps,
+        "seq_len": data.seq_len,
+    }

@@ -1,0 +1,232 @@
+"""The loss terms of `distill`, as one table: each term's name, the config field that weighs it, what it reads
+(the teacher's and the student's Q/K/V, their outputs, or the parallel pairs), how it is computed and its
+metrics.jsonl key.
+
+Adding a term is adding its row to TERMS (and its weight field to DistillConfig, with its option): the step
+computes every row whose weight is positive, weighs it by that field, and logs it under its key. Nothing else
+names a term, so no term can train at a weight the table does not give it:
+
+- a part a step computes that the table does not name is an error (`weighted_loss`, KeyError naming it);
+- a row whose weight field the config lacks, or a `*_loss_weight` field that no row uses, stops the run at
+  start-up (`check_table`, ConfigError naming it), before anything is written or loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from mlminilm.errors import ConfigError
+from mlminilm.distillation.losses import (
+    embedding_mse,
+    hidden_cosine,
+    hidden_mse,
+    minilm_v1_terms,
+    minilm_v2_terms,
+    sentence_embedding,
+    translation_ranking,
+)
+
+# What a term reads (LossTerm.reads): each is computed only when its input is there.
+CAPTURE = "teacher capture"  # Q, K, V of the distilled layer (the running text)
+OUTPUT = "output"  # the last hidden states of teacher and student (the running text; the top layer trains whole)
+PAIRS = "parallel pairs"  # the student's embeddings of --parallel sources and translations, the teacher's targets
+
+
+@dataclass
+class StepTensors:
+    """What one micro-batch gives the terms: teacher and student Q/K/V (t_qkv, s_qkv) and last hidden states
+    (t_out, s_out; None unless an OUTPUT term is on) of the running text with its `mask` (None: no padding), and
+    with pairs, the teacher's embeddings of the sources (t_pairs) and the student's last hidden states of sources
+    then translations (s_pairs). `shared` holds what several terms compute once (the relations, the student's
+    pair embeddings), in the order the first of them asks."""
+
+    cfg: object
+    head: object = None  # objective.EmbeddingHead
+    mask: torch.Tensor | None = None
+    t_qkv: tuple | None = None
+    s_qkv: tuple | None = None
+    t_out: torch.Tensor | None = None
+    s_out: torch.Tensor | None = None
+    pairs: object = None  # corpus.parallel.ParallelBatch
+    t_pairs: torch.Tensor | None = None
+    s_pairs: torch.Tensor | None = None
+    shared: dict = field(default_factory=dict)
+
+    def once(self, key: str, make: Callable[[], object]):
+        if key not in self.shared:
+            self.shared[key] = make()
+        return self.shared[key]
+
+
+def _always(cfg) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    name: str  # its key in a step's parts
+    weight: str  # the DistillConfig field that weighs it (0 = off)
+    reads: str  # CAPTURE, OUTPUT or PAIRS
+    compute: Callable[[StepTensors], torch.Tensor]
+    metric: str = ""  # its metrics.jsonl key ("" = its name)
+    applies: Callable[[object], bool] = _always  # whether the config's objective has it at all
+
+    @property
+    def logged_as(self) -> str:
+        return self.metric or self.name
+
+
+# ------------------------------------------------------------------------------------------ the computations
+
+
+def _relations(t: StepTensors) -> dict[str, torch.Tensor]:
+    """MiniLM's (attention, value) or MiniLMv2's (qq, kk, vv) terms, computed together once per micro-batch."""
+    def make():
+        cfg = t.cfg
+        if cfg.objective == "minilm":
+            found = minilm_v1_terms(t.t_qkv, t.s_qkv, t.mask, cfg.heads)
+        else:
+            found = minilm_v2_terms(t.t_qkv, t.s_qkv, t.mask, cfg.relation_heads)
+        unknown = sorted(set(found) - set(TERMS))
+        if unknown:
+            raise KeyError(f"loss term(s) {', '.join(unknown)} are not in the loss-term table "
+                           "(mlminilm/distillation/terms.py TERMS)")
+        return found
+
+    return t.once("relations", make)
+
+
+def _relation(name: str) -> Callable[[StepTensors], torch.Tensor]:
+    return lambda t: _relations(t)[name]
+
+
+def _hidden(t: StepTensors) -> torch.Tensor:
+    distance = hidden_cosine if t.cfg.hidden_distance == "cosine" else hidden_mse
+    return distance(t.t_out, t.s_out, t.mask)
+
+
+def _embedding(t: StepTensors) -> torch.Tensor:
+    head = t.head
+    if head is None:
+        raise ValueError("the embedding term needs the teacher's EmbeddingHead")
+    with torch.no_grad():
+        t_emb = sentence_embedding(t.t_out, t.mask, head.modes, head.normalize)
+    return embedding_mse(t_emb, sentence_embedding(t.s_out, t.mask, head.modes, head.normalize))
+
+
+def pair_embeddings(t: StepTensors) -> torch.Tensor:
+    """The student's sentence embeddings of the sources then the translations ([2B, H]), once per micro-batch."""
+    return t.once("pair_embeddings", lambda: sentence_embedding(t.s_pairs, t.pairs.both_mask, t.head.modes,
+                                                                t.head.normalize))
+
+
+def _parallel(t: StepTensors) -> torch.Tensor:
+    student = pair_embeddings(t)
+    return embedding_mse(torch.cat([t.t_pairs, t.t_pairs]), student)
+
+
+def _contrastive(t: StepTensors) -> torch.Tensor:
+    student, b = pair_embeddings(t), t.t_pairs.shape[0]
+    return translation_ranking(student[:b], student[b:], t.cfg.parallel_temperature, t.pairs.not_negative)
+
+
+def _v1(cfg) -> bool:
+    return cfg.objective == "minilm"
+
+
+def _v2(cfg) -> bool:
+    return cfg.objective != "minilm"
+
+
+# The table. Its order is the order a step computes and sums the terms in (a seeded run's losses depend on it).
+TERMS: dict[str, LossTerm] = {term.name: term for term in (
+    # sentence-transformers' multilingual distillation (Reimers & Gurevych 2020): the student's embeddings of a
+    # sentence and its translation against the teacher's embedding of the sentence
+    LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel),
+    # in-batch translation ranking of the student's source and translation embeddings, both directions
+    LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive),
+    # MiniLM v1: attention distributions and value relations of the distilled layer
+    LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), applies=_v1),
+    LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), applies=_v1),
+    # MiniLMv2: Q-Q, K-K, V-V relations over --relation-heads
+    LossTerm("qq", "relation_loss_weight", CAPTURE, _relation("qq"), applies=_v2),
+    LossTerm("kk", "relation_loss_weight", CAPTURE, _relation("kk"), applies=_v2),
+    LossTerm("vv", "relation_loss_weight", CAPTURE, _relation("vv"), applies=_v2),
+    # the last hidden states, per real token (--hidden-distance)
+    LossTerm("hidden", "hidden_loss_weight", OUTPUT, _hidden),
+    # the sentence embedding through the teacher's Pooling (+ Normalize)
+    LossTerm("embedding", "embedding_loss_weight", OUTPUT, _embedding),
+)}
+
+
+# ------------------------------------------------------------------------------------------ the table's use
+
+
+def weight_of(term: LossTerm, cfg) -> float:
+    """The term's weight in the total: its config field (None, auto undecided, counts as 0); a pairs term weighs
+    0 without --parallel."""
+    if term.reads == PAIRS and cfg.parallel is None:
+        return 0.0
+    return getattr(cfg, term.weight) or 0.0
+
+
+def term_weights(cfg) -> dict[str, float]:
+    """Every term's weight, by name."""
+    return {name: weight_of(term, cfg) for name, term in TERMS.items()}
+
+
+def terms_on(cfg, reads: tuple[str, ...] = (CAPTURE, OUTPUT, PAIRS)) -> tuple[LossTerm, ...]:
+    """The terms a run with `cfg` computes (positive weight, in its objective), of the kinds in `reads`."""
+    return tuple(t for t in TERMS.values() if t.reads in reads and t.applies(cfg) and weight_of(t, cfg) > 0)
+
+
+def reads_output(cfg) -> bool:
+    """Whether a term on reads the last hidden states of the running text."""
+    return bool(terms_on(cfg, (OUTPUT,)))
+
+
+def uses_running_text(cfg) -> bool:
+    """Whether any term reads the running-text batch (with only the pairs terms on, it is not drawn)."""
+    return bool(terms_on(cfg, (CAPTURE, OUTPUT)))
+
+
+def weighted_loss(parts: dict[str, torch.Tensor], cfg) -> torch.Tensor:
+    """The loss the student minimises: each part at its table weight (metrics.jsonl records each part unweighted,
+    under its key). A part the table does not name is an error, never a silent default."""
+    weights = term_weights(cfg)
+    unknown = sorted(set(parts) - set(weights))
+    if unknown:
+        raise KeyError(f"loss term(s) {', '.join(unknown)} have no weight: they are not in the loss-term table "
+                       "(mlminilm/distillation/terms.py TERMS)")
+    return sum(weights[name] * value for name, value in parts.items())
+
+
+def logged(parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The parts under their metrics.jsonl keys."""
+    return {TERMS[name].logged_as: value for name, value in parts.items()}
+
+
+def compute_terms(t: StepTensors, running_text: bool, pairs: bool) -> dict[str, torch.Tensor]:
+    """The parts of one micro-batch: every term on whose input is there, in the table's order."""
+    kinds = ((PAIRS,) if pairs else ()) + ((CAPTURE, OUTPUT) if running_text else ())
+    return {term.name: term.compute(t) for term in terms_on(t.cfg, kinds)}
+
+
+def check_table(cfg) -> None:
+    """At start-up: every row's weight is a field of the config, and every loss-weight field weighs a row (a
+    field without one would be an option that silently does nothing; a row without one, a term at no weight)."""
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    problems = [f"loss term {t.name!r} is weighed by {t.weight!r}, which {type(cfg).__name__} has no field for"
+                for t in TERMS.values() if t.weight not in fields]
+    used = {t.weight for t in TERMS.values()}
+    problems += [f"{name!r} weighs no loss term: add the term to the loss-term table "
+                 "(mlminilm/distillation/terms.py TERMS)"
+                 for name in sorted(fields) if name.endswith("_loss_weight") and name not in used]
+    keys = [t.logged_as for t in TERMS.values()]
+    problems += [f"loss terms share the metrics key {k!r}" for k in sorted({k for k in keys if keys.count(k) > 1})]
+    if problems:
+        raise ConfigError("; ".join(problems))
