@@ -77,8 +77,6 @@ def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Param
     default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
     if cli.required:
         default = ...
-    elif cli.repeat and default is not inspect.Parameter.empty:
-        default = list(default)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
