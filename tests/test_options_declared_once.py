@@ -160,3 +160,10 @@ def test_a_built_command_hands_its_main_the_config(monkeypatch):
     command(reports=["a", "b"], baseline=None, metric=None, out=None, overwrite=False, json_out=True, quiet=True,
             verbose=False)
     assert seen == [(config.CompareConfig(reports=("a", "b"), quiet=True), True)]
+
+
+def test_every_check_a_field_may_name_has_its_callback():
+    from mlminilm.commands import _params
+    from mlminilm.config import options
+
+    assert set(_params.CHECKS) == set(options.CHECKS)
