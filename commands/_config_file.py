@@ -1,8 +1,9 @@
 """`--config FILE` on every command: options read from a TOML, YAML or JSON file, the command line winning.
 
 Keys are the option names (`max-steps` or `max_steps`). A run record (`run.json`, which distill, assist and
-finetune write) replays the run it records: its `config` is read as the file, except `out`, `resume`,
-`overwrite` and `quiet`, which the command line says anew (`mlminilm distill --config runs/a/run.json --out runs/b`).
+finetune write) replays the run it records: its `config` is read as the file, except the fields declared with
+`replay=False` (`out`, `resume`, `overwrite` and `quiet`: `mlminilm.config.replay_skips`), which the command line says
+anew (`mlminilm distill --config runs/a/run.json --out runs/b`).
 
 The file becomes command-line options before click parses anything, so it goes through exactly the checks a typed
 option does, and an option typed on the command line replaces the file's (a repeatable one, such as `--langs`,
@@ -14,11 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlminilm.commands._options import CLI_ONLY
 from mlminilm.errors import ConfigError
 
-# Options a replayed run record leaves to the command line: where to write, whether to resume or replace, and how
-# much to show (a run recorded with --quiet replays as loud as the command line says).
-REPLAY_SKIPS = ("out", "resume", "overwrite", "quiet")
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few options; a run record a few kB
 
 
@@ -40,11 +39,17 @@ def expand(args: list[str], group) -> list[str]:
         path, rest = rest[at + 1], rest[:at] + rest[at + 2:]
     else:
         path, rest = rest[at].split("=", 1)[1], rest[:at] + rest[at + 1:]
-    values, replay = _read(Path(path), name)
-    return [name, *_as_options(values, group.commands[name], rest, path, replay), *rest]
+    command = group.commands[name]
+    values, replay = _read(Path(path), name, _config_class(command))
+    return [name, *_as_options(values, command, rest, path, replay), *rest]
 
 
-def _read(path: Path, command: str) -> tuple[dict, bool]:
+def _config_class(command):
+    """The config class a command's options were built from (commands/_options.build), None for any other."""
+    return getattr(command.callback, "config_class", None)
+
+
+def _read(path: Path, command: str, config_class) -> tuple[dict, bool]:
     """The file's options, and whether it is a run record being replayed."""
     if not path.is_file():
         raise ConfigError(f"--config {path}: no such file")
@@ -80,7 +85,12 @@ def _read(path: Path, command: str) -> tuple[dict, bool]:
         recorded = str(doc["command"])
         if recorded != command.replace("-", ""):
             raise ConfigError(f"--config {path} records a `{recorded}` run; replay it with `mlminilm {recorded}`")
-        return {k: v for k, v in doc["config"].items() if k not in REPLAY_SKIPS}, True
+        # Where to write, whether to resume or replace, and how much to show are the command line's (a run recorded
+        # with --quiet replays as loud as the command line says).
+        from mlminilm.config import replay_skips
+
+        skips = replay_skips(config_class) if config_class is not None else ()
+        return {k: v for k, v in doc["config"].items() if k not in skips}, True
     return doc, False
 
 
@@ -99,8 +109,8 @@ def _safe_yaml(path: Path, text: str):
 
 def _as_options(values: dict, command, given_args: list[str], path, replay: bool) -> list[str]:
     # Typer ships its own copy of click: options are told apart from arguments by their kind, not their class.
-    cli_only = ("json_out", "verbose")  # how the result is shown, not what the command does (no config field)
-    params = [p for p in command.params if getattr(p, "param_type_name", "") == "option" and p.name not in cli_only]
+    # CLI_ONLY: how the result is shown, not what the command does (no config field)
+    params = [p for p in command.params if getattr(p, "param_type_name", "") == "option" and p.name not in CLI_ONLY]
     options = {}  # by the option's name (--max-steps: max-steps, max_steps) and by its field name
     for param in params:
         options[param.name] = param
@@ -157,10 +167,7 @@ def _is_default(command, key, value) -> bool:
     the value the command would use anyway."""
     import dataclasses
 
-    from mlminilm import config
-
-    name = {"distill": "DistillConfig", "assist": "AssistConfig", "finetune": "FinetuneConfig"}.get(command.name)
-    cls = getattr(config, name) if name else None
+    cls = _config_class(command)
     if cls is None:
         return False
     for f in dataclasses.fields(cls):

@@ -1,9 +1,9 @@
 """What the CLI checks itself, so that a bad option value exits 2 with a usage error naming the option: the choices
-of every choice option (as str Enums built from the tuples in mlminilm.config, listed in --help and completed by
-the shell) and the range of every number: the floats by the callbacks below, the integers by their `min` and the
-bounds of mlminilm.config.limits, which `bound_integer_options` gives every command's integer options as it is
-registered. The config dataclasses keep their own checks for Python API users; these only make the CLI fail at
-parse time, before any work."""
+of every choice option (as str Enums built from the field's `choices`, listed in --help and completed by the
+shell) and the range of every number: the floats by the callbacks below (CHECKS, named by the field's `check`),
+the integers by their `min` and the bounds of mlminilm.config.limits, which `bound_integer_options` gives every
+command's integer options as it is built (commands/_options.py) and registered. The config dataclasses keep their
+own checks for Python API users; these only make the CLI fail at parse time, before any work."""
 
 from __future__ import annotations
 
@@ -25,22 +25,6 @@ def choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 def value(x):
     """The plain value of a choice option (commands hand plain strings to the configs)."""
     return x.value if isinstance(x, Enum) else x
-
-
-Precision = choices("Precision", config.PRECISIONS)
-Device = choices("Device", config.DEVICES)
-Objective = choices("Objective", config.OBJECTIVES)
-Init = choices("Init", config.INITS)
-HiddenDistance = choices("HiddenDistance", config.HIDDEN_DISTANCES)
-Task = choices("Task", config.TASKS)
-EvalSplit = choices("EvalSplit", config.EVAL_SPLITS)
-QaScorer = choices("QaScorer", config.QA_SCORERS)
-Pooling = choices("Pooling", config.TATOEBA_POOLINGS)
-Compile = choices("Compile", config.COMPILE_MODES)
-ReportTo = choices("ReportTo", config.REPORT_TO)
-ExportFormat = choices("ExportFormat", config.EXPORT_FORMATS)
-Quantize = choices("Quantize", config.QUANTIZATIONS)
-Backend = choices("Backend", config.EVAL_BACKENDS)
 
 
 def _real(what: str, ok) -> callable:
@@ -72,6 +56,11 @@ def BATCH_SIZE(x):
     if not 1 <= n <= BATCH_MAX:
         raise typer.BadParameter(f"{n} is not in 1..{BATCH_MAX}")
     return n
+
+
+# The checks a config field names (`option(check=...)`, mlminilm.config.options.CHECKS), by that name.
+CHECKS = {"positive": POSITIVE, "non-negative": NON_NEGATIVE, "alpha": ALPHA, "dropout": DROPOUT,
+          "batch-size": BATCH_SIZE}
 
 
 def bound_integer_options(command) -> None:

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
-from mlminilm.commands._eval_options import *  # noqa: F403 (the shared option types)
-from mlminilm.commands._eval_options import render
-from mlminilm.commands._params import EvalSplit
-from mlminilm.commands._run import configure
-from mlminilm.config import EvalXnliConfig, default
-
-E = EvalXnliConfig
+from mlminilm.commands._options import build
+from mlminilm.commands._show import render
+from mlminilm.config import EvalXnliConfig
 
 EXAMPLES = """\b
 Examples:
@@ -22,31 +14,17 @@ Examples:
   mlminilm eval-xnli --model ft/xnli-int8 --data xtreme/xnli/ --backend onnx --out reports/xnli-int8
 """
 
+# The evaluations' --json prints the metrics document.
+JSON_HELP = "Print the metrics document as JSON on stdout, and nothing else."
+ORDER = ("model", "data", "split", "langs", "label_order", "out", "batch_size", "max_seq_len", "overwrite",
+         "update_card", "backend", "precision", "device")
 
-def command(
-    model: Annotated[str, typer.Option("--model", help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")] = ...,
-    data: Annotated[str, typer.Option(
-        "--data", help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.")] = ...,
-    split: Annotated[EvalSplit, typer.Option("--split", help="test or dev.")] = default(E, "split"),
-    langs: Langs = list(default(E, "langs")),
-    label_order: Annotated[list[str], typer.Option(
-        "--label-order", help="For a classifier whose config does not name its labels (LABEL_0...): the NLI class of "
-        "output 0, 1, 2, comma-separated, e.g. entailment,neutral,contradiction. Such a model is refused without "
-        "it.")] = list(default(E, "label_order")),
-    out: EvalOut = default(E, "out"),
-    batch_size: EvalBatch = default(E, "batch_size"),
-    max_seq_len: EvalMaxSeqLen = default(E, "max_seq_len"),
-    overwrite: EvalOverwrite = default(E, "overwrite"),
-    update_card: UpdateCard = default(E, "update_card"),
-    backend: Backend = default(E, "backend"),
-    precision: Precision = default(E, "precision"),
-    device: Device = default(E, "device"),
-    json_out: Json = False,
-    quiet: Quiet = default(E, "quiet"),
-    verbose: Verbose = False,
-) -> None:
+
+def main(cfg: EvalXnliConfig, json_out: bool) -> None:
     """Evaluate a sequence-classification model on XNLI, zero-shot, per language (accuracy, confusion matrix)."""
-    cfg = configure(EvalXnliConfig, locals())
     from mlminilm.evaluation import xnli
 
     render(xnli.run(cfg), json_out)
+
+
+command = build(EvalXnliConfig, main, order=ORDER, json_help=JSON_HELP)

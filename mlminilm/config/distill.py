@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.config.common import AUTO, COMPILE_MODES, check_choice, problems_to_error, unknown_langs
+from mlminilm.config.options import COMMA, FIXED, option, redeclare
 from mlminilm.config.training import TrainConfig
 
 OBJECTIVES = ("minilm", "minilm-v2")
@@ -44,62 +45,128 @@ class StudentShape:
 
 @dataclass(frozen=True)
 class DistillConfig(TrainConfig):
-    teacher: str = ""
-    data: Path = Path("data")
-    layers: int = 6
-    hidden: int = 384
-    heads: int = 12
-    intermediate: int = 1536
-    init: str = "random"
-    objective: str = "minilm"
-    relation_heads: int = 48
-    teacher_layer: int = -1  # 0-based, -1 = last
-    alpha: float = 0.3
-    dropout: float | None = None  # None: the teacher's hidden/attention dropout
-    max_steps: int = 10_000
+    teacher: str = option("", required=True, resume=FIXED,
+                          help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory.")
+    data: Path = option(Path("data"), help="Output directory of `mlminilm prepare`.", resume=FIXED)
+    layers: int = option(6, min=1, help="Student layers.", resume=FIXED)
+    hidden: int = option(384, min=1, help="Student hidden size.", resume=FIXED)
+    heads: int = option(12, min=1, help="Student attention heads (minilm: must equal the teacher's).", resume=FIXED)
+    intermediate: int = option(1536, min=1, help="Student FFN size.", resume=FIXED)
+    init: str = option("random", choices=INITS, resume=FIXED,
+                       help=f"random, or teacher (the student starts from the teacher layers --init-layers picks, "
+                       f"by default {DEFAULT_INIT_LAYERS}; widths must match).")
+    objective: str = option("minilm", choices=OBJECTIVES, resume=FIXED,
+                            help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).")
+    relation_heads: int = option(48, min=1, resume=FIXED,
+                                 help="minilm-v2: relation heads (must divide both hidden sizes).")
+    # 0-based, -1 = last
+    teacher_layer: int = option(-1, help="Teacher layer to distil, 0-based; -1 = last.", resume=FIXED)
+    alpha: float = option(0.3, check="alpha", resume=FIXED,
+                          help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha.")
+    # None: the teacher's hidden/attention dropout
+    dropout: float | None = option(None, check="dropout", help="Student dropout in [0, 1) (default: the teacher's).")
+    max_steps: int = redeclare(TrainConfig, "max_steps", min=0, help="Optimizer steps; 0 exports the initialised "
+                               "student untrained (to evaluate a starting point, e.g. with eval-tatoeba, before "
+                               "spending compute).")
     # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
     # with --global-batch kept by accumulation (mlminilm/training/batch_size.py).
-    batch_size: int | str = 32
+    batch_size: int | str = redeclare(
+        TrainConfig, "batch_size", min=None, check="batch-size", metavar="N|auto", show_default=True, cli_type=str,
+        help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU "
+        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.")
     # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
     # --batch-size it sets the accumulation; --batch-size auto needs it.
-    global_batch: int | None = None
-    compile: str = "auto"  # torch.compile the student's forward and the loss: auto = on CUDA
-    data_workers: int | None = None  # DataLoader worker processes; None: corpus.loader.default_workers
+    global_batch: int | None = option(
+        None, min=1, resume=FIXED,
+        help="Sequences per optimizer step over all processes (sets the accumulation; needed by --batch-size auto). "
+        "Default: batch size x --grad-accum x processes.")
+    # torch.compile the student's forward and the loss: auto = on CUDA
+    compile: str = option("auto", choices=COMPILE_MODES, help="torch.compile the student, the teacher's capture and "
+                          "the loss: auto (on for CUDA), on or off.")
+    # DataLoader worker processes; None: corpus.loader.default_workers
+    data_workers: int | None = option(None, min=0, help="DataLoader worker processes reading the shards (default: 0 "
+                                      "on CPU, up to 4 per GPU process).")
     # With --init teacher: "every" (every k-th layer, ending at the last), "first" (the bottom k layers),
     # "first-last" (the bottom k-1 layers and the last), or an explicit 0-based list "0,1,2,3,4,5";
     # None = DEFAULT_INIT_LAYERS.
-    init_layers: str | None = None
+    init_layers: str | None = option(
+        None, metavar="first|every|first-last|LIST", resume=FIXED,
+        help="With --init teacher, the teacher layers the student starts from: first (the bottom k layers), every "
+        "(every k-th layer, ending at the last), first-last (the bottom k-1 and the last) or a 0-based list such as "
+        "0,1,2,3,4,5. Default: " + DEFAULT_INIT_LAYERS + " (measured in docs/RETENTION.md).")
     # Output terms beside the relation losses (mlminilm/distillation/losses.py); 0 = off. They reach every student parameter
     # below the output, so with either on the whole top layer trains (not only its Q/K/V). None = auto:
     # OUTPUT_TERMS_WEIGHT for a sentence-transformers teacher of the student's width, else 0 (pure MiniLM).
-    hidden_loss_weight: float | None = None  # the last hidden states, per real token
-    hidden_distance: str = "cosine"
-    embedding_loss_weight: float | None = None  # the sentence embedding through the teacher's Pooling (+ Normalize)
+    # The last hidden states, per real token:
+    hidden_loss_weight: float | None = option(
+        None, check="non-negative", show_default="auto", resume=FIXED,
+        help="Weight of a term on the last hidden states per real token (--hidden-distance); 0 = off. Needs the "
+        "teacher's hidden size; trains the whole top layer. Default auto: 1 for a sentence-transformers teacher of "
+        "the student's width (e5, all-MiniLM), else 0.")
+    hidden_distance: str = option("cosine", choices=HIDDEN_DISTANCES, resume=FIXED,
+                                  help="The hidden-state term's distance: cosine (1 - cos) or mse.")
+    # The sentence embedding through the teacher's Pooling (+ Normalize):
+    embedding_loss_weight: float | None = option(
+        None, check="non-negative", show_default="auto", resume=FIXED,
+        help="Weight of the squared distance between sentence embeddings through the teacher's own Pooling (+ "
+        "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
+        "teacher of the student's width. Default auto: as --hidden-loss-weight.")
     # Relation terms (MiniLM attention + value, or MiniLMv2 Q-Q/K-K/V-V) weigh this much; 0 = off (then only the
     # output and parallel terms train the student).
-    relation_loss_weight: float = 1.0
+    relation_loss_weight: float = option(
+        1.0, check="non-negative", resume=FIXED,
+        help="Weight of the MiniLM relation terms (attention + value, or MiniLMv2's Q-Q/K-K/V-V); 0 = off, then only "
+        "the output and parallel terms train the student.")
     # Cross-lingual embedding term (mlminilm/corpus/parallel.py): on pairs (a sentence, its translation), the
     # student's sentence embeddings of both are pulled to the teacher's embedding of the sentence.
-    parallel: Path | None = None
-    parallel_loss_weight: float = 1.0
+    parallel: Path | None = option(
+        None, metavar="FILE|DIR", resume=FIXED,
+        help="Parallel sentences (each line: a sentence in the teacher's language, a tab, one or more tab-separated "
+        "translations; .tsv/.txt, optionally .gz; a directory of them): turns on the cross-lingual embedding term, "
+        "the student's embeddings of a sentence and of its translation pulled to the teacher's embedding of the "
+        "sentence. Needs the teacher's hidden size; trains the whole student.")
+    parallel_loss_weight: float = option(1.0, check="non-negative", resume=FIXED,
+                                         help="Weight of the parallel term (with --parallel).")
     # Put before every parallel sentence; None: the teacher's sentence-transformers "query" prompt (e5: "query: "),
     # as eval-tatoeba embeds, else nothing.
-    parallel_prefix: str | None = None
-    parallel_max_length: int = 128
+    parallel_prefix: str | None = option(
+        None, show_default="the teacher's query prompt", resume=FIXED,
+        help="Text put before every parallel sentence. Default: the teacher's sentence-transformers 'query' prompt "
+        '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.')
+    parallel_max_length: int = option(128, min=2, resume=FIXED,
+                                      help="Parallel sentences are cut to this many tokens.")
     # In-batch translation ranking on the same pairs (losses.translation_ranking): weight (0 = off) and the
     # softmax temperature over cosine similarities.
-    parallel_contrastive_weight: float = 0.0
-    parallel_temperature: float = 0.05
+    parallel_contrastive_weight: float = option(
+        0.0, check="non-negative", resume=FIXED,
+        help="Weight of in-batch translation ranking on the parallel pairs (each sentence must rank its own "
+        "translation first among the batch's, both directions, cosine over --parallel-temperature); 0 = off.")
+    parallel_temperature: float = option(
+        0.05, check="positive", resume=FIXED,
+        help="Softmax temperature of the contrastive term (cosine similarity / temperature).")
     # With --init teacher: the embeddings and this many bottom student layers keep the teacher's weights (frozen).
-    freeze_layers: int = 0
+    freeze_layers: int = option(
+        0, min=0, resume=FIXED,
+        help="With --init teacher: keep the embeddings and this many bottom student layers as the teacher has them "
+        "(frozen); no backward pass runs below the first trained layer.")
     # Where the teacher's embeddings of the parallel sources are kept (distillation/targets.py);
     # None: OUT/teacher-targets.
-    target_cache: Path | None = None
+    target_cache: Path | None = option(
+        None, metavar="DIR", show_default="OUT/teacher-targets",
+        help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
+        "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.")
     # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
-    probe_tatoeba: Path | None = None
-    probe_langs: tuple[str, ...] = ()  # empty: every language found in probe_tatoeba
-    probe_every: int = 100
-    probe_pairs: int | None = None  # at most this many pairs per language (the first ones); None = all
+    probe_tatoeba: Path | None = option(
+        None, metavar="DIR",
+        help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every "
+        "steps and at the end, in metrics.jsonl and the log (never used for selection).")
+    # empty: every language found in probe_tatoeba
+    probe_langs: tuple[str, ...] = option((), repeat=COMMA, help="Probe only these languages (project codes, "
+                                          "comma-separated or repeated; default: all found).")
+    probe_every: int = option(100, min=1, help="Steps between probes.")
+    # at most this many pairs per language (the first ones); None = all
+    probe_pairs: int | None = option(None, min=1, help="Probe at most this many pairs per language (the first ones; "
+                                     "default: all).")
 
     AUTO_BATCH = True
     ZERO_STEPS = True
@@ -225,9 +292,17 @@ def init_layers_problems(value: str, layers: int) -> list[str]:
 class AssistConfig(DistillConfig):
     """Teacher -> assistant (teacher's depth, student's width) -> student."""
 
-    assistant_steps: int = 10_000
-    student_steps: int = 10_000
-    force: bool = False
+    assistant_steps: int = option(10_000, min=1, help="Optimizer steps of the teacher -> assistant stage.")
+    student_steps: int = option(10_000, min=1, help="Optimizer steps of the assistant -> student stage.")
+    force: bool = option(False, help="Use an assistant even when the rule (M <= L/2, d' <= d/2) does not apply.")
+    # No --max-steps (each stage has its own, above) and no --freeze-embeddings (the assistant starts from random
+    # weights, whose embeddings must train): fields of the Python API only.
+    max_steps: int = redeclare(DistillConfig, "max_steps", cli=False)
+    freeze_embeddings: bool = redeclare(DistillConfig, "freeze_embeddings", cli=False)
+    warmup: float = redeclare(
+        DistillConfig, "warmup",
+        help="Linear warmup of each stage: a fraction of its steps (--assistant-steps, --student-steps) if below 1, "
+        "else steps. With --resume it may change.")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from mlminilm.config.common import check_choice, problems_to_error
 from mlminilm.config.limits import COUNT_MAX
+from mlminilm.config.options import FIXED, option, redeclare
 from mlminilm.config.training import TrainConfig
 from mlminilm.errors import ConfigError
 
@@ -58,28 +59,50 @@ class FinetuneConfig(TrainConfig):
     (TASK_DEFAULTS); `max_steps` None means `epochs` worth of steps, `save_every` None once per epoch.
     `resolved(steps_per_epoch)` returns the config with every one of them concrete (what `run.json` records)."""
 
-    model: str = ""
-    task: str = "xnli"
-    train: str = ""  # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
-    dev: str | None = None  # English dev file: checkpoint selection; None selects the last checkpoint
-    max_seq_len: int | None = None
-    doc_stride: int = QA_DOC_STRIDE
-    max_query_length: int = QA_MAX_QUERY_LENGTH
-    epochs: float | None = None
-    max_steps: int | None = None  # type: ignore[assignment]
-    lr: float | None = None  # type: ignore[assignment]
-    warmup: float | None = None  # type: ignore[assignment]
-    weight_decay: float | None = None  # type: ignore[assignment]
-    batch_size: int = 32
-    max_grad_norm: float = 1.0  # XTREME (HF run_* scripts): clip the global gradient norm at 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999  # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts)
-    adam_eps: float = 1e-8
-    save_every: int | None = None  # type: ignore[assignment]
-    eval_batch_size: int = 128  # dev evaluation
-    log_every: int = 10
-    keep: int = 1  # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
-    group_by_length: bool = False  # batches of similar length (less padding); off: plain shuffling, as XTREME
+    model: str = option("", required=True, resume=FIXED,
+                        help="Encoder: a local directory (e.g. a distilled student) or hub id.")
+    task: str = option("xnli", choices=TASKS, resume=FIXED,
+                       help="xnli (3-way sequence classification) or qa (span extraction).")
+    # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
+    train: str = option("", required=True, resume=FIXED,
+                        help="English training data: XNLI/MultiNLI TSV, XNLI-1.0 TSV, MultiNLI JSON lines (xnli); "
+                        "SQuAD v1.1 JSON (qa); or a Hub dataset: hf:multi_nli, hf:squad (hf:NAME[:SPLIT]).")
+    # English dev file: checkpoint selection; None selects the last checkpoint
+    dev: str | None = option(None, resume=FIXED, help="English dev data (same formats) for checkpoint selection; "
+                             "without it the last checkpoint is kept.")
+    max_seq_len: int | None = option(None, min=8, resume=FIXED,
+                                     help="Tokens per input, specials included (default: 128 xnli, 384 qa).")
+    doc_stride: int = option(QA_DOC_STRIDE, min=1, resume=FIXED,
+                             help="qa: context tokens shared by consecutive windows.")
+    max_query_length: int = option(QA_MAX_QUERY_LENGTH, min=1, help="qa: question tokens kept.", resume=FIXED)
+    epochs: float | None = option(None, check="positive", resume=FIXED,
+                                  help="Passes over the training data (default: 5 xnli, 2 qa).")
+    max_steps: int | None = redeclare(  # type: ignore[assignment]
+        TrainConfig, "max_steps", None, help="Optimizer steps (default: from --epochs).")
+    lr: float | None = redeclare(  # type: ignore[assignment]
+        TrainConfig, "lr", None, help="Peak learning rate (default: 2e-5 xnli, 3e-5 qa). With --resume it may change "
+        "(recorded in run.json).")
+    warmup: float | None = redeclare(  # type: ignore[assignment]
+        TrainConfig, "warmup", None, help="Linear warmup: a fraction of the steps if below 1, else steps (default: 0 "
+        "xnli, 0.1 qa). With --resume it may change.")
+    weight_decay: float | None = redeclare(  # type: ignore[assignment]
+        TrainConfig, "weight_decay", None, resume=FIXED, help="AdamW weight decay (default: 0 xnli, 1e-4 qa).")
+    # XTREME (HF run_* scripts): clip the global gradient norm at 1.0
+    max_grad_norm: float = redeclare(TrainConfig, "max_grad_norm", 1.0, resume=FIXED)
+    # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts), and they define its run
+    adam_beta1: float = redeclare(TrainConfig, "adam_beta1", cli=False, resume=FIXED)
+    adam_beta2: float = redeclare(TrainConfig, "adam_beta2", 0.999, cli=False, resume=FIXED)
+    adam_eps: float = redeclare(TrainConfig, "adam_eps", 1e-8, cli=False, resume=FIXED)
+    save_every: int | None = redeclare(  # type: ignore[assignment]
+        TrainConfig, "save_every", None, resume=FIXED,
+        help="Checkpoint and English-dev evaluation every N steps (default: once per epoch).")
+    # dev evaluation
+    eval_batch_size: int = option(128, min=1, help="Batch size of the dev evaluation.")
+    # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
+    keep: int = redeclare(TrainConfig, "keep", 1)
+    # batches of similar length (less padding); off: plain shuffling, as XTREME
+    group_by_length: bool = option(False, resume=FIXED, help="Batches of inputs of similar length (less padding; "
+                                   "faster, notably for qa on CPU).")
 
     def task_default(self, name: str):
         value = getattr(self, name)

@@ -5,25 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import problems_to_error
+from mlminilm.config.common import problems_to_error, quiet_option
 from mlminilm.config.limits import int_problems
+from mlminilm.config.options import COMMA, EACH, option
 
 
 @dataclass(frozen=True)
 class PrepareConfig:
     """`prepare`: multilingual text -> fixed-length token sequences in per-language shards."""
 
-    teacher: str  # hub id or local directory whose tokenizer is used
-    inputs: tuple[str, ...]  # directories of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG_TEMPLATE]
-    out: Path
-    seq_len: int = 128
-    workers: int = 0  # tokenizer processes; 0 = all cores, 1 = in-process
-    shard_sequences: int = 16_384  # sequences per shard file
-    text_field: str = "text"  # the text key of JSON lines and Hub dataset rows
-    langs: tuple[str, ...] = ()  # only these languages (all found when empty)
-    max_docs: int | None = None  # per-language cap on documents; None = all
-    overwrite: bool = False
-    quiet: bool = False
+    # hub id or local directory whose tokenizer is used
+    teacher: str = option(help="Whose tokenizer: hub id (e.g. xlm-roberta-base) or local directory.")
+    # directories of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG_TEMPLATE]
+    inputs: tuple[str, ...] = option(
+        flag="--input", repeat=EACH, help="Repeatable. A directory of <lang>.txt|.txt.gz|.jsonl|.jsonl.gz files, "
+        "LANG=PATH, a <lang>.txt file, or hf:DATASET[:CONFIG] with {lang} in CONFIG (with --langs).")
+    out: Path = option(help="Output directory (created; must be empty unless --overwrite).", replay=False)
+    seq_len: int = option(128, min=3, help="Tokens per sequence, specials included.")
+    # tokenizer processes; 0 = all cores, 1 = in-process
+    workers: int = option(0, min=0, help="Tokenizer processes; 0 = all cores.")
+    shard_sequences: int = option(16_384, min=1, help="Sequences per shard file.")
+    text_field: str = option("text", help="Text key of JSON lines and Hub dataset rows.")
+    # only these languages (all found when empty)
+    langs: tuple[str, ...] = option((), repeat=COMMA, help="Only these languages, comma-separated or repeated "
+                                    "(default: all).")
+    # per-language cap on documents; None = all
+    max_docs: int | None = option(None, min=1, help="At most this many documents per language.")
+    overwrite: bool = option(False, help="Replace prepared data already in --out.", replay=False)
+    quiet: bool = quiet_option()
 
     def __post_init__(self) -> None:
         p: list[str] = []

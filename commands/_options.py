@@ -1,0 +1,126 @@
+"""A command's options, built from its config class: every field declared with `mlminilm.config.options.option`
+becomes a Typer parameter (its flag, help, range, check, choices... from the field's metadata, its default from
+the field), and the command's own function receives the config they make.
+
+    def main(cfg: DistillConfig, json_out: bool) -> None:
+        '''Distil a teacher encoder ...'''   # the command's help
+    command = build(DistillConfig, main, order=ORDER)
+
+Typer reads a function's parameters through `inspect.signature` and `typing.get_type_hints`
+(typer.utils.get_params_from_function): the built command carries both, as `__signature__` and `__annotations__`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from mlminilm.commands._params import CHECKS, bound_integer_options, choices, value
+from mlminilm.config.options import COMMA, Cli, option_fields
+
+JSON_HELP = "Print the result as one JSON document on stdout."
+# Options that steer the command line itself and have no config field: where the result goes (--json) and how much
+# is logged (--verbose; --quiet is a config field: the run reads it too). They close every command's options.
+CLI_ONLY = ("json_out", "verbose")
+
+
+def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = JSON_HELP) -> Callable:
+    """The command function of config class `cls`: its options (those named in `order` first, in that order, the
+    others in field order, then --json, --quiet, --verbose), calling `main(config, json_out)`; its help is
+    `main`'s docstring."""
+    fields = {f.name: (f, cli) for f, cli in option_fields(cls)}
+    unknown = [name for name in order if name not in fields]
+    if unknown:
+        raise ValueError(f"{cls.__name__}: order names no option field: {', '.join(unknown)}")
+    names = [*order, *(name for name in fields if name not in order and name != "quiet")]
+    hints = typing.get_type_hints(cls)
+    params = [_parameter(name, hints[name], *fields[name]) for name in names]
+    quiet = [_parameter("quiet", bool, *fields["quiet"])] if "quiet" in fields else []
+    params += _closing(json_help, quiet)
+
+    def command(**options):
+        main(configure(cls, options), options["json_out"])
+
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = main.__doc__
+    command.__module__ = main.__module__
+    command.config_class = cls  # for --config (commands/_config_file.py); Typer's wrapper keeps it
+    bound_integer_options(command)
+    return command
+
+
+def _closing(json_help: str, quiet: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    """--json, --quiet (a config field) and --verbose, the last options of every command."""
+    json_out = Annotated[bool, typer.Option("--json", help=json_help)]
+    verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return [inspect.Parameter("json_out", kind, default=False, annotation=json_out), *quiet,
+            inspect.Parameter("verbose", kind, default=False, annotation=verbose)]
+
+
+def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Parameter:
+    base, optional = _unoptional(hint)
+    if cli.repeat:
+        base = list[cli.cli_type or typing.get_args(base)[0]]
+    elif cli.choices:
+        base = choices(_camel(name), cli.choices)
+    elif cli.cli_type is not None:
+        base = cli.cli_type
+    annotation = Annotated[Optional[base] if optional else base, _info(f, cli)]
+    default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
+    if cli.required:
+        default = ...
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _info(f: dataclasses.Field, cli: Cli):
+    show_default = True if cli.show_default is None else cli.show_default
+    if cli.argument:
+        return typer.Argument(metavar=cli.metavar, show_default=show_default, help=cli.help)
+    decls = [cli.flag or "--" + f.name.replace("_", "-"), *([cli.short] if cli.short else [])]
+    return typer.Option(*decls, help=cli.help, min=cli.min, max=cli.max, metavar=cli.metavar,
+                        show_default=show_default, callback=CHECKS[cli.check] if cli.check else None)
+
+
+def _unoptional(hint) -> tuple[object, bool]:
+    """(X, True) for `X | None`, else (hint, False)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), True
+    return hint, False
+
+
+def _camel(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
+def configure(cls, options: dict):
+    """Set up logging as --quiet / --verbose say, and build `cls` from a command's options: a choice as its plain
+    string, a repeatable option as its tuple (COMMA: `--langs de,fr --langs zh` is three codes), any other as
+    given."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=options["quiet"], verbose=options["verbose"])
+    repeats = {f.name: cli.repeat for f, cli in option_fields(cls) if cli.repeat}
+    return cls(**{name: _field_value(x, repeats.get(name)) for name, x in options.items() if name not in CLI_ONLY})
+
+
+def _field_value(x, repeat: str | None):
+    if repeat == COMMA:
+        return split_commas(x)
+    if repeat:
+        return tuple(str(item) if isinstance(item, Path) else item for item in x)
+    return value(x)
+
+
+def split_commas(items: list[str]) -> tuple[str, ...]:
+    """`["de,fr", "zh"]` -> `("de", "fr", "zh")`: the items of a repeatable option whose values may list several."""
+    return tuple(code.strip() for item in items for code in item.split(",") if code.strip())
