@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlminilm import logging as mlog
 from mlminilm import training
-from mlminilm.config import DistillConfig, parse_init_layers
+from mlminilm.config import DistillConfig, parse_init_layers, resume_keys
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
@@ -27,14 +27,9 @@ log = mlog.get(__name__)
 # OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
 ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.TENSORBOARD,
              training.CHECKPOINTS, "student", TARGET_CACHE)
-# Options that define a run: --resume with any of these changed is refused.
-RESUME_KEYS = (
-    "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
-    "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
-    "freeze_embeddings", "init_layers", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
-    "relation_loss_weight", "parallel", "parallel_loss_weight", "parallel_prefix", "parallel_max_length",
-    "parallel_contrastive_weight", "parallel_temperature", "freeze_layers",
-)
+# Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
+# refused, but for the changeable ones (--lr, --warmup).
+RESUME_KEYS = resume_keys(DistillConfig)
 
 
 def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:

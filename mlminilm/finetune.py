@@ -27,7 +27,7 @@ from torch import nn
 
 from mlminilm import logging as mlog
 from mlminilm import training
-from mlminilm.config import FinetuneConfig
+from mlminilm.config import FinetuneConfig, resume_keys
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
 from mlminilm.models.loading import (_load_error, check_model_config, check_vocabulary, load_config, load_model,
@@ -49,12 +49,9 @@ MODEL_FILES = (
     "merges.txt", "sentencepiece.bpe.model", "spiece.model", "chat_template.jinja",
 )
 ARTIFACTS = (RUN_RECORD, "metrics.jsonl", training.TENSORBOARD, SELECTION, training.CHECKPOINTS, *MODEL_FILES)
-# Options that define a run: --resume with any of these changed is refused.
-RESUME_KEYS = (
-    "model", "task", "train", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs", "max_steps",
-    "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed",
-    "save_every", "group_by_length", "max_grad_norm", "freeze_embeddings",
-)
+# Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
+# refused, but for the changeable ones (--lr, --warmup).
+RESUME_KEYS = resume_keys(FinetuneConfig)
 DEV_METRIC = {"xnli": "dev_accuracy", "qa": "dev_f1"}
 HEAD_NAMES = {"xnli": "sequence classification (3 NLI labels)", "qa": "span extraction (start/end logits)"}
 
