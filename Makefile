@@ -20,10 +20,15 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER)) $(if $(PRECISION),--precision $(PRECISION))
 
+# Lint and format first (ruff, configured in pyproject.toml): seconds, and a failure names the file and line.
 test: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 test-all: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q --runslow
 
 bench: venv

@@ -68,8 +68,11 @@ def prepared_corpus(corpus: Path, tokenizer: Path, mb: float, seq_len: int, work
             head = src.read(share)
         (text_dir / file.name).write_bytes(head[: head.rfind(b"\n") + 1] if len(head) == share else head)
     out = work / "data"
-    prepare.run(PrepareConfig(teacher=str(tokenizer), inputs=(str(text_dir),), out=out, seq_len=seq_len,
-                              shard_sequences=512, quiet=True))
+    prepare.run(
+        PrepareConfig(
+            teacher=str(tokenizer), inputs=(str(text_dir),), out=out, seq_len=seq_len, shard_sequences=512, quiet=True
+        )
+    )
     return PreparedData.open(out)
 
 
@@ -112,8 +115,19 @@ def run_mode(mode, data, sampler, batch, pad_id, n, start, simulated) -> dict:
     if mode == "in-step":
         source, closer = in_step_reads(data, sampler, batch, pad_id, start), None
     else:
-        closer = make_loader(data, sampler, batch_size=batch, accum=1, rank=0, world=1, pad_id=pad_id,
-                             start_step=start, max_steps=start + n, workers=int(mode[-1]), pin_memory=False)
+        closer = make_loader(
+            data,
+            sampler,
+            batch_size=batch,
+            accum=1,
+            rank=0,
+            world=1,
+            pad_id=pad_id,
+            start_step=start,
+            max_steps=start + n,
+            workers=int(mode[-1]),
+            pin_memory=False,
+        )
         source = iter(closer)
     waits, steps = [], []
     try:
@@ -137,7 +151,9 @@ def measure(data, batch, n, rounds, simulated, seed) -> dict:
     for r in range(rounds):
         order = MODES if r % 2 == 0 else MODES[::-1]
         for i, mode in enumerate(order):
-            res = run_mode(mode, data, sampler, batch, pad_id, n, start=1000 * (r * len(MODES) + i), simulated=simulated)
+            res = run_mode(
+                mode, data, sampler, batch, pad_id, n, start=1000 * (r * len(MODES) + i), simulated=simulated
+            )
             for k in ("data", "step"):
                 pooled[mode][k] += res[k]
             pooled[mode]["first_ms"].append(res["first_ms"])
@@ -155,17 +171,27 @@ def measure(data, batch, n, rounds, simulated, seed) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--corpus", type=Path, default=SHARED / "corpus" / "wikiann", help="directory of <lang>.txt files")
-    ap.add_argument("--tokenizer", type=Path, default=SHARED / "tokenizers" / "xlm-roberta",
-                    help="a tokenizer (or model) directory for prepare")
-    ap.add_argument("--mb", type=float, default=6.0, help="MB of text to prepare, split equally over languages (default 6)")
+    ap.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=SHARED / "tokenizers" / "xlm-roberta",
+        help="a tokenizer (or model) directory for prepare",
+    )
+    ap.add_argument(
+        "--mb", type=float, default=6.0, help="MB of text to prepare, split equally over languages (default 6)"
+    )
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, action="append", help="micro-batch size(s) (default: 32 and 256)")
     ap.add_argument("--micro-batches", type=int, default=30, help="timed micro-batches per configuration and round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds, alternating the order of the modes (default 2)")
     ap.add_argument("--step-ms", type=float, default=50.0, help="the simulated step's duration on an idle machine")
-    ap.add_argument("--simulate", action="append", choices=("matmul", "sleep"), help="simulated step(s) (default: both)")
+    ap.add_argument(
+        "--simulate", action="append", choices=("matmul", "sleep"), help="simulated step(s) (default: both)"
+    )
     ap.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's, one per core)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -184,26 +210,49 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mlminilm-data-bench-") as tmp:
         t0 = time.perf_counter()
         data = prepared_corpus(args.corpus, args.tokenizer, args.mb, args.seq_len, Path(tmp))
-        corpus = {"languages": len(data.languages), "sequences": sum(data.num_sequences(l) for l in data.languages),
-                  "shards": sum(len(i["shards"]) for i in data.manifest["languages"].values()),
-                  "prepare_s": round(time.perf_counter() - t0, 1), "source": str(args.corpus), "mb": args.mb}
+        corpus = {
+            "languages": len(data.languages),
+            "sequences": sum(data.num_sequences(l) for l in data.languages),
+            "shards": sum(len(i["shards"]) for i in data.manifest["languages"].values()),
+            "prepare_s": round(time.perf_counter() - t0, 1),
+            "source": str(args.corpus),
+            "mb": args.mb,
+        }
         results = []
         for simulate in args.simulate or ("matmul", "sleep"):
             for batch in args.batch or (32, 256):
                 res = measure(data, batch, args.micro_batches, args.rounds, simulations[simulate], args.seed)
                 for mode, r in res.items():
-                    results.append({"simulate": simulate, "batch": batch, "seq_len": args.seq_len, "mode": mode,
-                                    **{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}})
-                    print(f"{simulate:6s} {batch:4d}x{args.seq_len}  {mode:9s} data {r['data_ms']:8.3f} ms  "
-                          f"step {r['step_ms']:7.2f} ms  total {r['total_ms']:7.2f} ms  first {r['first_ms']:7.1f} ms",
-                          flush=True)
+                    results.append(
+                        {
+                            "simulate": simulate,
+                            "batch": batch,
+                            "seq_len": args.seq_len,
+                            "mode": mode,
+                            **{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()},
+                        }
+                    )
+                    print(
+                        f"{simulate:6s} {batch:4d}x{args.seq_len}  {mode:9s} data {r['data_ms']:8.3f} ms  "
+                        f"step {r['step_ms']:7.2f} ms  total {r['total_ms']:7.2f} ms  first {r['first_ms']:7.1f} ms",
+                        flush=True,
+                    )
     report = {
-        "environment": {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu": platform.processor() or platform.machine(),
-                        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-                        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-                        "load_before": load_before, "load_after": os.getloadavg()},
-        "config": {"step_ms": args.step_ms, "micro_batches": args.micro_batches, "rounds": args.rounds,
-                   "seed": args.seed},
+        "environment": {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "cpu": platform.processor() or platform.machine(),
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        },
+        "config": {
+            "step_ms": args.step_ms,
+            "micro_batches": args.micro_batches,
+            "rounds": args.rounds,
+            "seed": args.seed,
+        },
         "corpus": corpus,
         "results": results,
     }

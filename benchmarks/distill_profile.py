@@ -36,21 +36,24 @@ def _now() -> float:
 
 
 def project_parts(p, ids, mask) -> tuple[dict, float]:
-    from mlminilm.distillation.objective import StudentQKV  # noqa: F401  (p.forward is one)
     from mlminilm.distillation.capture import layer_qkv
     from mlminilm.distillation.losses import minilm_v1_terms, minilm_v2_terms
+    from mlminilm.distillation.objective import StudentQKV  # noqa: F401  (p.forward is one)
 
     mask = p.loader_mask(mask)
     t = {}
     t0 = _now()
     p.optimizer.zero_grad(set_to_none=True)
-    t1 = _now(); t["zero_grad"] = t1 - t0
+    t1 = _now()
+    t["zero_grad"] = t1 - t0
     with p.rt.autocast():
         with torch.no_grad(), torch.autocast(ids.device.type, enabled=False):  # as distill.distill_terms
             t_qkv = layer_qkv(p.teacher, ids, mask, p.layer)
-        t2 = _now(); t["teacher"] = t2 - t1
+        t2 = _now()
+        t["teacher"] = t2 - t1
         s_qkv = p.forward(ids, mask)
-        t3 = _now(); t["student"] = t3 - t2
+        t3 = _now()
+        t["student"] = t3 - t2
         if p.cfg.objective == "minilm":
             parts = minilm_v1_terms(t_qkv, s_qkv, mask, p.cfg.heads)
         else:
@@ -63,13 +66,16 @@ def naive_parts(p, ids, mask) -> tuple[dict, float]:
     t = {}
     t0 = _now()
     p.optimizer.zero_grad(set_to_none=True)
-    t1 = _now(); t["zero_grad"] = t1 - t0
+    t1 = _now()
+    t["zero_grad"] = t1 - t0
     with p.autocast():
         with torch.no_grad():
             t_out = p.teacher(input_ids=ids, attention_mask=mask, output_attentions=True)
-        t2 = _now(); t["teacher"] = t2 - t1
+        t2 = _now()
+        t["teacher"] = t2 - t1
         s_out = p.student(input_ids=ids, attention_mask=mask, output_attentions=True)
-        t3 = _now(); t["student"] = t3 - t2
+        t3 = _now()
+        t["student"] = t3 - t2
         heads = p.b.teacher.heads
         t_att, s_att = t_out.attentions[-1].float(), s_out.attentions[-1].float()
         t_vr = value_relation(p.values["teacher"].float(), heads, mask)
@@ -82,14 +88,18 @@ def finish_parts(p, loss, read, t: dict, t0: float, t3: float) -> tuple[dict, fl
     """The end both steps share, timed part by part from t3 (the student forward's end): the relation loss,
     backward, the host sync on the loss (`read`, as that path's own step reads it), optimizer + schedule step.
     Returns the parts and the whole step's seconds since t0."""
-    t4 = _now(); t["relations"] = t4 - t3
+    t4 = _now()
+    t["relations"] = t4 - t3
     loss.backward()
-    t5 = _now(); t["backward"] = t5 - t4
+    t5 = _now()
+    t["backward"] = t5 - t4
     value = read(loss)
-    t6 = _now(); t["sync"] = t6 - t5
+    t6 = _now()
+    t["sync"] = t6 - t5
     p.optimizer.step()
     p.scheduler.step()
-    t7 = _now(); t["optimizer"] = t7 - t6
+    t7 = _now()
+    t["optimizer"] = t7 - t6
     assert math.isfinite(value)
     return t, t7 - t0
 
@@ -105,8 +115,14 @@ def profile_ops(name, path, batches, top: int) -> list[dict]:
             PARTS[name](path, ids, mask)
     rows = []
     for e in sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]:
-        rows.append({"op": e.key, "calls": e.count, "self_ms_per_step": e.self_cpu_time_total / 1e3 / len(batches),
-                     "total_ms_per_step": e.cpu_time_total / 1e3 / len(batches)})
+        rows.append(
+            {
+                "op": e.key,
+                "calls": e.count,
+                "self_ms_per_step": e.self_cpu_time_total / 1e3 / len(batches),
+                "total_ms_per_step": e.cpu_time_total / 1e3 / len(batches),
+            }
+        )
     return rows
 
 
@@ -136,17 +152,27 @@ def main(argv=None) -> int:
                 if i >= b.warmup:
                     parts[n].append(t)
                     totals[n].append(total)
-        ops = {n: profile_ops(n, paths[n], batches[: args.profile_steps], args.top) for n in paths} \
-            if args.profile_steps else {}
+        ops = (
+            {n: profile_ops(n, paths[n], batches[: args.profile_steps], args.top) for n in paths}
+            if args.profile_steps
+            else {}
+        )
     env = environment(device, {})
-    result = {"config": b.name, "precision": args.precision, "threads": torch.get_num_threads(),
-              "cpu_capability": env["cpu_capability"], "load_average": env.get("load_average"), "paths": {}}
+    result = {
+        "config": b.name,
+        "precision": args.precision,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": env["cpu_capability"],
+        "load_average": env.get("load_average"),
+        "paths": {},
+    }
     for n in paths:
         med = {k: statistics.median(t[k] for t in parts[n]) * 1e3 for k in parts[n][0]}
-        result["paths"][n] = {"parts_ms": med, "step_ms": statistics.median(totals[n]) * 1e3,
-                              "ops": ops.get(n, [])}
-    print(f"# {b.name}, precision {args.precision}, {result['threads']} thread(s), capability "
-          f"{result['cpu_capability']}, load {result['load_average']}")
+        result["paths"][n] = {"parts_ms": med, "step_ms": statistics.median(totals[n]) * 1e3, "ops": ops.get(n, [])}
+    print(
+        f"# {b.name}, precision {args.precision}, {result['threads']} thread(s), capability "
+        f"{result['cpu_capability']}, load {result['load_average']}"
+    )
     keys = list(parts[order[0]][0])
     print(f"{'part (median ms)':<18}" + "".join(f"{n:>10}" for n in paths))
     for k in keys:
@@ -156,8 +182,10 @@ def main(argv=None) -> int:
         if ops.get(n):
             print(f"\n## {n}: top operators by self CPU time (ms per step, under the profiler)")
             for r in ops[n]:
-                print(f"  {r['self_ms_per_step']:8.1f} self {r['total_ms_per_step']:8.1f} total  "
-                      f"{r['calls']:5d}x  {r['op']}")
+                print(
+                    f"  {r['self_ms_per_step']:8.1f} self {r['total_ms_per_step']:8.1f} total  "
+                    f"{r['calls']:5d}x  {r['op']}"
+                )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return 0

@@ -103,7 +103,6 @@ from step_hardware import GPU_PEAKS, cpu_info, cpu_peaks, emulating_avx2, measur
 from step_relations import print_relation_memory, relation_memory, run_relation_child
 from step_timing import bench_one, environment, run_memory_child
 
-
 # -------------------------------------------------------------------------------------------- reporting
 
 
@@ -114,8 +113,10 @@ def fmt_bytes(n) -> str:
 
 
 def print_table(results: list[dict]) -> None:
-    head = (f"{'config':<24} {'path':<8} {'dtype':<5} {'ms/step':>9} {'tokens/s':>10} {'MFLOP/tok':>9} "
-            f"{'TFLOP/s':>8} {'MFU':>6} {'GEMM%':>6} {'peak mem':>10}")
+    head = (
+        f"{'config':<24} {'path':<8} {'dtype':<5} {'ms/step':>9} {'tokens/s':>10} {'MFLOP/tok':>9} "
+        f"{'TFLOP/s':>8} {'MFU':>6} {'GEMM%':>6} {'peak mem':>10}"
+    )
     print(head)
     print("-" * len(head))
     for r in results:
@@ -123,37 +124,56 @@ def print_table(results: list[dict]) -> None:
             row = r[name]
             mfu = f"{row['mfu'] * 100:.1f}%" if row["mfu"] is not None else "-"
             gemm = f"{row['of_measured_gemm'] * 100:.0f}%" if row["of_measured_gemm"] is not None else "-"
-            print(f"{r['config']['name']:<24} {name:<8} {row['matmul_dtype']:<5} {row['ms_per_step']:>9.1f} "
-                  f"{row['tokens_per_s']:>10,.0f} {r['flops_per_token']['total_mflop']:>9.1f} "
-                  f"{row['achieved_tflops']:>8.3f} {mfu:>6} {gemm:>6} {fmt_bytes(row['peak_memory_bytes']):>10}")
+            print(
+                f"{r['config']['name']:<24} {name:<8} {row['matmul_dtype']:<5} {row['ms_per_step']:>9.1f} "
+                f"{row['tokens_per_s']:>10,.0f} {r['flops_per_token']['total_mflop']:>9.1f} "
+                f"{row['achieved_tflops']:>8.3f} {mfu:>6} {gemm:>6} {fmt_bytes(row['peak_memory_bytes']):>10}"
+            )
         extra = ""
         if "largest_batch" in r:
             lb = r["largest_batch"]
             per = lb.get("memory_per_token_bytes")
             extra = f"; largest batch {lb.get('largest_batch')} x {r['config']['seq']}" + (
-                f", {per / 1024:.1f} KiB/token" if per else "")
+                f", {per / 1024:.1f} KiB/token" if per else ""
+            )
         print(f"{'':<24} speedup {r['speedup']:.2f}x{extra}")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--config", action="append", choices=sorted(CONFIGS), help="configuration(s) to run (default: cpu)")
     ap.add_argument("--gpu", action="store_true", help="run every GPU configuration and the largest-batch search")
     ap.add_argument("--no-search", action="store_true", help="GPU: skip the largest-batch search")
-    ap.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
-                    help="the project path's precision, as `distill --precision` (default auto)")
+    ap.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "fp32", "bf16"),
+        help="the project path's precision, as `distill --precision` (default auto)",
+    )
     ap.add_argument("--steps", type=int, help="timed steps per path (overrides the configuration)")
     ap.add_argument("--warmup", type=int, help="warm-up steps per path (overrides the configuration)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's, one per core)")
-    ap.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
-                    help="torch.compile the project path, as `distill --compile` (auto: on for CUDA, off on CPU)")
-    ap.add_argument("--emulate-avx2", action="store_true",
-                    help="run again in a fresh process with the kernels of an AVX2-only CPU "
-                    "(step_hardware.AVX2_ENV); pair it with --precision fp32, what `auto` picks on such a CPU")
+    ap.add_argument(
+        "--compile",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="torch.compile the project path, as `distill --compile` (auto: on for CUDA, off on CPU)",
+    )
+    ap.add_argument(
+        "--emulate-avx2",
+        action="store_true",
+        help="run again in a fresh process with the kernels of an AVX2-only CPU "
+        "(step_hardware.AVX2_ENV); pair it with --precision fp32, what `auto` picks on such a CPU",
+    )
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--workdir", type=Path, help="where the random teachers are saved (default: a temporary dir)")
-    ap.add_argument("--relation-memory", action="store_true",
-                    help="instead: peak memory and time of the relation loss alone, materialised against chunked")
+    ap.add_argument(
+        "--relation-memory",
+        action="store_true",
+        help="instead: peak memory and time of the relation loss alone, materialised against chunked",
+    )
     ap.add_argument("--relation-batch", type=int, default=8, help="--relation-memory: batch (default 8)")
     ap.add_argument("--relation-seq", type=int, default=512, help="--relation-memory: sequence length (default 512)")
     ap.add_argument("--relation-chunk", type=int, help="--relation-memory: heads per chunk (default: automatic)")
@@ -179,15 +199,25 @@ def main(argv=None) -> int:
         run_memory_child(CONFIGS[args.config[0]], args.memory_child, args.precision, args.workdir)
         return 0
     if args.relation_child:
-        run_relation_child(args.relation_child, args.relation_batch, args.relation_seq,
-                           "bf16" if args.precision == "bf16" else "fp32", args.relation_chunk)
+        run_relation_child(
+            args.relation_child,
+            args.relation_batch,
+            args.relation_seq,
+            "bf16" if args.precision == "bf16" else "fp32",
+            args.relation_chunk,
+        )
         return 0
     if args.relation_memory:
         precision = "bf16" if args.precision == "bf16" else "fp32"
-        result = relation_memory(args.relation_batch, args.relation_seq, precision, args.relation_chunk,
-                                 args.steps or 3)
-        result["environment"] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpu": cpu_info()["model"],
-                                 "cpu_threads": torch.get_num_threads(), "torch": torch.__version__}
+        result = relation_memory(
+            args.relation_batch, args.relation_seq, precision, args.relation_chunk, args.steps or 3
+        )
+        result["environment"] = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "cpu": cpu_info()["model"],
+            "cpu_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
         if args.out:
             args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print_relation_memory(result)
@@ -196,8 +226,10 @@ def main(argv=None) -> int:
     names = args.config or (GPU_CONFIGS if args.gpu else ["cpu"])
     benches = [CONFIGS[n] for n in names]
     if args.steps or args.warmup is not None:
-        benches = [replace(b, steps=args.steps or b.steps, warmup=b.warmup if args.warmup is None else args.warmup)
-                   for b in benches]
+        benches = [
+            replace(b, steps=args.steps or b.steps, warmup=b.warmup if args.warmup is None else args.warmup)
+            for b in benches
+        ]
     device = torch.device("cuda" if any(b.device == "cuda" for b in benches) else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         print("Error: the GPU configurations need a CUDA device; run without --gpu for the CPU one", file=sys.stderr)
@@ -206,16 +238,23 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         gpu = torch.cuda.get_device_name(device)
         spec = next((v for k, v in GPU_PEAKS.items() if k in gpu), None)
-        peaks = {"spec": {"bf16": spec}, "gemm": {"bf16": measured_gemm(device, torch.bfloat16, 8192, 20)},
-                 "assumption": f"{gpu}: data-sheet dense bf16 peak"}
+        peaks = {
+            "spec": {"bf16": spec},
+            "gemm": {"bf16": measured_gemm(device, torch.bfloat16, 8192, 20)},
+            "assumption": f"{gpu}: data-sheet dense bf16 peak",
+        }
         peaks["hardware"] = spec or peaks["gemm"]["bf16"]
     else:
         est = cpu_peaks(cpu_info())
         emulated = emulating_avx2()  # bf16 is then emulated (~0.4 GFLOP/s here): a 2048^3 GEMM would take minutes
-        peaks = {"spec": {"fp32": est["fp32"], "bf16": None if emulated else est["bf16"]},
-                 "gemm": {"fp32": measured_gemm(device, torch.float32, 2048, 4),
-                          "bf16": None if emulated else measured_gemm(device, torch.bfloat16, 2048, 4)},
-                 "assumption": est["assumption"] + (" (AVX2 emulated: fp32 only)" if emulated else "")}
+        peaks = {
+            "spec": {"fp32": est["fp32"], "bf16": None if emulated else est["bf16"]},
+            "gemm": {
+                "fp32": measured_gemm(device, torch.float32, 2048, 4),
+                "bf16": None if emulated else measured_gemm(device, torch.bfloat16, 2048, 4),
+            },
+            "assumption": est["assumption"] + (" (AVX2 emulated: fp32 only)" if emulated else ""),
+        }
         # The clock /proc/cpuinfo reports is the nominal one, not the boost clock, so a measured GEMM can beat
         # the estimate: the hardware peak is the larger of the two, in the fastest dtype the CPU multiplies.
         best = "bf16" if est["native_bf16"] and not emulated else "fp32"
@@ -223,13 +262,19 @@ def main(argv=None) -> int:
     env = environment(device, peaks)
     load, cores = env.get("load_average", (0.0,))[0], len(os.sched_getaffinity(0))
     if device.type == "cpu" and load > cores - 0.5:
-        print(f"warning: load average {load:.1f} on {cores} cores: other processes compete for the CPU, and "
-              f"{torch.get_num_threads()} torch threads waiting on each other make the timings unreliable; rerun "
-              "when the machine is quiet, or with --threads 1", file=sys.stderr)
+        print(
+            f"warning: load average {load:.1f} on {cores} cores: other processes compete for the CPU, and "
+            f"{torch.get_num_threads()} torch threads waiting on each other make the timings unreliable; rerun "
+            "when the machine is quiet, or with --threads 1",
+            file=sys.stderr,
+        )
     tflops = {k: {d: (f"{v / 1e12:.2f}" if v else None) for d, v in peaks[k].items()} for k in ("spec", "gemm")}
-    print(f"# {env.get('gpu', env['cpu'])}, {env['cpu_threads']} threads, torch {env['torch']}, "
-          f"transformers {env['transformers']}; peak TFLOP/s: estimate {tflops['spec']} ({peaks['assumption']}), "
-          f"measured GEMM {tflops['gemm']}; MFU is against {peaks['hardware'] / 1e12:.2f}", file=sys.stderr)
+    print(
+        f"# {env.get('gpu', env['cpu'])}, {env['cpu_threads']} threads, torch {env['torch']}, "
+        f"transformers {env['transformers']}; peak TFLOP/s: estimate {tflops['spec']} ({peaks['assumption']}), "
+        f"measured GEMM {tflops['gemm']}; MFU is against {peaks['hardware'] / 1e12:.2f}",
+        file=sys.stderr,
+    )
 
     results = []
     with tempfile.TemporaryDirectory(prefix="mlminilm-bench-") as tmp:

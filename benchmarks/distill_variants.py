@@ -120,9 +120,15 @@ def quantise_teacher(teacher: nn.Module, layer: int, attention_only: bool) -> No
                 layers[i] = quantize_dynamic(layers[i], {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
                 continue
             attn = layers[i].attention
-            for parent, name in ((attn.self, "query"), (attn.self, "key"), (attn.self, "value"), (attn.output, "dense")):
-                wrapped = quantize_dynamic(nn.Sequential(getattr(parent, name)),
-                                           {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+            for parent, name in (
+                (attn.self, "query"),
+                (attn.self, "key"),
+                (attn.self, "value"),
+                (attn.output, "dense"),
+            ):
+                wrapped = quantize_dynamic(
+                    nn.Sequential(getattr(parent, name)), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+                )
                 setattr(parent, name, wrapped[0])
 
 
@@ -177,21 +183,34 @@ def main(argv=None) -> int:
     naive = statistics.median(times["naive"]) if "naive" in times else None
     for k in kinds:
         med = statistics.median(times[k])
-        rows[k] = {"ms_median": med * 1e3, "ms_all": [t * 1e3 for t in times[k]],
-                   "vs_naive": naive / med if naive else None,
-                   "max_loss_diff_vs_project": (max(abs(a - c) for a, c in zip(losses[k], ref))
-                                                if ref is not None and k != "naive" else None),
-                   "losses": losses[k], "exact": k in EXACT}
-    print(f"# {b.name}, precision {args.precision}, {torch.get_num_threads()} thread(s), capability "
-          f"{env['cpu_capability']}, load {env.get('load_average')}, {b.steps} timed steps after {b.warmup}")
+        rows[k] = {
+            "ms_median": med * 1e3,
+            "ms_all": [t * 1e3 for t in times[k]],
+            "vs_naive": naive / med if naive else None,
+            "max_loss_diff_vs_project": (
+                max(abs(a - c) for a, c in zip(losses[k], ref)) if ref is not None and k != "naive" else None
+            ),
+            "losses": losses[k],
+            "exact": k in EXACT,
+        }
+    print(
+        f"# {b.name}, precision {args.precision}, {torch.get_num_threads()} thread(s), capability "
+        f"{env['cpu_capability']}, load {env.get('load_average')}, {b.steps} timed steps after {b.warmup}"
+    )
     print(f"{'variant':<12} {'ms/step':>9} {'vs naive':>9} {'max |loss - project|':>22}")
     for k, r in rows.items():
         diff = r["max_loss_diff_vs_project"]
         vs = f"{r['vs_naive']:.2f}x" if r["vs_naive"] else "-"
         print(f"{k:<12} {r['ms_median']:>9.1f} {vs:>9} {('-' if diff is None else f'{diff:.2e}'):>22}")
     if args.out:
-        args.out.write_text(json.dumps({"environment": env, "config": b.name, "precision": args.precision,
-                                        "variants": rows}, indent=2, default=str) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {"environment": env, "config": b.name, "precision": args.precision, "variants": rows},
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -106,8 +106,13 @@ def _bare_worker(index: int, workers: int) -> int:
     tokens = 0
     batches = range(0, len(_DOCS), BATCH_DOCUMENTS)
     for start in batches[index::workers]:
-        ids = _TOKENIZER(_DOCS[start : start + BATCH_DOCUMENTS], add_special_tokens=False,
-                         return_attention_mask=False, return_token_type_ids=False, verbose=False)["input_ids"]
+        ids = _TOKENIZER(
+            _DOCS[start : start + BATCH_DOCUMENTS],
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )["input_ids"]
         tokens += sum(len(x) for x in ids)
     return tokens
 
@@ -151,16 +156,38 @@ def run_cli(cmd: list[str], what: str) -> tuple[subprocess.CompletedProcess, flo
 
 
 def run_prepare(tokenizer_dir: Path, corpus: Path, out: Path, workers: int, seq_len: int) -> dict:
-    cmd = [sys.executable, "-c", MEASURED_CLI, "prepare", "--teacher", str(tokenizer_dir), "--input", str(corpus),
-           "--out", str(out), "--workers", str(workers), "--seq-len", str(seq_len), "--json", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-c",
+        MEASURED_CLI,
+        "prepare",
+        "--teacher",
+        str(tokenizer_dir),
+        "--input",
+        str(corpus),
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "--seq-len",
+        str(seq_len),
+        "--json",
+        "--quiet",
+    ]
     proc, wall = run_cli(cmd, "prepare")
     result = json.loads(proc.stdout)
     memory = {}
     for line in proc.stderr.splitlines():
         if line.startswith("MLMINILM_MEMORY "):
             memory = json.loads(line.split(" ", 1)[1])
-    return {"seconds": result["elapsed_s"], "wall_s": wall, "tokens": result["tokens"],
-            "documents": result["documents"], "sequences": result["sequences"], "memory": memory}
+    return {
+        "seconds": result["elapsed_s"],
+        "wall_s": wall,
+        "tokens": result["tokens"],
+        "documents": result["documents"],
+        "sequences": result["sequences"],
+        "memory": memory,
+    }
 
 
 def prepare_section(args, tmp: Path) -> dict:
@@ -172,8 +199,11 @@ def prepare_section(args, tmp: Path) -> dict:
         corpus = tmp / f"corpus-x{size}"
         info = build_corpus(args.corpus, corpus, size)
         docs = read_documents(corpus)
-        print(f"[prepare x{size}] {info['bytes'] / 1e6:.0f} MB, {len(docs):,} documents, {args.workers} workers",
-              file=sys.stderr, flush=True)
+        print(
+            f"[prepare x{size}] {info['bytes'] / 1e6:.0f} MB, {len(docs):,} documents, {args.workers} workers",
+            file=sys.stderr,
+            flush=True,
+        )
         bare, prep = [], []
         for rep in range(args.repeats):
             # Alternate which goes first, so neither always meets the page cache the other warmed.
@@ -191,9 +221,14 @@ def prepare_section(args, tmp: Path) -> dict:
         prep_s = statistics.median(r["seconds"] for r in prep)
         tokens = prep[0]["tokens"]
         row = {
-            "size": size, "corpus_bytes": info["bytes"], "documents": prep[0]["documents"], "tokens": tokens,
-            "bare_tokenize_s": bare_s, "bare_tokens_per_s": bare[0]["tokens"] / bare_s,
-            "prepare_s": prep_s, "prepare_tokens_per_s": tokens / prep_s,
+            "size": size,
+            "corpus_bytes": info["bytes"],
+            "documents": prep[0]["documents"],
+            "tokens": tokens,
+            "bare_tokenize_s": bare_s,
+            "bare_tokens_per_s": bare[0]["tokens"] / bare_s,
+            "prepare_s": prep_s,
+            "prepare_tokens_per_s": tokens / prep_s,
             "prepare_wall_s": statistics.median(r["wall_s"] for r in prep),
             "ratio": prep_s / bare_s,
             "main_peak_rss_bytes": max(r["memory"].get("main_vmhwm", 0) for r in prep),
@@ -203,11 +238,20 @@ def prepare_section(args, tmp: Path) -> dict:
         # prepare counts document separators as tokens; bare counts only the documents' tokens.
         row["bare_tokens"] = bare[0]["tokens"]
         rows.append(row)
-        print(f"[prepare x{size}] bare {bare_s:.2f} s, prepare {prep_s:.2f} s (wall {row['prepare_wall_s']:.2f} s): "
-              f"{row['ratio']:.2f}x", file=sys.stderr, flush=True)
+        print(
+            f"[prepare x{size}] bare {bare_s:.2f} s, prepare {prep_s:.2f} s (wall {row['prepare_wall_s']:.2f} s): "
+            f"{row['ratio']:.2f}x",
+            file=sys.stderr,
+            flush=True,
+        )
         subprocess.run(["rm", "-rf", str(corpus)], check=False)
-    return {"workers": args.workers, "seq_len": args.seq_len, "tokenizer": str(args.tokenizer),
-            "corpus": str(args.corpus), "rows": rows}
+    return {
+        "workers": args.workers,
+        "seq_len": args.seq_len,
+        "tokenizer": str(args.tokenizer),
+        "corpus": str(args.corpus),
+        "rows": rows,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- eval
@@ -219,9 +263,17 @@ def make_classifier(tokenizer_dir: Path, out: Path, layers: int, hidden: int, he
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     config = XLMRobertaConfig(
-        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=4 * hidden, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
-        bos_token_id=0, eos_token_id=2, num_labels=3,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        num_labels=3,
         id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
         label2id={"entailment": 0, "neutral": 1, "contradiction": 2},
     )
@@ -233,17 +285,36 @@ def make_classifier(tokenizer_dir: Path, out: Path, layers: int, hidden: int, he
 
 def eval_section(args, tmp: Path) -> dict:
     model = make_classifier(args.tokenizer, tmp / "xnli-model", *args.eval_shape)
-    cmd = [sys.executable, "-m", "mlminilm", "eval-xnli", "--model", str(model), "--data", str(args.xnli),
-           "--split", "test", "--batch-size", str(args.eval_batch), "--json", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlminilm",
+        "eval-xnli",
+        "--model",
+        str(model),
+        "--data",
+        str(args.xnli),
+        "--split",
+        "test",
+        "--batch-size",
+        str(args.eval_batch),
+        "--json",
+        "--quiet",
+    ]
     print(f"[eval-xnli] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
     proc, wall = run_cli(cmd, "eval-xnli")
     doc = json.loads(proc.stdout)
     tp = doc.get("throughput", {})
     return {
         "model_shape": dict(zip(("layers", "hidden", "heads"), args.eval_shape)),
-        "languages": len(doc.get("languages", {})), "examples": doc.get("average", {}).get("examples"),
-        "examples_per_s": tp.get("examples_per_s"), "elapsed_s": tp.get("elapsed_s"), "wall_s": wall,
-        "batch_size": args.eval_batch, "device": tp.get("device"), "precision": tp.get("precision"),
+        "languages": len(doc.get("languages", {})),
+        "examples": doc.get("average", {}).get("examples"),
+        "examples_per_s": tp.get("examples_per_s"),
+        "elapsed_s": tp.get("elapsed_s"),
+        "wall_s": wall,
+        "batch_size": args.eval_batch,
+        "device": tp.get("device"),
+        "precision": tp.get("precision"),
         "per_language_examples_per_s": {k: v.get("examples_per_s") for k, v in doc.get("languages", {}).items()},
     }
 
@@ -256,9 +327,13 @@ def fmt_mib(n) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="1,10", help="corpus sizes as multiples of the UD corpus (default 1,10)")
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="tokenizer processes (default: all cores)")
+    ap.add_argument(
+        "--workers", type=int, default=len(os.sched_getaffinity(0)), help="tokenizer processes (default: all cores)"
+    )
     ap.add_argument("--repeats", type=int, default=1, help="runs of each (bare, prepare) per size; medians reported")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -279,8 +354,13 @@ def main(argv=None) -> int:
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    env = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "python": platform.python_version(),
-           "torch": torch.__version__, "transformers": transformers.__version__, "cores": os.cpu_count()}
+    env = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cores": os.cpu_count(),
+    }
     try:
         import tokenizers
 
@@ -303,18 +383,24 @@ def main(argv=None) -> int:
     if "prepare" in results:
         p = results["prepare"]
         print(f"prepare vs bare tokenizer ({p['workers']} workers, seq {p['seq_len']}):")
-        print(f"{'size':>5} {'MB':>6} {'tokens':>12} {'bare s':>8} {'prepare s':>10} {'ratio':>6} "
-              f"{'bare tok/s':>11} {'prep tok/s':>11} {'main peak':>10} {'worker peak':>12}")
+        print(
+            f"{'size':>5} {'MB':>6} {'tokens':>12} {'bare s':>8} {'prepare s':>10} {'ratio':>6} "
+            f"{'bare tok/s':>11} {'prep tok/s':>11} {'main peak':>10} {'worker peak':>12}"
+        )
         for r in p["rows"]:
-            print(f"{r['size']:>4}x {r['corpus_bytes'] / 1e6:>6.0f} {r['tokens']:>12,} {r['bare_tokenize_s']:>8.2f} "
-                  f"{r['prepare_s']:>10.2f} {r['ratio']:>5.2f}x {r['bare_tokens_per_s']:>11,.0f} "
-                  f"{r['prepare_tokens_per_s']:>11,.0f} {fmt_mib(r['main_peak_rss_bytes']):>10} "
-                  f"{fmt_mib(r['worker_peak_rss_bytes']):>12}")
+            print(
+                f"{r['size']:>4}x {r['corpus_bytes'] / 1e6:>6.0f} {r['tokens']:>12,} {r['bare_tokenize_s']:>8.2f} "
+                f"{r['prepare_s']:>10.2f} {r['ratio']:>5.2f}x {r['bare_tokens_per_s']:>11,.0f} "
+                f"{r['prepare_tokens_per_s']:>11,.0f} {fmt_mib(r['main_peak_rss_bytes']):>10} "
+                f"{fmt_mib(r['worker_peak_rss_bytes']):>12}"
+            )
     if "eval_xnli" in results:
         e = results["eval_xnli"]
-        print(f"eval-xnli: {e['examples']:,} test pairs in {e['languages']} languages, "
-              f"{e['examples_per_s']:,.0f} examples/s ({e['device']}, {e['precision']}, batch {e['batch_size']}, "
-              f"model {e['model_shape']['layers']}x{e['model_shape']['hidden']})")
+        print(
+            f"eval-xnli: {e['examples']:,} test pairs in {e['languages']} languages, "
+            f"{e['examples_per_s']:,.0f} examples/s ({e['device']}, {e['precision']}, batch {e['batch_size']}, "
+            f"model {e['model_shape']['layers']}x{e['model_shape']['hidden']})"
+        )
     return 0
 
 

@@ -63,10 +63,16 @@ def export(model: str, out: Path, quantize: str) -> dict:
         log(f"reusing {out}")
         return json.loads(record_file.read_text())
     t0 = time.perf_counter()
-    record = onnx_export.run(ExportConfig(model=model, out=out, quantize="int8" if quantize == "int8" else "none",
-                                          overwrite=True, quiet=True))
+    record = onnx_export.run(
+        ExportConfig(
+            model=model, out=out, quantize="int8" if quantize == "int8" else "none", overwrite=True, quiet=True
+        )
+    )
     record["export_s"] = time.perf_counter() - t0
-    log(f"exported {model} -> {out} ({record['dtype']}, {record['graph_bytes'] / 1e6:.1f} MB) in {record['export_s']:.1f} s")
+    log(
+        f"exported {model} -> {out} ({record['dtype']}, {record['graph_bytes'] / 1e6:.1f} MB) in "
+        f"{record['export_s']:.1f} s"
+    )
     return record
 
 
@@ -97,12 +103,21 @@ class Embedder:
         from mlminilm.training import setup_runtime
 
         tokenizer = load_tokenizer(str(model_dir))
-        self.spec = embeddings.resolve_spec(str(model_dir), load_config(str(model_dir)), None, layer=-1,
-                                            pooling="mean", prefix="", max_length=None,
-                                            default_max_length=TATOEBA_MAX_LENGTH)
+        self.spec = embeddings.resolve_spec(
+            str(model_dir),
+            load_config(str(model_dir)),
+            None,
+            layer=-1,
+            pooling="mean",
+            prefix="",
+            max_length=None,
+            default_max_length=TATOEBA_MAX_LENGTH,
+        )
         self.rows, _ = embeddings.encode(tokenizer, sentences, "", self.spec.max_length)
         self.rt = setup_runtime("cpu", "fp32")
-        self.model = OnnxModel(model_dir) if backend == "onnx" else load_encoder(str(model_dir), dtype=torch.float32).eval()
+        self.model = (
+            OnnxModel(model_dir) if backend == "onnx" else load_encoder(str(model_dir), dtype=torch.float32).eval()
+        )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.batch_size, self.count = batch_size, len(sentences)
         self.times: list[float] = []
@@ -116,23 +131,33 @@ class Embedder:
 
     def record(self) -> dict:
         rates = [self.count / t for t in self.times]
-        return {"sentences": self.count, "tokens": sum(len(r) for r in self.rows["input_ids"]),
-                "sentences_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-                "passes_s": self.times}
+        return {
+            "sentences": self.count,
+            "tokens": sum(len(r) for r in self.rows["input_ids"]),
+            "sentences_per_s": statistics.median(rates),
+            "min": min(rates),
+            "max": max(rates),
+            "passes_s": self.times,
+        }
 
 
 def speeds(dirs: dict, sentences: list[str], batch_size: int, repeats: int) -> dict:
     """Sentences/s of every model and variant: one warm-up pass each, then `repeats` rounds in which each runs
     one timed pass in turn, so that what else the machine does falls on all of them alike; the median per variant."""
-    runners = {(model, key): Embedder(path, key.split("-")[0], sentences, batch_size)
-               for model, variants in dirs.items() for key, path in variants.items()}
+    runners = {
+        (model, key): Embedder(path, key.split("-")[0], sentences, batch_size)
+        for model, variants in dirs.items()
+        for key, path in variants.items()
+    }
     for runner in runners.values():
         runner.one_pass()
     for round_ in range(repeats):
         for (model, key), runner in runners.items():
             runner.times.append(runner.one_pass())
-        log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{m} {k} {r.count / r.times[-1]:,.0f}/s"
-                                                         for (m, k), r in runners.items()))
+        log(
+            f"round {round_ + 1}/{repeats}: "
+            + ", ".join(f"{m} {k} {r.count / r.times[-1]:,.0f}/s" for (m, k), r in runners.items())
+        )
     result: dict = {}
     for (model, key), runner in runners.items():
         result.setdefault(model, {})[key] = runner.record()
@@ -146,33 +171,83 @@ def tatoeba(model_dir: Path, backend: str, data: Path, langs: list[str], batch_s
     import mlminilm
     from mlminilm.config import EvalTatoebaConfig
 
-    command = (f"mlminilm eval-tatoeba --model {model_dir} --data {data} --langs {','.join(langs)} --backend "
-               f"{backend} --layer -1 --pooling mean --prefix \"{PREFIX}\" --precision fp32 --batch-size "
-               f"{batch_size} --out {out} --overwrite")
+    command = (
+        f"mlminilm eval-tatoeba --model {model_dir} --data {data} --langs {','.join(langs)} --backend "
+        f'{backend} --layer -1 --pooling mean --prefix "{PREFIX}" --precision fp32 --batch-size '
+        f"{batch_size} --out {out} --overwrite"
+    )
     log(command)
     t0 = time.perf_counter()
-    doc = mlminilm.eval_tatoeba(EvalTatoebaConfig(
-        model=str(model_dir), data=str(data), langs=tuple(langs), backend=backend, layer=-1, pooling="mean",
-        prefix=PREFIX, precision="fp32", batch_size=batch_size, out=out, overwrite=True, quiet=True))
-    return {"command": command, "wall_s": time.perf_counter() - t0,
-            "languages": {k: {d: v[d] for d in (*DIRECTIONS, "mean", "examples")} for k, v in doc["languages"].items()},
-            "average": {d: doc["average"][d] for d in (*DIRECTIONS, "mean")},
-            "eval_sentences_per_s": doc["throughput"]["sentences_per_s"]}
+    doc = mlminilm.eval_tatoeba(
+        EvalTatoebaConfig(
+            model=str(model_dir),
+            data=str(data),
+            langs=tuple(langs),
+            backend=backend,
+            layer=-1,
+            pooling="mean",
+            prefix=PREFIX,
+            precision="fp32",
+            batch_size=batch_size,
+            out=out,
+            overwrite=True,
+            quiet=True,
+        )
+    )
+    return {
+        "command": command,
+        "wall_s": time.perf_counter() - t0,
+        "languages": {k: {d: v[d] for d in (*DIRECTIONS, "mean", "examples")} for k, v in doc["languages"].items()},
+        "average": {d: doc["average"][d] for d in (*DIRECTIONS, "mean")},
+        "eval_sentences_per_s": doc["throughput"]["sentences_per_s"],
+    }
 
 
 # ------------------------------------------------------------------------------------------------ smoke
 
 
 SMOKE_TEXT = {
-    "deu": ["Der Hund läuft durch den Park.", "Wir lesen ein Buch.", "Das Haus ist groß.", "Sie schreibt einen Brief.",
-            "Die Katze schläft.", "Ich trinke Wasser.", "Er fährt nach Hause.", "Das Wetter ist schön."],
-    "fra": ["Le chien court dans le parc.", "Nous lisons un livre.", "La maison est grande.", "Elle écrit une lettre.",
-            "Le chat dort.", "Je bois de l'eau.", "Il rentre à la maison.", "Il fait beau."],
-    "rus": ["Собака бежит по парку.", "Мы читаем книгу.", "Дом большой.", "Она пишет письмо.", "Кошка спит.",
-            "Я пью воду.", "Он едет домой.", "Погода хорошая."],
+    "deu": [
+        "Der Hund läuft durch den Park.",
+        "Wir lesen ein Buch.",
+        "Das Haus ist groß.",
+        "Sie schreibt einen Brief.",
+        "Die Katze schläft.",
+        "Ich trinke Wasser.",
+        "Er fährt nach Hause.",
+        "Das Wetter ist schön.",
+    ],
+    "fra": [
+        "Le chien court dans le parc.",
+        "Nous lisons un livre.",
+        "La maison est grande.",
+        "Elle écrit une lettre.",
+        "Le chat dort.",
+        "Je bois de l'eau.",
+        "Il rentre à la maison.",
+        "Il fait beau.",
+    ],
+    "rus": [
+        "Собака бежит по парку.",
+        "Мы читаем книгу.",
+        "Дом большой.",
+        "Она пишет письмо.",
+        "Кошка спит.",
+        "Я пью воду.",
+        "Он едет домой.",
+        "Погода хорошая.",
+    ],
 }
-SMOKE_EN = ["The dog runs through the park.", "We read a book.", "The house is big.", "She writes a letter.",
-            "The cat sleeps.", "I drink water.", "He drives home.", "The weather is nice."]
+SMOKE_EN = [
+    "The dog runs through the park.",
+    "We read a book.",
+    "The house is big.",
+    "She writes a letter.",
+    "The cat sleeps.",
+    "I drink water.",
+    "He drives home.",
+    "The weather is nice.",
+]
 
 
 def smoke_models(work: Path) -> tuple[Path, Path, Path, list[str]]:
@@ -188,26 +263,38 @@ def smoke_models(work: Path) -> tuple[Path, Path, Path, list[str]]:
         (data / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (data / f"tatoeba.{iso}-eng.eng").write_text("\n".join(SMOKE_EN) + "\n", encoding="utf-8")
     trainer = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
-    trainer.train_from_iterator([PREFIX + s for lines in (*SMOKE_TEXT.values(), SMOKE_EN) for s in lines] * 4,
-                                vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                                show_progress=False)
+    trainer.train_from_iterator(
+        [PREFIX + s for lines in (*SMOKE_TEXT.values(), SMOKE_EN) for s in lines] * 4,
+        vocab_size=300,
+        special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        show_progress=False,
+    )
     tokenizer = BertTokenizer(vocab=trainer.get_vocab(), do_lower_case=False, strip_accents=False)
     made = []
     for name, layers in (("teacher", 4), ("student", 2)):
         torch.manual_seed(layers)
-        config = BertConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                            intermediate_size=128, max_position_embeddings=128)
+        config = BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=128,
+        )
         folder = work / name
         AutoModel.from_config(config).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         made.append(folder)
     student = made[1]
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (student / "modules.json").write_text(json.dumps(modules))
     (student / "1_Pooling").mkdir(exist_ok=True)
-    (student / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 64,
-                                                                     "pooling_mode": "mean"}))
+    (student / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, "pooling_mode": "mean"})
+    )
     return made[0], made[1], data, ["de", "fr", "ru"]
 
 
@@ -224,34 +311,50 @@ def ratios(results: dict) -> dict:
         got = tat["student"]["onnx-int8"]["languages"][lang]
         drops[lang] = {d: ref[d] - got[d] for d in DIRECTIONS}
     for model in ("teacher", "student"):
-        parity[model] = max(abs(tat[model]["torch-fp32"]["languages"][lang][d] - v[d])
-                            for lang, v in tat[model]["onnx-fp32"]["languages"].items() for d in DIRECTIONS)
+        parity[model] = max(
+            abs(tat[model]["torch-fp32"]["languages"][lang][d] - v[d])
+            for lang, v in tat[model]["onnx-fp32"]["languages"].items()
+            for d in DIRECTIONS
+        )
     worst = max(((lang, d, v) for lang, dv in drops.items() for d, v in dv.items()), key=lambda t: t[2])
     return {
-        "int8_student_over_torch_teacher": student_int8 / teacher_torch, "speed_goal": 4.0,
+        "int8_student_over_torch_teacher": student_int8 / teacher_torch,
+        "speed_goal": 4.0,
         "int8_student_over_torch_student": student_int8 / speed["student"]["torch-fp32"]["sentences_per_s"],
         "onnx_fp32_student_over_torch_teacher": speed["student"]["onnx-fp32"]["sentences_per_s"] / teacher_torch,
-        "int8_student_drop": drops, "max_drop": {"language": worst[0], "direction": worst[1], "points": worst[2]},
-        "drop_goal": 1.0, "onnx_fp32_max_abs_difference_from_torch": parity,
+        "int8_student_drop": drops,
+        "max_drop": {"language": worst[0], "direction": worst[1], "points": worst[2]},
+        "drop_goal": 1.0,
+        "onnx_fp32_max_abs_difference_from_torch": parity,
     }
 
 
 def markdown(results: dict) -> str:
     speed, tat, r = results["speed"], results["tatoeba"], results["ratios"]
     base = speed["teacher"]["torch-fp32"]["sentences_per_s"]
-    lines = [f"Speed: {results['settings']['speed_sentences']} sentences, batch {results['settings']['batch_size']}, "
-             f"{results['settings']['threads']} threads ({results['machine']}); median of "
-             f"{results['settings']['repeats']} passes", "",
-             "| model | variant | size (MB) | sentences/s | min-max | vs PyTorch fp32 teacher |", "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"Speed: {results['settings']['speed_sentences']} sentences, batch {results['settings']['batch_size']}, "
+        f"{results['settings']['threads']} threads ({results['machine']}); median of "
+        f"{results['settings']['repeats']} passes",
+        "",
+        "| model | variant | size (MB) | sentences/s | min-max | vs PyTorch fp32 teacher |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for model in ("teacher", "student"):
         for key, s in speed[model].items():
             size = results["sizes_mb"][model][key]
-            lines.append(f"| {model} | {key} | {size:,.1f} | {s['sentences_per_s']:,.1f} | {s['min']:,.0f}-{s['max']:,.0f} "
-                         f"| {s['sentences_per_s'] / base:.2f}x |")
+            lines.append(
+                f"| {model} | {key} | {size:,.1f} | {s['sentences_per_s']:,.1f} | {s['min']:,.0f}-{s['max']:,.0f} "
+                f"| {s['sentences_per_s'] / base:.2f}x |"
+            )
     keys = [(m, k) for m in ("teacher", "student") for k in tat[m]]
-    lines += ["", "Tatoeba accuracy (%), xx->en / en->xx, `--layer -1 --pooling mean --prefix \"query: \"`:", "",
-              "| lang | " + " | ".join(f"{m} {k}" for m, k in keys) + " | int8 student drop |",
-              "|---|" + "---:|" * (len(keys) + 1)]
+    lines += [
+        "",
+        'Tatoeba accuracy (%), xx->en / en->xx, `--layer -1 --pooling mean --prefix "query: "`:',
+        "",
+        "| lang | " + " | ".join(f"{m} {k}" for m, k in keys) + " | int8 student drop |",
+        "|---|" + "---:|" * (len(keys) + 1),
+    ]
     langs = list(tat["student"]["torch-fp32"]["languages"])
     for lang in [*langs, "average"]:
         cells = []
@@ -259,20 +362,24 @@ def markdown(results: dict) -> str:
             v = tat[m][k]["average"] if lang == "average" else tat[m][k]["languages"][lang]
             cells.append(f"{v['xx_to_en']:.1f} / {v['en_to_xx']:.1f}")
         if lang == "average":
-            drop = " / ".join(f"{tat['student']['torch-fp32']['average'][d] - tat['student']['onnx-int8']['average'][d]:+.1f}"
-                              for d in DIRECTIONS)
+            drop = " / ".join(
+                f"{tat['student']['torch-fp32']['average'][d] - tat['student']['onnx-int8']['average'][d]:+.1f}"
+                for d in DIRECTIONS
+            )
         else:
             drop = " / ".join(f"{r['int8_student_drop'][lang][d]:+.1f}" for d in DIRECTIONS)
         lines.append(f"| {lang} | " + " | ".join(cells) + f" | {drop} |")
     worst = r["max_drop"]
-    lines += ["",
-              f"- int8 student / PyTorch fp32 teacher: **{r['int8_student_over_torch_teacher']:.2f}x** sentences/s "
-              f"(goal >= {r['speed_goal']:.0f}x); int8 student / PyTorch fp32 student: "
-              f"{r['int8_student_over_torch_student']:.2f}x",
-              f"- largest per-language drop, int8 student vs PyTorch fp32 student: **{worst['points']:+.2f} points** "
-              f"({worst['language']}, {worst['direction']}; goal <= {r['drop_goal']:.0f} point)",
-              "- ONNX fp32 vs PyTorch fp32, largest per-language difference: "
-              + ", ".join(f"{m} {v:.2f} points" for m, v in r["onnx_fp32_max_abs_difference_from_torch"].items())]
+    lines += [
+        "",
+        f"- int8 student / PyTorch fp32 teacher: **{r['int8_student_over_torch_teacher']:.2f}x** sentences/s "
+        f"(goal >= {r['speed_goal']:.0f}x); int8 student / PyTorch fp32 student: "
+        f"{r['int8_student_over_torch_student']:.2f}x",
+        f"- largest per-language drop, int8 student vs PyTorch fp32 student: **{worst['points']:+.2f} points** "
+        f"({worst['language']}, {worst['direction']}; goal <= {r['drop_goal']:.0f} point)",
+        "- ONNX fp32 vs PyTorch fp32, largest per-language difference: "
+        + ", ".join(f"{m} {v:.2f} points" for m, v in r["onnx_fp32_max_abs_difference_from_torch"].items()),
+    ]
     return "\n".join(lines)
 
 
@@ -286,8 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--work", type=Path, default=None,
-                        help="exports and reports, kept and reused (default: a temporary folder, removed after)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="exports and reports, kept and reused (default: a temporary folder, removed after)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON results (default: WORK/onnx_speed.json)")
     parser.add_argument("--skip-tatoeba", action="store_true", help="speed only")
     parser.add_argument("--smoke", action="store_true", help="tiny models built here, 3 languages of 8 lines")
@@ -331,17 +442,31 @@ def main(argv: list[str] | None = None) -> int:
                 tat[model] = {}
                 for backend, dtype in VARIANTS:
                     key = f"{backend}-{dtype}"
-                    tat[model][key] = tatoeba(dirs[model][key], backend, data, langs, args.batch_size,
-                                              work / "reports" / f"{model}-{key}")
+                    tat[model][key] = tatoeba(
+                        dirs[model][key], backend, data, langs, args.batch_size, work / "reports" / f"{model}-{key}"
+                    )
                     log(f"{model} {key}: average xx->en {tat[model][key]['average']['xx_to_en']:.2f}")
         results = {
-            "benchmark": "onnx_speed", "machine": f"{platform.processor() or platform.machine()}, "
-                                                  f"{os.cpu_count()} cores", "smoke": args.smoke,
-            "models": {m: {"given": (teacher, student)[i], "directory": str(sources[m])} for i, m in enumerate(sources)},
-            "settings": {"speed_sentences": len(sentences), "per_lang": args.per_lang, "langs": langs,
-                         "batch_size": args.batch_size, "repeats": args.repeats, "threads": args.threads,
-                         "data": str(data), "prefix": PREFIX},
-            "exports": exports, "sizes_mb": sizes, "speed": speed, "tatoeba": tat,
+            "benchmark": "onnx_speed",
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "smoke": args.smoke,
+            "models": {
+                m: {"given": (teacher, student)[i], "directory": str(sources[m])} for i, m in enumerate(sources)
+            },
+            "settings": {
+                "speed_sentences": len(sentences),
+                "per_lang": args.per_lang,
+                "langs": langs,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "threads": args.threads,
+                "data": str(data),
+                "prefix": PREFIX,
+            },
+            "exports": exports,
+            "sizes_mb": sizes,
+            "speed": speed,
+            "tatoeba": tat,
             "versions": exports["student"]["onnx-fp32"]["versions"],
         }
         if tat:

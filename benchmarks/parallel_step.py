@@ -36,7 +36,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-
     from running_text import write_parallel
 
     from mlminilm.config import DistillConfig
@@ -45,8 +44,13 @@ def main(argv=None) -> int:
     from mlminilm.distillation import targets
     from mlminilm.distillation.objective import StudentQKV, distill_terms, weighted_loss
     from mlminilm.models.loading import load_config, load_teacher, load_tokenizer, resolve_model
-    from mlminilm.models.student import (build_student, freeze_bottom_layers, freeze_word_embeddings,
-                                         init_from_teacher, student_config)
+    from mlminilm.models.student import (
+        build_student,
+        freeze_bottom_layers,
+        freeze_word_embeddings,
+        init_from_teacher,
+        student_config,
+    )
     from mlminilm.training.optim import make_optimizer
 
     if args.threads:
@@ -55,22 +59,48 @@ def main(argv=None) -> int:
     t_cfg = load_config(teacher_dir)
     work = Path(tempfile.mkdtemp(prefix="parallel-step-"))
     write_parallel(work / "pairs")
-    cfg = DistillConfig(teacher=teacher_dir, data=work, out=work / "out", layers=6, hidden=t_cfg.hidden_size,
-                        heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
-                        parallel=work / "pairs", relation_loss_weight=0.0, hidden_loss_weight=0.0,
-                        embedding_loss_weight=0.0, freeze_embeddings=True, lr=1e-4, warmup=0.0, precision="fp32")
+    cfg = DistillConfig(
+        teacher=teacher_dir,
+        data=work,
+        out=work / "out",
+        layers=6,
+        hidden=t_cfg.hidden_size,
+        heads=t_cfg.num_attention_heads,
+        intermediate=t_cfg.intermediate_size,
+        init="teacher",
+        parallel=work / "pairs",
+        relation_loss_weight=0.0,
+        hidden_loss_weight=0.0,
+        embedding_loss_weight=0.0,
+        freeze_embeddings=True,
+        lr=1e-4,
+        warmup=0.0,
+        precision="fp32",
+    )
     head = embedding_head(cfg) or MEAN_POOLING
     tokenizer = load_tokenizer(teacher_dir)
     teacher, _ = load_teacher(teacher_dir, -1, torch.float32, torch.device("cpu"))
     sampler = ParallelSampler(read_parallel(cfg.parallel), tokenizer, prefix="query: ", max_length=128, seed=0)
     total = 1 + 2 * (args.steps + 1)
-    store = targets.TargetStore(work / "cache", targets.fingerprint(targets.module_digest(teacher), head.modes,
-                                                                      head.normalize, "query: ", 128))
+    store = targets.TargetStore(
+        work / "cache", targets.fingerprint(targets.module_digest(teacher), head.modes, head.normalize, "query: ", 128)
+    )
     t0 = time.perf_counter()
     drawn = sampler.drawn_sources(0, 3 * total, args.batch, 1, 1)
-    filled = targets.fill(store, drawn, lambda texts: targets.embed_sources(
-        teacher, tokenizer, texts, prefix="query: ", max_length=128, modes=head.modes, normalize=head.normalize,
-        device="cpu"))
+    filled = targets.fill(
+        store,
+        drawn,
+        lambda texts: targets.embed_sources(
+            teacher,
+            tokenizer,
+            texts,
+            prefix="query: ",
+            max_length=128,
+            modes=head.modes,
+            normalize=head.normalize,
+            device="cpu",
+        ),
+    )
     fill_s = time.perf_counter() - t0
     table = store.table()
 
@@ -83,8 +113,11 @@ def main(argv=None) -> int:
         optimizer = make_optimizer(student, replace(cfg, freeze_layers=frozen), torch.device("cpu"))
         return {"name": name, "cached": cached, "forward": forward, "optimizer": optimizer, "times": []}
 
-    variants = [variant("teacher forward in every step", False, 0), variant("cached targets", True, 0),
-                variant("cached targets + --freeze-layers 4", True, 4)]
+    variants = [
+        variant("teacher forward in every step", False, 0),
+        variant("cached targets", True, 0),
+        variant("cached targets + --freeze-layers 4", True, 4),
+    ]
     step = 0
     for round_ in range(args.steps + 1):  # round 0 warms up
         for v in variants:
@@ -101,10 +134,21 @@ def main(argv=None) -> int:
             if round_:
                 v["times"].append(time.perf_counter() - start)
     base = statistics.median(variants[0]["times"])
-    doc = {"teacher": args.teacher, "batch_pairs": args.batch, "threads": torch.get_num_threads(),
-           "timed_steps": args.steps, "cache_fill": {"sentences": filled, "seconds": round(fill_s, 1)},
-           "variants": [{"name": v["name"], "median_s": round(statistics.median(v["times"]), 3),
-                         "speedup": round(base / statistics.median(v["times"]), 2)} for v in variants]}
+    doc = {
+        "teacher": args.teacher,
+        "batch_pairs": args.batch,
+        "threads": torch.get_num_threads(),
+        "timed_steps": args.steps,
+        "cache_fill": {"sentences": filled, "seconds": round(fill_s, 1)},
+        "variants": [
+            {
+                "name": v["name"],
+                "median_s": round(statistics.median(v["times"]), 3),
+                "speedup": round(base / statistics.median(v["times"]), 2),
+            }
+            for v in variants
+        ],
+    }
     print(json.dumps(doc, indent=2))
     return 0
 

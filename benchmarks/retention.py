@@ -109,9 +109,19 @@ def recipe_options() -> dict:
     return {k.replace("-", "_"): v for k, v in tomllib.loads(RECIPE.read_text(encoding="utf-8")).items()}
 
 
-def students(steps: int, parallel_steps: int, parallel_batch: int, parallel_lr: float, v2: bool = True,
-             combined: bool = True, pure_v1: bool = True, every: bool = True, v1_terms: bool = True,
-             parallel_only: bool = True, recipe_steps: int | None = None) -> tuple[Student, ...]:
+def students(
+    steps: int,
+    parallel_steps: int,
+    parallel_batch: int,
+    parallel_lr: float,
+    v2: bool = True,
+    combined: bool = True,
+    pure_v1: bool = True,
+    every: bool = True,
+    v1_terms: bool = True,
+    parallel_only: bool = True,
+    recipe_steps: int | None = None,
+) -> tuple[Student, ...]:
     """The rows; `recipe_steps` None: the recipe's own."""
     terms = dict(hidden_loss_weight=1.0, embedding_loss_weight=1.0)
     start = "first-last"
@@ -124,16 +134,43 @@ def students(steps: int, parallel_steps: int, parallel_batch: int, parallel_lr: 
     if v1_terms:
         rows.append(Student("v1 + output terms", start, steps, **terms))
     if v2:
-        rows += [Student("v2", start, steps, objective="minilm-v2"),
-                 Student("v2 + output terms", start, steps, objective="minilm-v2", **terms)]
+        rows += [
+            Student("v2", start, steps, objective="minilm-v2"),
+            Student("v2 + output terms", start, steps, objective="minilm-v2", **terms),
+        ]
     if parallel_only:
-        rows.append(Student(PARALLEL, start, parallel_steps, relation_loss_weight=0.0, parallel=True,
-                            batch=parallel_batch, lr=parallel_lr))
+        rows.append(
+            Student(
+                PARALLEL,
+                start,
+                parallel_steps,
+                relation_loss_weight=0.0,
+                parallel=True,
+                batch=parallel_batch,
+                lr=parallel_lr,
+            )
+        )
     if combined:
-        rows.append(Student("v1 + output terms + parallel", start, parallel_steps, parallel=True,
-                            batch=parallel_batch, lr=parallel_lr, **terms))
-    rows.append(Student(RECIPE_ROW, recipe_options().get("init_layers", start),
-                        recipe_steps or recipe_options()["max_steps"], parallel=True, recipe=True))
+        rows.append(
+            Student(
+                "v1 + output terms + parallel",
+                start,
+                parallel_steps,
+                parallel=True,
+                batch=parallel_batch,
+                lr=parallel_lr,
+                **terms,
+            )
+        )
+    rows.append(
+        Student(
+            RECIPE_ROW,
+            recipe_options().get("init_layers", start),
+            recipe_steps or recipe_options()["max_steps"],
+            parallel=True,
+            recipe=True,
+        )
+    )
     return tuple(rows)
 
 
@@ -144,20 +181,68 @@ def students(steps: int, parallel_steps: int, parallel_batch: int, parallel_lr: 
 # at 150 steps (at git ee8f635: 79.4, superseded by the recipe; docs/BENCHMARKS.md section 16 has its levers), the
 # frozen probe of the first-last start and of the trimmed models (their Tatoeba rows stay), tatoeba-more for all
 # but the teacher, the cut teacher and the recipe, and fine-tunes one epoch; --scale has every row.
-CPU = Budget("cpu", "fp32", steps=100, batch=16, lr=2e-4, max_lines=None, probe_every=250,
-             probe_langs=("de", "zh", "sw", "ar"), probe_pairs=300, xnli_every=5, train_every=1,
-             finetuned=(TEACHER, BASELINE, RECIPE_ROW), ft_epochs=1, ft_lr=1e-4, ft_batch=32,
-             ft_freeze_embeddings=True, tatoeba_pairs=None, speed_repeats=3, best=RECIPE_ROW,
-             students=students(100, 150, 32, 1e-4, v2=False, combined=False, pure_v1=False, every=False,
-                               v1_terms=False, parallel_only=False),
-             no_probe=("first-last untrained", f"{TEACHER} trimmed", f"{RECIPE_ROW} trimmed"),
-             more=(TEACHER, BASELINE, RECIPE_ROW))
-SCALE = replace(CPU, name="scale", precision="auto", steps=20_000, batch=64, lr=5e-4, probe_every=1000,
-                probe_langs=(), probe_pairs=None, xnli_every=1, finetuned=("*",), ft_epochs=5, ft_lr=2e-5,
-                ft_freeze_embeddings=False, students=students(20_000, 20_000, 64, 1e-4), no_probe=(), more=("*",))
-SMOKE = replace(CPU, name="smoke", precision="auto", steps=2, batch=4, max_lines=60, probe_every=1,
-                probe_pairs=10, xnli_every=83, train_every=30, ft_epochs=0.05, tatoeba_pairs=20, speed_repeats=1,
-                students=students(2, 2, 4, 1e-4, recipe_steps=2), more=("*",))
+CPU = Budget(
+    "cpu",
+    "fp32",
+    steps=100,
+    batch=16,
+    lr=2e-4,
+    max_lines=None,
+    probe_every=250,
+    probe_langs=("de", "zh", "sw", "ar"),
+    probe_pairs=300,
+    xnli_every=5,
+    train_every=1,
+    finetuned=(TEACHER, BASELINE, RECIPE_ROW),
+    ft_epochs=1,
+    ft_lr=1e-4,
+    ft_batch=32,
+    ft_freeze_embeddings=True,
+    tatoeba_pairs=None,
+    speed_repeats=3,
+    best=RECIPE_ROW,
+    students=students(
+        100, 150, 32, 1e-4, v2=False, combined=False, pure_v1=False, every=False, v1_terms=False, parallel_only=False
+    ),
+    no_probe=("first-last untrained", f"{TEACHER} trimmed", f"{RECIPE_ROW} trimmed"),
+    more=(TEACHER, BASELINE, RECIPE_ROW),
+)
+SCALE = replace(
+    CPU,
+    name="scale",
+    precision="auto",
+    steps=20_000,
+    batch=64,
+    lr=5e-4,
+    probe_every=1000,
+    probe_langs=(),
+    probe_pairs=None,
+    xnli_every=1,
+    finetuned=("*",),
+    ft_epochs=5,
+    ft_lr=2e-5,
+    ft_freeze_embeddings=False,
+    students=students(20_000, 20_000, 64, 1e-4),
+    no_probe=(),
+    more=("*",),
+)
+SMOKE = replace(
+    CPU,
+    name="smoke",
+    precision="auto",
+    steps=2,
+    batch=4,
+    max_lines=60,
+    probe_every=1,
+    probe_pairs=10,
+    xnli_every=83,
+    train_every=30,
+    ft_epochs=0.05,
+    tatoeba_pairs=20,
+    speed_repeats=1,
+    students=students(2, 2, 4, 1e-4, recipe_steps=2),
+    more=("*",),
+)
 
 
 def log(msg: str) -> None:
@@ -220,11 +305,13 @@ def xnli_data(work: Path, every: int, train_every: int = 1) -> XnliData:
     dev_dir = work / "xnli-dev"
     dev_dir.mkdir(parents=True, exist_ok=True)
     for lang, rows in dev.items():
-        (dev_dir / f"dev-{lang}.tsv").write_text("".join(f"{p}\t{h}\t{LABELS[y]}\n" for p, h, y in rows),
-                                                 encoding="utf-8")
+        (dev_dir / f"dev-{lang}.tsv").write_text(
+            "".join(f"{p}\t{h}\t{LABELS[y]}\n" for p, h, y in rows), encoding="utf-8"
+        )
     for name, idx in (("train", train_idx), ("selection", sel_idx)):
         (work / f"nli-{name}-en.tsv").write_text(
-            "".join(f"{test_en[i][0]}\t{test_en[i][1]}\t{LABELS[test_en[i][2]]}\n" for i in idx), encoding="utf-8")
+            "".join(f"{test_en[i][0]}\t{test_en[i][1]}\t{LABELS[test_en[i][2]]}\n" for i in idx), encoding="utf-8"
+        )
     return XnliData([test_en[i] for i in train_idx], [test_en[i] for i in sel_idx], dev, merged[kept], dev_dir)
 
 
@@ -246,8 +333,16 @@ class Embedder:
         from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
 
         st = read_sentence_transformers(model_dir)
-        spec = resolve_spec(model_dir, load_config(model_dir), st, layer=None, pooling="auto", prefix=None,
-                            max_length=None, default_max_length=TATOEBA_MAX_LENGTH)
+        spec = resolve_spec(
+            model_dir,
+            load_config(model_dir),
+            st,
+            layer=None,
+            pooling="auto",
+            prefix=None,
+            max_length=None,
+            default_max_length=TATOEBA_MAX_LENGTH,
+        )
         self.tokenizer = load_tokenizer(spec.weights)
         self.spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(self.tokenizer, spec, st))
         self.rt = training.setup_runtime("cpu", precision)
@@ -295,9 +390,14 @@ def size(model_dir: str) -> dict:
     total = sum(p.numel() for p in model.parameters())
     emb = model.get_input_embeddings().weight.numel()
     disk = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
-    return {"parameters": total, "embedding": emb, "rest": total - emb, "disk_bytes": disk,
-            "shape": f"{model.config.num_hidden_layers}x{model.config.hidden_size}",
-            "vocab": model.config.vocab_size}
+    return {
+        "parameters": total,
+        "embedding": emb,
+        "rest": total - emb,
+        "disk_bytes": disk,
+        "shape": f"{model.config.num_hidden_layers}x{model.config.hidden_size}",
+        "vocab": model.config.vocab_size,
+    }
 
 
 def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
@@ -313,8 +413,12 @@ def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
     for lang, rows in data.dev.items():
         X = pair_features(*pair_vectors(embedder, rows))
         correct[lang] = chosen.probe.correct(X, np.array([r[2] for r in rows])).tolist()
-    return {"l2": chosen.l2, "selection_accuracy": 100 * chosen.accuracy,
-            "selection_by_l2": {str(k): 100 * v for k, v in chosen.accuracies.items()}, "correct": correct}
+    return {
+        "l2": chosen.l2,
+        "selection_accuracy": 100 * chosen.accuracy,
+        "selection_by_l2": {str(k): 100 * v for k, v in chosen.accuracies.items()},
+        "correct": correct,
+    }
 
 
 def finetuned_xnli(work: Path, name: str, model_dir: str, data: XnliData, b: Budget) -> dict:
@@ -323,14 +427,36 @@ def finetuned_xnli(work: Path, name: str, model_dir: str, data: XnliData, b: Bud
     from mlminilm.evaluation import xnli
 
     slug = name.replace(" ", "-").replace("+", "plus")
-    tuned = finetune.run(FinetuneConfig(
-        model=model_dir, task="xnli", train=str(work / "nli-train-en.tsv"), dev=str(work / "nli-selection-en.tsv"),
-        out=work / f"ft-{slug}", epochs=b.ft_epochs, batch_size=b.ft_batch, lr=b.ft_lr, warmup=0.1,
-        freeze_embeddings=b.ft_freeze_embeddings, group_by_length=True, overwrite=True, precision=b.precision,
-        quiet=True)).to_dict()
+    tuned = finetune.run(
+        FinetuneConfig(
+            model=model_dir,
+            task="xnli",
+            train=str(work / "nli-train-en.tsv"),
+            dev=str(work / "nli-selection-en.tsv"),
+            out=work / f"ft-{slug}",
+            epochs=b.ft_epochs,
+            batch_size=b.ft_batch,
+            lr=b.ft_lr,
+            warmup=0.1,
+            freeze_embeddings=b.ft_freeze_embeddings,
+            group_by_length=True,
+            overwrite=True,
+            precision=b.precision,
+            quiet=True,
+        )
+    ).to_dict()
     report = work / f"report-xnli-{slug}"
-    evaluated = xnli.run(EvalXnliConfig(model=str(work / f"ft-{slug}"), data=str(data.dev_dir), split="dev",
-                                        langs=XNLI_LANGS, out=report, overwrite=True, precision=b.precision))
+    evaluated = xnli.run(
+        EvalXnliConfig(
+            model=str(work / f"ft-{slug}"),
+            data=str(data.dev_dir),
+            split="dev",
+            langs=XNLI_LANGS,
+            out=report,
+            overwrite=True,
+            precision=b.precision,
+        )
+    )
     correct = {}
     for lang, rows in data.dev.items():
         predicted = (report / "predictions" / f"dev-{lang}.tsv").read_text(encoding="utf-8").split()
@@ -343,8 +469,16 @@ def tatoeba_report(work: Path, name: str, model_dir: str, b: Budget, folder: Pat
     from mlminilm.evaluation import tatoeba
 
     slug = name.replace(" ", "-").replace("+", "plus")
-    return tatoeba.run(EvalTatoebaConfig(model=model_dir, data=str(folder), batch_size=64, precision=b.precision,
-                                         out=work / f"report-tatoeba-{slug}", overwrite=True))
+    return tatoeba.run(
+        EvalTatoebaConfig(
+            model=model_dir,
+            data=str(folder),
+            batch_size=64,
+            precision=b.precision,
+            out=work / f"report-tatoeba-{slug}",
+            overwrite=True,
+        )
+    )
 
 
 # Tatoeba's test sets for 30 languages that are not XNLI languages: none is in the parallel text.
@@ -357,8 +491,9 @@ def tatoeba_folder(work: Path, pairs: int | None, name: str = "tatoeba") -> Path
     out = work / f"{name}-sample"
     out.mkdir(parents=True, exist_ok=True)
     for path in (SHARED / name).glob("tatoeba.*"):
-        (out / path.name).write_text("\n".join(path.read_text(encoding="utf-8").splitlines()[:pairs]) + "\n",
-                                     encoding="utf-8")
+        (out / path.name).write_text(
+            "\n".join(path.read_text(encoding="utf-8").splitlines()[:pairs]) + "\n", encoding="utf-8"
+        )
     return out
 
 
@@ -366,13 +501,13 @@ def tatoeba_folder(work: Path, pairs: int | None, name: str = "tatoeba") -> Path
 
 
 def run(b: Budget, work: Path, teacher: str) -> dict:
+    from retention_report import _git
+
     from mlminilm import distill
     from mlminilm.config import DistillConfig, PrepareConfig, TrimConfig
     from mlminilm.corpus import prepare
     from mlminilm.models.loading import load_config, resolve_model
     from mlminilm.vocab import trim
-
-    from retention_report import _git
 
     git = _git()  # the revision that measures (the report may be rendered later, by --render)
     work.mkdir(parents=True, exist_ok=True)
@@ -386,8 +521,13 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     corpus = work / "corpus"
     stage(work, "corpus", lambda: {"lines": write_corpus(corpus, b.max_lines)})
     data = work / "data"
-    stage(work, "prepare", lambda: prepare.run(PrepareConfig(
-        teacher=teacher_dir, inputs=(str(corpus),), out=data, overwrite=True)).to_dict())
+    stage(
+        work,
+        "prepare",
+        lambda: prepare.run(
+            PrepareConfig(teacher=teacher_dir, inputs=(str(corpus),), out=data, overwrite=True)
+        ).to_dict(),
+    )
 
     models: dict[str, str] = {TEACHER: teacher_dir}
     curves: dict[str, list] = {}
@@ -400,15 +540,35 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
         slug = s.name.replace(" ", "-").replace("+", "plus")
         recipe = {k: v for k, v in recipe_options().items() if k != "teacher"} if s.recipe else {}
         cfg = DistillConfig(
-            teacher=teacher_dir, data=data, out=work / slug, layers=6, hidden=t_cfg.hidden_size,
-            heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
-            init_layers=s.init_layers, objective=s.objective, max_steps=s.steps, batch_size=s.batch or b.batch,
-            lr=s.lr or b.lr, warmup=0.1, freeze_embeddings=True, hidden_loss_weight=s.hidden_loss_weight,
-            embedding_loss_weight=s.embedding_loss_weight, relation_loss_weight=s.relation_loss_weight,
-            parallel=parallel if s.parallel else None, save_every=max(s.steps, 1), log_every=10,
-            overwrite=True, precision=b.precision, quiet=True,
-            probe_tatoeba=tato if s.steps else None, probe_langs=b.probe_langs if s.steps else (),
-            probe_pairs=b.probe_pairs, probe_every=b.probe_every)
+            teacher=teacher_dir,
+            data=data,
+            out=work / slug,
+            layers=6,
+            hidden=t_cfg.hidden_size,
+            heads=t_cfg.num_attention_heads,
+            intermediate=t_cfg.intermediate_size,
+            init="teacher",
+            init_layers=s.init_layers,
+            objective=s.objective,
+            max_steps=s.steps,
+            batch_size=s.batch or b.batch,
+            lr=s.lr or b.lr,
+            warmup=0.1,
+            freeze_embeddings=True,
+            hidden_loss_weight=s.hidden_loss_weight,
+            embedding_loss_weight=s.embedding_loss_weight,
+            relation_loss_weight=s.relation_loss_weight,
+            parallel=parallel if s.parallel else None,
+            save_every=max(s.steps, 1),
+            log_every=10,
+            overwrite=True,
+            precision=b.precision,
+            quiet=True,
+            probe_tatoeba=tato if s.steps else None,
+            probe_langs=b.probe_langs if s.steps else (),
+            probe_pairs=b.probe_pairs,
+            probe_every=b.probe_every,
+        )
         if recipe:  # the recipe's options; the benchmark's paths, steps, precision and probe
             recipe.update(max_steps=s.steps, save_every=max(s.steps, 1), precision=b.precision)
             cfg = replace(cfg, **recipe, target_cache=work / "teacher-targets")
@@ -416,13 +576,18 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
         models[s.name] = result["student"]
         metrics = work / slug / "metrics.jsonl"
         if s.steps and metrics.exists():
-            curves[s.name] = [{k: r[k] for k in ("step", "train_s", "probe_tatoeba_xx_to_en")}
-                              for r in map(json.loads, metrics.read_text(encoding="utf-8").splitlines())
-                              if "probe_tatoeba_xx_to_en" in r]
+            curves[s.name] = [
+                {k: r[k] for k in ("step", "train_s", "probe_tatoeba_xx_to_en")}
+                for r in map(json.loads, metrics.read_text(encoding="utf-8").splitlines())
+                if "probe_tatoeba_xx_to_en" in r
+            ]
     for name, source in ((f"{TEACHER} trimmed", teacher_dir), (f"{b.best} trimmed", models[b.best])):
         out = work / name.replace(" ", "-").replace("+", "plus")
-        stage(work, f"trim {name}", lambda: trim.run(TrimConfig(model=source, corpus=corpus, out=out,
-                                                                overwrite=True, quiet=True)).to_dict())
+        stage(
+            work,
+            f"trim {name}",
+            lambda: trim.run(TrimConfig(model=source, corpus=corpus, out=out, overwrite=True, quiet=True)).to_dict(),
+        )
         models[name] = str(out)
 
     xdata = xnli_data(work, b.xnli_every, b.train_every)
@@ -430,24 +595,36 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     results: dict[str, dict] = {}
     for name, model_dir in models.items():
         row: dict = {"model": model_dir, "size": stage(work, f"size {name}", lambda: size(model_dir))}
-        row["speed"] = stage(work, f"speed {name}",
-                             lambda: speed(Embedder(model_dir, b.precision), sentences, b.speed_repeats))
+        row["speed"] = stage(
+            work, f"speed {name}", lambda: speed(Embedder(model_dir, b.precision), sentences, b.speed_repeats)
+        )
         row["tatoeba"] = stage(work, f"tatoeba {name}", lambda: tatoeba_report(work, name, model_dir, b, tato))
         if "*" in b.more or name in b.more:
-            row["tatoeba_more"] = stage(work, f"tatoeba-more {name}",
-                                        lambda: tatoeba_report(work, f"{name} more", model_dir, b, more))
+            row["tatoeba_more"] = stage(
+                work, f"tatoeba-more {name}", lambda: tatoeba_report(work, f"{name} more", model_dir, b, more)
+            )
         if name not in b.no_probe:
             row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))
         if "*" in b.finetuned or name in b.finetuned:
-            row["finetuned"] = stage(work, f"xnli finetuned {name}",
-                                     lambda: finetuned_xnli(work, name, model_dir, xdata, b))
+            row["finetuned"] = stage(
+                work, f"xnli finetuned {name}", lambda: finetuned_xnli(work, name, model_dir, xdata, b)
+            )
         results[name] = row
     pairs = json.loads((work / "stages" / "parallel_text.json").read_text())["pairs"] if parallel.exists() else {}
-    return {"teacher": teacher, "teacher_dir": teacher_dir, "budget": current, "results": results, "git": git,
-            "parallel_pairs": pairs,
-            "curves": curves, "dev_groups": xdata.dev_groups.tolist(),
-            "dev_pairs": len(next(iter(xdata.dev.values()))), "train_pairs": len(xdata.train),
-            "selection_pairs": len(xdata.selection), "stage_seconds": dict(STAGE_SECONDS)}
+    return {
+        "teacher": teacher,
+        "teacher_dir": teacher_dir,
+        "budget": current,
+        "results": results,
+        "git": git,
+        "parallel_pairs": pairs,
+        "curves": curves,
+        "dev_groups": xdata.dev_groups.tolist(),
+        "dev_pairs": len(next(iter(xdata.dev.values()))),
+        "train_pairs": len(xdata.train),
+        "selection_pairs": len(xdata.selection),
+        "stage_seconds": dict(STAGE_SECONDS),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,8 +637,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="keep stage outputs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "RETENTION.md", help="the report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="only write the report from the figures of an earlier run's --json")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="only write the report from the figures of an earlier run's --json",
+    )
     args = parser.parse_args(argv)
     if args.render:
         doc = json.loads(args.render.read_text(encoding="utf-8"))

@@ -72,9 +72,11 @@ def write_parallel(out: Path, langs=XNLI_LANGS, shared: Path = SHARED) -> dict:
     from mlminilm.corpus.parallel import write_pair_files
 
     try:
-        return write_pair_files(_xnli_sentences(shared / "xnli" / "test-en.tsv"),
-                                {lang: _xnli_sentences(shared / "xnli" / f"test-{lang}.tsv")
-                                 for lang in langs if lang != "en"}, out)
+        return write_pair_files(
+            _xnli_sentences(shared / "xnli" / "test-en.tsv"),
+            {lang: _xnli_sentences(shared / "xnli" / f"test-{lang}.tsv") for lang in langs if lang != "en"},
+            out,
+        )
     except ValueError as exc:
         raise SystemExit(f"Error: XNLI test files: {exc}") from None
 

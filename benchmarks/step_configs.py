@@ -53,17 +53,22 @@ CONFIGS = {
     "cpu": Bench("cpu", Shape(6, 384, 12, 1536), Shape(3, 192, 12, 768), 30_000, 8, 128, steps=10),
     # METHOD.md section 6's probe: XLM-R-base-shaped teacher -> 6x384, batch 8 x 128 (about 1-2 minutes on 2 cores).
     "cpu-probe": Bench("cpu-probe", BASE, Shape(6, 384, 12, 1536), XLMR_VOCAB, 8, 128, steps=3),
-    "gpu-base-6x384-s128": Bench("gpu-base-6x384-s128", BASE, Shape(6, 384, 12, 1536), XLMR_VOCAB, 256, 128,
-                                 device="cuda", warmup=3, steps=10),
-    "gpu-base-12x384-s128": Bench("gpu-base-12x384-s128", BASE, Shape(12, 384, 12, 1536), XLMR_VOCAB, 256, 128,
-                                  device="cuda", warmup=3, steps=10),
-    "gpu-base-6x384-s512": Bench("gpu-base-6x384-s512", BASE, Shape(6, 384, 12, 1536), XLMR_VOCAB, 64, 512,
-                                 device="cuda", warmup=3, steps=10),
-    "gpu-base-12x384-s512": Bench("gpu-base-12x384-s512", BASE, Shape(12, 384, 12, 1536), XLMR_VOCAB, 64, 512,
-                                  device="cuda", warmup=3, steps=10),
+    "gpu-base-6x384-s128": Bench(
+        "gpu-base-6x384-s128", BASE, Shape(6, 384, 12, 1536), XLMR_VOCAB, 256, 128, device="cuda", warmup=3, steps=10
+    ),
+    "gpu-base-12x384-s128": Bench(
+        "gpu-base-12x384-s128", BASE, Shape(12, 384, 12, 1536), XLMR_VOCAB, 256, 128, device="cuda", warmup=3, steps=10
+    ),
+    "gpu-base-6x384-s512": Bench(
+        "gpu-base-6x384-s512", BASE, Shape(6, 384, 12, 1536), XLMR_VOCAB, 64, 512, device="cuda", warmup=3, steps=10
+    ),
+    "gpu-base-12x384-s512": Bench(
+        "gpu-base-12x384-s512", BASE, Shape(12, 384, 12, 1536), XLMR_VOCAB, 64, 512, device="cuda", warmup=3, steps=10
+    ),
     # XLM-R large: v1 needs the teacher's head count, so the 6x384 student has 16 heads (head size 24).
-    "gpu-large-6x384-s128": Bench("gpu-large-6x384-s128", LARGE, Shape(6, 384, 16, 1536), XLMR_VOCAB, 128, 128,
-                                  device="cuda", warmup=3, steps=10),
+    "gpu-large-6x384-s128": Bench(
+        "gpu-large-6x384-s128", LARGE, Shape(6, 384, 16, 1536), XLMR_VOCAB, 128, 128, device="cuda", warmup=3, steps=10
+    ),
 }
 GPU_CONFIGS = [name for name in CONFIGS if name.startswith("gpu-")]
 
@@ -87,5 +92,10 @@ def flops_per_token(b: Bench) -> dict:
     rel = relations * 2 * s * t.hidden + 3 * relations * 2 * s * st.hidden
     total = teacher + 3 * student_fwd + rel
     issue = t.layers * layer_flops(t.hidden, t.ffn, s) + 3 * st.layers * layer_flops(st.hidden, st.ffn, s)
-    return {"teacher_mflop": teacher / 1e6, "student_fwd_bwd_mflop": 3 * student_fwd / 1e6,
-            "relations_mflop": rel / 1e6, "total_mflop": total / 1e6, "issue_mflop": issue / 1e6}
+    return {
+        "teacher_mflop": teacher / 1e6,
+        "student_fwd_bwd_mflop": 3 * student_fwd / 1e6,
+        "relations_mflop": rel / 1e6,
+        "total_mflop": total / 1e6,
+        "issue_mflop": issue / 1e6,
+    }

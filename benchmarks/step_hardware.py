@@ -21,8 +21,12 @@ import torch
 # clock, the caches, and the CPU flags that train.cpu_has_native_bf16 reads (it still says True here, so the
 # emulated runs pass --precision fp32, as an AVX2 machine's `auto` would choose). On AMD CPUs MKL takes its AVX2
 # path anyway (it reports "Intel(R) Architecture processors"), so the fp32 GEMM rate hardly moves.
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-            "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+AVX2_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 def reexec_emulating_avx2(script: str, args: list[str]) -> None:
@@ -76,9 +80,12 @@ def cpu_peaks(info: dict) -> dict:
         fp32_cycle = 16.0
     bf16_cycle = 2 * fp32_cycle if "avx512_bf16" in flags or "amx_bf16" in flags else fp32_cycle
     cores = info["threads"]
-    return {"fp32": cores * ghz * 1e9 * fp32_cycle, "bf16": cores * ghz * 1e9 * bf16_cycle,
-            "native_bf16": bf16_cycle > fp32_cycle,
-            "assumption": f"{cores} threads x {ghz:.2f} GHz x {fp32_cycle:.0f} fp32 / {bf16_cycle:.0f} bf16 FLOP/cycle"}
+    return {
+        "fp32": cores * ghz * 1e9 * fp32_cycle,
+        "bf16": cores * ghz * 1e9 * bf16_cycle,
+        "native_bf16": bf16_cycle > fp32_cycle,
+        "assumption": f"{cores} threads x {ghz:.2f} GHz x {fp32_cycle:.0f} fp32 / {bf16_cycle:.0f} bf16 FLOP/cycle",
+    }
 
 
 def measured_gemm(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> float:

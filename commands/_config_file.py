@@ -36,9 +36,9 @@ def expand(args: list[str], group) -> list[str]:
     if rest[at] == "--config":
         if at + 1 >= len(rest):
             raise ConfigError("--config needs a file: --config FILE")
-        path, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+        path, rest = rest[at + 1], rest[:at] + rest[at + 2 :]
     else:
-        path, rest = rest[at].split("=", 1)[1], rest[:at] + rest[at + 1:]
+        path, rest = rest[at].split("=", 1)[1], rest[:at] + rest[at + 1 :]
     command = group.commands[name]
     values, replay = _read(Path(path), name, _config_class(command))
     return [name, *_as_options(values, command, rest, path, replay), *rest]
@@ -57,12 +57,15 @@ def _read(path: Path, command: str, config_class) -> tuple[dict, bool]:
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"--config {path}: {size:,} bytes; a config file is a few options (at most "
-                              f"{MAX_CONFIG_BYTES:,} bytes)")
+            raise ConfigError(
+                f"--config {path}: {size:,} bytes; a config file is a few options (at most {MAX_CONFIG_BYTES:,} bytes)"
+            )
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"--config {path}: not a text file (byte {exc.start} is not UTF-8); give a .toml, "
-                          ".yaml or .json file of options") from None
+        raise ConfigError(
+            f"--config {path}: not a text file (byte {exc.start} is not UTF-8); give a .toml, "
+            ".yaml or .json file of options"
+        ) from None
     try:
         if suffix == ".toml":
             import tomllib
@@ -102,8 +105,10 @@ def _safe_yaml(path: Path, text: str):
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             mark = event.start_mark
-            raise ConfigError(f"--config {path}:{mark.line + 1}: a YAML alias (*{event.anchor}); config files take "
-                              "plain values, write the value out")
+            raise ConfigError(
+                f"--config {path}:{mark.line + 1}: a YAML alias (*{event.anchor}); config files take "
+                "plain values, write the value out"
+            )
     return yaml.safe_load(text)
 
 
@@ -126,8 +131,11 @@ def _as_options(values: dict, command, given_args: list[str], path, replay: bool
             spelled.setdefault(param.name, []).append(str(key))
     twice = [keys for keys in spelled.values() if len(keys) > 1]
     if twice:
-        raise ConfigError(f"--config {path}: " + "; ".join(f"{' and '.join(keys)} name the same option"
-                                                            for keys in twice) + "; keep one of them")
+        raise ConfigError(
+            f"--config {path}: "
+            + "; ".join(f"{' and '.join(keys)} name the same option" for keys in twice)
+            + "; keep one of them"
+        )
     for key, value in values.items():
         param = options.get(str(key).replace("-", "_"))
         if param is None:
@@ -139,8 +147,9 @@ def _as_options(values: dict, command, given_args: list[str], path, replay: bool
         words += _words(param, value)
     if unknown:
         known = ", ".join(sorted(next(o for o in p.opts if o.startswith("--"))[2:] for p in params))
-        raise ConfigError(f"--config {path}: unknown option(s) {', '.join(sorted(unknown))}; the options of this "
-                          f"command are: {known}")
+        raise ConfigError(
+            f"--config {path}: unknown option(s) {', '.join(sorted(unknown))}; the options of this command are: {known}"
+        )
     return words
 
 

@@ -61,8 +61,11 @@ def _closing(json_help: str, quiet: list[inspect.Parameter]) -> list[inspect.Par
     json_out = Annotated[bool, typer.Option("--json", help=json_help)]
     verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
     kind = inspect.Parameter.KEYWORD_ONLY
-    return [inspect.Parameter("json_out", kind, default=False, annotation=json_out), *quiet,
-            inspect.Parameter("verbose", kind, default=False, annotation=verbose)]
+    return [
+        inspect.Parameter("json_out", kind, default=False, annotation=json_out),
+        *quiet,
+        inspect.Parameter("verbose", kind, default=False, annotation=verbose),
+    ]
 
 
 def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Parameter:
@@ -85,8 +88,15 @@ def _info(f: dataclasses.Field, cli: Cli):
     if cli.argument:
         return typer.Argument(metavar=cli.metavar, show_default=show_default, help=cli.help)
     decls = [cli.flag or "--" + f.name.replace("_", "-"), *([cli.short] if cli.short else [])]
-    return typer.Option(*decls, help=cli.help, min=cli.min, max=cli.max, metavar=cli.metavar,
-                        show_default=show_default, callback=CHECKS[cli.check] if cli.check else None)
+    return typer.Option(
+        *decls,
+        help=cli.help,
+        min=cli.min,
+        max=cli.max,
+        metavar=cli.metavar,
+        show_default=show_default,
+        callback=CHECKS[cli.check] if cli.check else None,
+    )
 
 
 def _unoptional(hint) -> tuple[object, bool]:

@@ -59,8 +59,13 @@ def BATCH_SIZE(x):
 
 
 # The checks a config field names (`option(check=...)`, mlminilm.config.options.CHECKS), by that name.
-CHECKS = {"positive": POSITIVE, "non-negative": NON_NEGATIVE, "alpha": ALPHA, "dropout": DROPOUT,
-          "batch-size": BATCH_SIZE}
+CHECKS = {
+    "positive": POSITIVE,
+    "non-negative": NON_NEGATIVE,
+    "alpha": ALPHA,
+    "dropout": DROPOUT,
+    "batch-size": BATCH_SIZE,
+}
 
 
 def bound_integer_options(command) -> None:

@@ -20,7 +20,7 @@ def emit(result, as_json: bool, summary) -> None:
 
 
 def loss_summary(result) -> str:
-    """"first -> last" loss of a run, or what happened when this call trained no step (a finished run resumed)."""
+    """ "first -> last" loss of a run, or what happened when this call trained no step (a finished run resumed)."""
     if result.steps == 0:
         return "none (--max-steps 0: the initialised student, exported untrained)"
     if result.first_loss is None or result.last_loss is None:

@@ -10,8 +10,8 @@ import sys
 import typer
 
 import mlminilm
-from mlminilm.version import __version__
 from mlminilm.commands._params import bound_integer_options
+from mlminilm.version import __version__
 
 app = typer.Typer(
     name="mlminilm",
@@ -34,7 +34,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """mlminilm: prepare -> distill / assist -> finetune -> eval-xnli / eval-mlqa; eval-tatoeba needs no fine-tuning;
     compare sets their reports side by side; export writes a model as an ONNX graph (optionally int8) for serving."""

@@ -14,8 +14,13 @@ Examples:
 """
 
 # distill's options, each stage's steps where distill has --max-steps (assist has no --freeze-embeddings).
-ORDER = (*distill.STUDENT, "assistant_steps", "student_steps", "force",
-         *(name for name in distill.RUN if name != "freeze_embeddings"))
+ORDER = (
+    *distill.STUDENT,
+    "assistant_steps",
+    "student_steps",
+    "force",
+    *(name for name in distill.RUN if name != "freeze_embeddings"),
+)
 
 
 def main(cfg: AssistConfig, json_out: bool) -> None:

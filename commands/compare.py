@@ -22,8 +22,7 @@ def main(cfg: CompareConfig, json_out: bool) -> None:
     render(compare.run(cfg), json_out)
 
 
-command = build(CompareConfig, main,
-                json_help="Print the comparison as one JSON document on stdout, and nothing else.")
+command = build(CompareConfig, main, json_help="Print the comparison as one JSON document on stdout, and nothing else.")
 
 
 def render(doc: dict, as_json: bool) -> None:

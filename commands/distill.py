@@ -17,13 +17,59 @@ Examples:
 
 # The options in --help: what to distil, the student, its objective and output terms, then the training run (the
 # fields of DistillConfig put the shared training ones first).
-STUDENT = ("teacher", "data", "out", "layers", "hidden", "heads", "intermediate", "init", "init_layers", "objective",
-           "relation_heads", "teacher_layer", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
-           "relation_loss_weight", "parallel", "parallel_loss_weight", "parallel_prefix", "parallel_max_length",
-           "parallel_contrastive_weight", "parallel_temperature", "target_cache", "freeze_layers", "alpha", "dropout")
-RUN = ("batch_size", "grad_accum", "global_batch", "lr", "warmup", "weight_decay", "max_grad_norm",
-       "freeze_embeddings", "seed", "save_every", "keep", "log_every", "resume", "overwrite", "precision", "compile",
-       "data_workers", "device", "report_to", "probe_tatoeba", "probe_langs", "probe_every", "probe_pairs")
+STUDENT = (
+    "teacher",
+    "data",
+    "out",
+    "layers",
+    "hidden",
+    "heads",
+    "intermediate",
+    "init",
+    "init_layers",
+    "objective",
+    "relation_heads",
+    "teacher_layer",
+    "hidden_loss_weight",
+    "hidden_distance",
+    "embedding_loss_weight",
+    "relation_loss_weight",
+    "parallel",
+    "parallel_loss_weight",
+    "parallel_prefix",
+    "parallel_max_length",
+    "parallel_contrastive_weight",
+    "parallel_temperature",
+    "target_cache",
+    "freeze_layers",
+    "alpha",
+    "dropout",
+)
+RUN = (
+    "batch_size",
+    "grad_accum",
+    "global_batch",
+    "lr",
+    "warmup",
+    "weight_decay",
+    "max_grad_norm",
+    "freeze_embeddings",
+    "seed",
+    "save_every",
+    "keep",
+    "log_every",
+    "resume",
+    "overwrite",
+    "precision",
+    "compile",
+    "data_workers",
+    "device",
+    "report_to",
+    "probe_tatoeba",
+    "probe_langs",
+    "probe_every",
+    "probe_pairs",
+)
 ORDER = (*STUDENT, "max_steps", *RUN)
 
 
@@ -39,5 +85,7 @@ command = build(DistillConfig, main, order=ORDER)
 
 def summary(result) -> str:
     """What `mlminilm distill` prints on stdout without --json."""
-    return (f"student: {result.student}\nsteps: {result.steps}  loss: {loss_summary(result)}"
-            f"  tokens/s: {result.tokens_per_s:,.0f}")
+    return (
+        f"student: {result.student}\nsteps: {result.steps}  loss: {loss_summary(result)}"
+        f"  tokens/s: {result.tokens_per_s:,.0f}"
+    )

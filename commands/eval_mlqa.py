@@ -14,9 +14,27 @@ Examples:
   mlminilm eval-mlqa --model ft/qa --data xquad/ --update-card
 """
 
-ORDER = ("data", "model", "predictions", "split", "langs", "gxlt", "lang", "out", "batch_size", "max_seq_len",
-         "doc_stride", "max_query_length", "n_best", "max_answer_length", "scorer", "overwrite", "update_card",
-         "precision", "device")
+ORDER = (
+    "data",
+    "model",
+    "predictions",
+    "split",
+    "langs",
+    "gxlt",
+    "lang",
+    "out",
+    "batch_size",
+    "max_seq_len",
+    "doc_stride",
+    "max_query_length",
+    "n_best",
+    "max_answer_length",
+    "scorer",
+    "overwrite",
+    "update_card",
+    "precision",
+    "device",
+)
 
 
 def main(cfg: EvalMlqaConfig, json_out: bool) -> None:

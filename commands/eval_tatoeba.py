@@ -16,8 +16,22 @@ Examples:
   mlminilm eval-tatoeba --model student-int8/ --data tatoeba/ --backend onnx --out reports/tatoeba-int8
 """
 
-ORDER = ("model", "data", "langs", "out", "layer", "pooling", "prefix", "max_length", "batch_size", "overwrite",
-         "update_card", "backend", "precision", "device")
+ORDER = (
+    "model",
+    "data",
+    "langs",
+    "out",
+    "layer",
+    "pooling",
+    "prefix",
+    "max_length",
+    "batch_size",
+    "overwrite",
+    "update_card",
+    "backend",
+    "precision",
+    "device",
+)
 
 
 def main(cfg: EvalTatoebaConfig, json_out: bool) -> None:

@@ -16,8 +16,21 @@ Examples:
 
 # The evaluations' --json prints the metrics document.
 JSON_HELP = "Print the metrics document as JSON on stdout, and nothing else."
-ORDER = ("model", "data", "split", "langs", "label_order", "out", "batch_size", "max_seq_len", "overwrite",
-         "update_card", "backend", "precision", "device")
+ORDER = (
+    "model",
+    "data",
+    "split",
+    "langs",
+    "label_order",
+    "out",
+    "batch_size",
+    "max_seq_len",
+    "overwrite",
+    "update_card",
+    "backend",
+    "precision",
+    "device",
+)
 
 
 def main(cfg: EvalXnliConfig, json_out: bool) -> None:

@@ -25,12 +25,18 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return
     check = result["check"]
-    agreement = "".join(f", {k.replace('_', ' ')} {v:.6g}" if isinstance(v, float) else f", {k.replace('_', ' ')} {v}"
-                        for k, v in check.items() if k in ("mean_pooled_cosine_min", "same_argmax"))
-    print(f"{result['out']}: {result['graph']} ({result['dtype']}, opset {result['opset']}, {result['task']}, "
-          f"{result['graph_bytes'] / 1e6:,.1f} MB); max |ONNX - PyTorch| {check['max_abs_diff']:.3g}{agreement}; "
-          f"{result['elapsed_s']:.1f} s")
+    agreement = "".join(
+        f", {k.replace('_', ' ')} {v:.6g}" if isinstance(v, float) else f", {k.replace('_', ' ')} {v}"
+        for k, v in check.items()
+        if k in ("mean_pooled_cosine_min", "same_argmax")
+    )
+    print(
+        f"{result['out']}: {result['graph']} ({result['dtype']}, opset {result['opset']}, {result['task']}, "
+        f"{result['graph_bytes'] / 1e6:,.1f} MB); max |ONNX - PyTorch| {check['max_abs_diff']:.3g}{agreement}; "
+        f"{result['elapsed_s']:.1f} s"
+    )
 
 
-command = build(ExportConfig, main,
-                json_help="Print the export record (onnx/export.json) as JSON on stdout, and nothing else.")
+command = build(
+    ExportConfig, main, json_help="Print the export record (onnx/export.json) as JSON on stdout, and nothing else."
+)

@@ -13,10 +13,36 @@ Examples:
 """
 
 # The options in --help: the task and its data first (the fields of FinetuneConfig put the shared training ones first).
-ORDER = ("task", "model", "train", "out", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs",
-         "max_steps", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "max_grad_norm", "freeze_embeddings",
-         "seed", "save_every", "keep", "log_every", "group_by_length", "eval_batch_size", "resume", "overwrite",
-         "precision", "device", "report_to")
+ORDER = (
+    "task",
+    "model",
+    "train",
+    "out",
+    "dev",
+    "max_seq_len",
+    "doc_stride",
+    "max_query_length",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "warmup",
+    "weight_decay",
+    "max_grad_norm",
+    "freeze_embeddings",
+    "seed",
+    "save_every",
+    "keep",
+    "log_every",
+    "group_by_length",
+    "eval_batch_size",
+    "resume",
+    "overwrite",
+    "precision",
+    "device",
+    "report_to",
+)
 
 
 def main(cfg: FinetuneConfig, json_out: bool) -> None:
@@ -31,7 +57,11 @@ command = build(FinetuneConfig, main, order=ORDER)
 
 def summary(result) -> str:
     """What `mlminilm finetune` prints on stdout without --json."""
-    score = (f"{result.selection_metric} {result.selected_score:.2f}" if result.selected_score is not None
-             else "no dev set")
-    return (f"model: {result.out}\nsteps: {result.steps}  loss: {loss_summary(result)}  examples/s: {result.examples_per_s:,.1f}\n"
-            f"selected: step {result.selected_step} ({score})")
+    score = (
+        f"{result.selection_metric} {result.selected_score:.2f}" if result.selected_score is not None else "no dev set"
+    )
+    return (
+        f"model: {result.out}\nsteps: {result.steps}  loss: {loss_summary(result)}  examples/s: "
+        f"{result.examples_per_s:,.1f}\n"
+        f"selected: step {result.selected_step} ({score})"
+    )

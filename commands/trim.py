@@ -31,8 +31,10 @@ def main(cfg: TrimConfig, json_out: bool) -> None:
         if held_out:
             low = min(held_out, key=held_out.get)
             mean = sum(held_out.values()) / len(held_out)
-            check = (f"; held-out sentences tokenised as before: mean {100 * mean:.1f}%, lowest "
-                     f"{100 * held_out[low]:.1f}% ({low})")
+            check = (
+                f"; held-out sentences tokenised as before: mean {100 * mean:.1f}%, lowest "
+                f"{100 * held_out[low]:.1f}% ({low})"
+            )
         print(
             f"{result.out}: vocabulary {result.vocab_before:,} -> {result.vocab_after:,} ids, parameters "
             f"{result.parameters_before:,} -> {result.parameters_after:,}, coverage {100 * result.coverage:.4f}% "

@@ -32,20 +32,23 @@ else:  # pragma: no cover - Python 3.10
 # cc100: XLM-R's 100 pre-training entries; xtreme: XTREME's 40 languages; tatoeba: LASER's 112 test languages.
 BENCHMARKS = ("xnli", "mlqa", "xquad", "tydiqa", "cc100", "xtreme", "tatoeba")
 SEGMENTATIONS = ("whitespace", "mixed")
-ADD_A_LANGUAGE = "add langs/<code>.toml (README \"Languages\")"
+ADD_A_LANGUAGE = 'add langs/<code>.toml (README "Languages")'
 # What depends on a language being registered: eval-mlqa's answer normalisation (mlminilm.metrics.mlqa).
-MLQA_NEEDS = ("MLQA normalisation needs the language's rules: add langs/<code>.toml with an [mlqa] table, "
-              "see README \"Languages\"")
+MLQA_NEEDS = (
+    'MLQA normalisation needs the language\'s rules: add langs/<code>.toml with an [mlqa] table, see README "Languages"'
+)
 
 # Every ISO 639-1 code (184, "sh" included), to tell a two-letter code the registry does not know from a typo.
 # Source: the alpha_2 codes of Debian's iso-codes (data/iso_639-3.json), which follows the ISO 639-3 tables.
-ISO639_1 = frozenset("""
+ISO639_1 = frozenset(
+    """
 aa ab ae af ak am an ar as av ay az ba be bg bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en eo es
 et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg ki
 kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl nn no
 nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg sh si sk sl sm sn so sq sr ss st su sv sw ta
 te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu
-""".split())
+""".split()
+)
 # A language code: ISO 639-1 (two letters) or 639-3 (three), optionally with script / variant subtags joined by
 # "-" or "_" as CC-100 names its files (zh-Hant, hi_rom, sr_Latn).
 _CODE = re.compile(r"^([a-z]{2,3})((?:[-_][A-Za-z0-9]{2,8})*)$")
@@ -161,8 +164,11 @@ def accept_codes(codes) -> list[str]:
             what = f"unknown language {names} (not an ISO 639-1 or 639-3 code"
         else:
             what = f"unknown languages {names} (not ISO 639-1 or 639-3 codes"
-        messages.insert(0, f"{what}: two or three lowercase letters, two-letter ones assigned by ISO 639-1, "
-                           f"e.g. de, ast, zh-Hant); known: {_known()}")
+        messages.insert(
+            0,
+            f"{what}: two or three lowercase letters, two-letter ones assigned by ISO 639-1, "
+            f"e.g. de, ast, zh-Hant); known: {_known()}",
+        )
     if messages:
         raise DataError("; ".join(messages))
     return [code for code in codes if code not in all_languages()]
@@ -173,8 +179,13 @@ def warn_unregistered(codes, how: str = "taken as given") -> None:
     unknown = sorted(set(codes) - set(all_languages()))
     if unknown:
         noun = "language" if len(unknown) == 1 else "languages"
-        log.warning("%s %s not in the language registry (langs/): %s; to record a name and script, %s",
-                    noun, ", ".join(unknown), how, ADD_A_LANGUAGE)
+        log.warning(
+            "%s %s not in the language registry (langs/): %s; to record a name and script, %s",
+            noun,
+            ", ".join(unknown),
+            how,
+            ADD_A_LANGUAGE,
+        )
 
 
 def to_iso639_3(code: str) -> str:

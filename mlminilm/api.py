@@ -42,8 +42,10 @@ def command(run: Callable, config_class: type, name: str) -> Callable:
         return call(run, config_class, config, options)
 
     invoke.__name__ = invoke.__qualname__ = name
-    invoke.__doc__ = (f"Run `mlminilm {name.replace('_', '-')}`: pass a {config_class.__name__} or its fields as "
-                      f"keyword options.\n\n{run.__doc__ or ''}")
+    invoke.__doc__ = (
+        f"Run `mlminilm {name.replace('_', '-')}`: pass a {config_class.__name__} or its fields as "
+        f"keyword options.\n\n{run.__doc__ or ''}"
+    )
     return invoke
 
 

@@ -11,9 +11,9 @@ from mlminilm import logging as mlog
 from mlminilm.config import AssistConfig, DistillConfig
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.errors import CheckpointError, ConfigError
+from mlminilm.io.stale import clean_stale
 from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config
 from mlminilm.models.student import student_config
-from mlminilm.io.stale import clean_stale
 
 log = mlog.get(__name__)
 
@@ -28,7 +28,12 @@ class AssistResult:
     stages: dict
 
     def to_dict(self) -> dict:
-        return {"out": str(self.out), "assistant": str(self.assistant), "student": str(self.student), "stages": self.stages}
+        return {
+            "out": str(self.out),
+            "assistant": str(self.assistant),
+            "student": str(self.student),
+            "stages": self.stages,
+        }
 
 
 def assistant_rule(teacher: TeacherShape, layers: int, hidden: int) -> str | None:
@@ -51,15 +56,27 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
     # (assistant -> student) always can. The parallel term, which compares embeddings, follows the same rule.
     same_width = cfg.hidden == teacher.hidden
     assistant = DistillConfig(
-        **{**common, "out": out / "assistant-run", "max_steps": cfg.assistant_steps,
-           "layers": teacher.layers, "init": "random", "init_layers": None, "freeze_layers": 0,
-           "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
-           "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None,
-           "parallel": cfg.parallel if same_width else None},
+        **{
+            **common,
+            "out": out / "assistant-run",
+            "max_steps": cfg.assistant_steps,
+            "layers": teacher.layers,
+            "init": "random",
+            "init_layers": None,
+            "freeze_layers": 0,
+            "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
+            "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None,
+            "parallel": cfg.parallel if same_width else None,
+        },
     )
     student = DistillConfig(
-        **{**common, "out": out / "student-run", "max_steps": cfg.student_steps,
-           "teacher": str(out / "assistant"), "teacher_layer": -1},
+        **{
+            **common,
+            "out": out / "student-run",
+            "max_steps": cfg.student_steps,
+            "teacher": str(out / "assistant"),
+            "teacher_layer": -1,
+        },
     )
     return assistant, student
 
@@ -93,7 +110,8 @@ def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
     clean_stale(out, prefix=tuple(f".tmp-{stage}-" for stage in STAGES))  # exports of a run that died
     if out.is_dir() and any(out.iterdir()) and not (cfg.resume or cfg.overwrite or _failed_stages(out)):
         raise CheckpointError(
-            f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to start over"
+            f"output directory {out} exists and is not empty; add --resume to continue that run or --overwrite to "
+            "start over"
         )
     return first, second
 
@@ -132,9 +150,7 @@ def _run_stages(cfg: AssistConfig, out: Path, first: DistillConfig, second: Dist
             log.info("%s stage already complete in %s: skipped", name, export)
             stages[name] = {"skipped": True, "export": str(export)}
             continue
-        log.info(
-            "stage %s: %s -> %dx%d (%d steps)", name, stage.teacher, stage.layers, stage.hidden, stage.max_steps
-        )
+        log.info("stage %s: %s -> %dx%d (%d steps)", name, stage.teacher, stage.layers, stage.hidden, stage.max_steps)
         result = distill.run(replace(stage, resume=cfg.resume), export_to=export, title=name)
         stages[name] = result.to_dict()
     return AssistResult(out, out / "assistant", out / "student", stages)

@@ -31,10 +31,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import CompareConfig
 from mlminilm.errors import ConfigError, DataError, Problems
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -99,8 +99,12 @@ def _run(cfg: CompareConfig) -> dict:
     _refuse_repeats(reports)
     labels = report_labels(reports)
     baseline = pick_baseline(reports, labels, cfg.baseline)
-    doc = compare_documents({label: r.doc for label, r in zip(labels, reports)}, baseline=baseline,
-                            metric=cfg.metric, sources={label: str(r.file) for label, r in zip(labels, reports)})
+    doc = compare_documents(
+        {label: r.doc for label, r in zip(labels, reports)},
+        baseline=baseline,
+        metric=cfg.metric,
+        sources={label: str(r.file) for label, r in zip(labels, reports)},
+    )
     if report_dir is not None:
         from mlminilm import report
 
@@ -117,8 +121,10 @@ def load_report(arg: str | Path) -> Report:
     if path.is_dir():
         file = path / REPORT_FILE
         if not file.is_file():
-            raise DataError(f"{arg} has no {REPORT_FILE}: give the --out directory of eval-xnli, eval-mlqa or "
-                            f"eval-tatoeba (or its {REPORT_FILE})")
+            raise DataError(
+                f"{arg} has no {REPORT_FILE}: give the --out directory of eval-xnli, eval-mlqa or "
+                f"eval-tatoeba (or its {REPORT_FILE})"
+            )
     elif path.is_file():
         file = path
     else:
@@ -126,13 +132,17 @@ def load_report(arg: str | Path) -> Report:
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise DataError(f"{file} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                        f"run the evaluation again to rewrite it") from None
+        raise DataError(
+            f"{file} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            f"run the evaluation again to rewrite it"
+        ) from None
     except UnicodeDecodeError:
         raise DataError(f"{file} is damaged: not UTF-8 text; run the evaluation again to rewrite it") from None
     if isinstance(doc, dict) and doc.get("kind") == KIND:
-        raise DataError(f"{file} is a comparison written by `mlminilm compare`, not an evaluation report; give the "
-                        f"reports it compared")
+        raise DataError(
+            f"{file} is a comparison written by `mlminilm compare`, not an evaluation report; give the "
+            f"reports it compared"
+        )
     wrong = report_problems(doc)
     if wrong:
         raise DataError(f"{file} is damaged: {'; '.join(wrong)}; run the evaluation again to rewrite it")
@@ -225,8 +235,7 @@ def pick_baseline(reports: list[Report], labels: list[str], name: str | None) ->
         if len(hits) == 1:
             return hits[0]
         if hits:
-            raise ConfigError(f"--baseline {name} names several reports ({', '.join(hits)}); give one of those "
-                              f"names")
+            raise ConfigError(f"--baseline {name} names several reports ({', '.join(hits)}); give one of those names")
     known = ", ".join(f"{label} (model {r.model() or 'unknown'})" for r, label in zip(reports, labels))
     raise ConfigError(f"--baseline {name}: no report has that name or model; the reports: {known}")
 
@@ -234,8 +243,9 @@ def pick_baseline(reports: list[Report], labels: list[str], name: str | None) ->
 # ------------------------------------------------------------------------------------------ comparing
 
 
-def compare_documents(docs: dict[str, dict], baseline: str | None = None, metric: str | None = None,
-                      sources: dict[str, str] | None = None) -> dict:
+def compare_documents(
+    docs: dict[str, dict], baseline: str | None = None, metric: str | None = None, sources: dict[str, str] | None = None
+) -> dict:
     """The comparison document of evaluation documents `docs` (name -> metrics document, in the table's order)
     against `docs[baseline]` (default: the first). `metric`: the table's figure (default: the headline of
     HEADLINE the reports have); every metric is compared in the document. ConfigError / DataError when the
@@ -247,8 +257,11 @@ def compare_documents(docs: dict[str, dict], baseline: str | None = None, metric
     base = docs[baseline]
     problems = _protocol_problems(docs)
     if problems:
-        raise DataError("the reports do not share their data and protocol: " + "; ".join(problems)
-                        + "; compare reports of one evaluation of the same data")
+        raise DataError(
+            "the reports do not share their data and protocol: "
+            + "; ".join(problems)
+            + "; compare reports of one evaluation of the same data"
+        )
     metrics = list(base.get("metrics") or ([metric] if metric else []))
     if metric is None:
         metric = next((m for m in HEADLINE if m in metrics), metrics[0] if metrics else None)
@@ -265,8 +278,11 @@ def compare_documents(docs: dict[str, dict], baseline: str | None = None, metric
         raise DataError(f"the reports have no language in common ({have})")
     problems = _data_problems(docs, common)
     if problems:
-        raise DataError("the reports do not score the same data: " + "; ".join(problems)
-                        + "; compare reports of the same data files")
+        raise DataError(
+            "the reports do not score the same data: "
+            + "; ".join(problems)
+            + "; compare reports of the same data files"
+        )
     warnings = _warnings(docs, dropped)
     for line in warnings:
         log.warning("%s", line)
@@ -274,20 +290,29 @@ def compare_documents(docs: dict[str, dict], baseline: str | None = None, metric
     chance = 100.0 / len(labels) if labels and "accuracy" in metrics else None
 
     def entry(values: dict[str, dict[str, float]], examples: int) -> dict:
-        out = {"examples": examples, "scores": values,
-               "ratio": {n: {m: _ratio(v[m], values[baseline][m]) for m in metrics} for n, v in values.items()}}
+        out = {
+            "examples": examples,
+            "scores": values,
+            "ratio": {n: {m: _ratio(v[m], values[baseline][m]) for m in metrics} for n, v in values.items()},
+        }
         if chance is not None:
-            out["chance_corrected"] = {n: {"accuracy": _corrected(v["accuracy"], values[baseline]["accuracy"], chance)}
-                                       for n, v in values.items()}
+            out["chance_corrected"] = {
+                n: {"accuracy": _corrected(v["accuracy"], values[baseline]["accuracy"], chance)}
+                for n, v in values.items()
+            }
         return out
 
     languages = {
-        key: entry({n: {m: float(d["languages"][key][m]) for m in metrics} for n, d in docs.items()},
-                   int(base["languages"][key]["examples"]))
+        key: entry(
+            {n: {m: float(d["languages"][key][m]) for m in metrics} for n, d in docs.items()},
+            int(base["languages"][key]["examples"]),
+        )
         for key in common
     }
-    average = entry({n: {m: sum(languages[k]["scores"][n][m] for k in common) / len(common) for m in metrics}
-                     for n in names}, sum(v["examples"] for v in languages.values()))
+    average = entry(
+        {n: {m: sum(languages[k]["scores"][n][m] for k in common) / len(common) for m in metrics} for n in names},
+        sum(v["examples"] for v in languages.values()),
+    )
     log.debug("%d reports on %d languages, against %s", len(names), len(common), baseline)
     doc = {
         "kind": KIND,
@@ -383,25 +408,35 @@ def _data_problems(docs: dict[str, dict], common: list[str]) -> list[str]:
 def _warnings(docs: dict[str, dict], dropped: dict[str, list[str]]) -> list[str]:
     lines = []
     if dropped:
-        lines.append("languages not in every report, left out of the comparison and its averages: "
-                     + "; ".join(f"{key} (only in {', '.join(names)})" for key, names in dropped.items()))
+        lines.append(
+            "languages not in every report, left out of the comparison and its averages: "
+            + "; ".join(f"{key} (only in {', '.join(names)})" for key, names in dropped.items())
+        )
     sources = {n: (d.get("data") or {}).get("source") for n, d in docs.items()}
     if len(set(sources.values()) - {None}) > 1:
-        lines.append("the reports read their data from different places ("
-                     + "; ".join(f"{n}: {s}" for n, s in sources.items())
-                     + "); compared because the file names and example counts agree")
+        lines.append(
+            "the reports read their data from different places ("
+            + "; ".join(f"{n}: {s}" for n, s in sources.items())
+            + "); compared because the file names and example counts agree"
+        )
     settings = {n: d.get("settings") or {} for n, d in docs.items()}
     for key in dict.fromkeys(k for s in settings.values() for k in s):
         if key in _QUIET_SETTINGS:
             continue
         values = {n: s.get(key) for n, s in settings.items()}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            lines.append(f"evaluated with different {key} ("
-                         + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items()) + "), each run's own choice")
+            lines.append(
+                f"evaluated with different {key} ("
+                + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items())
+                + "), each run's own choice"
+            )
     setups = {n: _setup(d.get("throughput")) for n, d in docs.items() if d.get("throughput")}
     if len(set(setups.values())) > 1:
-        lines.append("throughput measured on different set-ups (" + "; ".join(f"{n}: {s}" for n, s in setups.items())
-                     + "): the speeds are not like for like")
+        lines.append(
+            "throughput measured on different set-ups ("
+            + "; ".join(f"{n}: {s}" for n, s in setups.items())
+            + "): the speeds are not like for like"
+        )
     return lines
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig, parse_init_layers, resume_keys
-from mlminilm.errors import ConfigError, DataError
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.corpus.parallel import read_parallel
@@ -17,16 +16,31 @@ from mlminilm.distillation.objective import StudentQKV, distill_terms  # noqa: F
 from mlminilm.distillation.plan import MEAN_POOLING, DistillPlan  # noqa: F401
 from mlminilm.distillation.run import TARGET_CACHE, DistillResult, Hooks, Where, execute
 from mlminilm.distillation.terms import check_table, uses_running_text
-from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config, load_teacher, load_tokenizer, resolve_model
+from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
+from mlminilm.models.loading import (
+    TeacherShape,
+    check_encoder_config,
+    load_config,
+    load_teacher,
+    load_tokenizer,
+    resolve_model,
+)
 from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.training.batch_size import plan_batch
 
 log = mlog.get(__name__)
 
 # OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
-ARTIFACTS = (training.RUN_RECORD, training.LEGACY_RUN_RECORD, training.METRICS, training.TENSORBOARD,
-             training.CHECKPOINTS, "student", TARGET_CACHE)
+ARTIFACTS = (
+    training.RUN_RECORD,
+    training.LEGACY_RUN_RECORD,
+    training.METRICS,
+    training.TENSORBOARD,
+    training.CHECKPOINTS,
+    "student",
+    TARGET_CACHE,
+)
 # Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
 # refused, but for the changeable ones (--lr, --warmup).
 RESUME_KEYS = resume_keys(DistillConfig)
@@ -42,8 +56,9 @@ def embedding_head(cfg: DistillConfig):
     return plans.embedding_head(cfg, read_sentence_transformers(resolve_model(cfg.teacher)))
 
 
-def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, teacher_tokenizer: dict,
-                        rule: str | list[int] | None = None) -> None:
+def check_compatibility(
+    cfg: DistillConfig, teacher_config, data: PreparedData, teacher_tokenizer: dict, rule: str | list[int] | None = None
+) -> None:
     """Everything that can be checked before loading weights, reported at once (`rule`: --init-layers as the
     plan resolved it; parsed here when not given)."""
     t = TeacherShape.of(teacher_config)
@@ -59,9 +74,11 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
         problems += _embedding_problems(cfg, teacher_config, data)
     ids, rows = teacher_tokenizer.get("vocab_size"), getattr(teacher_config, "vocab_size", None)
     if isinstance(ids, int) and isinstance(rows, int) and ids > rows:  # the student gets the teacher's rows
-        problems.append(f"teacher '{cfg.teacher}' has a tokenizer of {ids} ids but {rows} embedding rows (vocab_size "
-                        "in config.json): neither it nor its student could embed every id; use a teacher whose "
-                        "embeddings fit its tokenizer")
+        problems.append(
+            f"teacher '{cfg.teacher}' has a tokenizer of {ids} ids but {rows} embedding rows (vocab_size "
+            "in config.json): neither it nor its student could embed every id; use a teacher whose "
+            "embeddings fit its tokenizer"
+        )
     layer = plans.teacher_layer(cfg, t.layers)
     if not 0 <= layer < t.layers:
         problems.append(f"--teacher-layer {cfg.teacher_layer} is out of range for a {t.layers}-layer teacher")
@@ -86,8 +103,10 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
         elif cfg.init_layers is not None:
             rule = rule if rule is not None else parse_init_layers(cfg.init_layers)
             if isinstance(rule, list) and max(rule) >= t.layers:
-                problems.append(f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
-                                f"'{cfg.teacher}' has layers 0..{t.layers - 1}")
+                problems.append(
+                    f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
+                    f"'{cfg.teacher}' has layers 0..{t.layers - 1}"
+                )
     if cfg.trains_output and cfg.hidden != t.hidden:
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
@@ -102,8 +121,10 @@ def check_compatibility(cfg: DistillConfig, teacher_config, data: PreparedData, 
 
         limit = position_limit(teacher_config)
         if limit is not None and cfg.parallel_max_length > limit:
-            problems.append(f"--parallel-max-length {cfg.parallel_max_length} is more than the {limit} positions of "
-                            f"teacher '{cfg.teacher}'; use --parallel-max-length {limit} or less")
+            problems.append(
+                f"--parallel-max-length {cfg.parallel_max_length} is more than the {limit} positions of "
+                f"teacher '{cfg.teacher}'; use --parallel-max-length {limit} or less"
+            )
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -115,12 +136,16 @@ def vocabulary_mismatch(data_tokenizer: dict, teacher_tokenizer: dict) -> str | 
     a, b = data_tokenizer.get("vocab_size"), teacher_tokenizer.get("vocab_size")
     if a != b:
         return f"the data's has {a} ids, the teacher's {b}"
-    specials = [f"{name} {data_tokenizer.get(name)} vs {teacher_tokenizer.get(name)}"
-                for name in sorted(set(data_tokenizer) | set(teacher_tokenizer))
-                if name.endswith("_token_id") and data_tokenizer.get(name) != teacher_tokenizer.get(name)]
+    specials = [
+        f"{name} {data_tokenizer.get(name)} vs {teacher_tokenizer.get(name)}"
+        for name in sorted(set(data_tokenizer) | set(teacher_tokenizer))
+        if name.endswith("_token_id") and data_tokenizer.get(name) != teacher_tokenizer.get(name)
+    ]
     detail = f"; special ids differ: {', '.join(specials)}" if specials else ""
-    return (f"both have {a} ids, but different tokens or ids (vocabulary sha256 "
-            f"{str(data_tokenizer.get('vocab_sha256'))[:12]} vs {str(teacher_tokenizer.get('vocab_sha256'))[:12]}){detail}")
+    return (
+        f"both have {a} ids, but different tokens or ids (vocabulary sha256 "
+        f"{str(data_tokenizer.get('vocab_sha256'))[:12]} vs {str(teacher_tokenizer.get('vocab_sha256'))[:12]}){detail}"
+    )
 
 
 def _embedding_problems(cfg: DistillConfig, teacher_config, data: PreparedData) -> list[str]:
@@ -147,13 +172,21 @@ def _embedding_problems(cfg: DistillConfig, teacher_config, data: PreparedData) 
 def student_size_warning(cfg: DistillConfig, teacher_config) -> str | None:
     """A student deeper or wider than its teacher works, but compresses nothing: say so."""
     t = TeacherShape.of(teacher_config)
-    larger = [f"{name} {mine} > {theirs}" for name, mine, theirs in (
-        ("layers", cfg.layers, t.layers), ("hidden", cfg.hidden, t.hidden), ("intermediate", cfg.intermediate, t.intermediate))
-        if mine > theirs]
+    larger = [
+        f"{name} {mine} > {theirs}"
+        for name, mine, theirs in (
+            ("layers", cfg.layers, t.layers),
+            ("hidden", cfg.hidden, t.hidden),
+            ("intermediate", cfg.intermediate, t.intermediate),
+        )
+        if mine > theirs
+    ]
     if not larger:
         return None
-    return (f"the student is larger than teacher '{cfg.teacher}' ({', '.join(larger)}): it will not be smaller or "
-            "faster than the teacher; check --layers / --hidden / --intermediate")
+    return (
+        f"the student is larger than teacher '{cfg.teacher}' ({', '.join(larger)}): it will not be smaller or "
+        "faster than the teacher; check --layers / --hidden / --intermediate"
+    )
 
 
 def validate(cfg: DistillConfig) -> DistillPlan:
@@ -167,8 +200,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
     cfg = plans.resolve_output_terms(cfg, teacher_config, sentence)
     if not uses_running_text(cfg) and not cfg.parallel_term:
-        raise ConfigError("--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
-                          "leaves nothing to train: keep a term, or give --parallel FILE")
+        raise ConfigError(
+            "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
+            "leaves nothing to train: keep a term, or give --parallel FILE"
+        )
     tokenizer = load_tokenizer(cfg.teacher)
     rule = plans.init_rule(cfg)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer), rule)
@@ -187,9 +222,16 @@ def validate(cfg: DistillConfig) -> DistillPlan:
 
         find_tatoeba_files(cfg.probe_tatoeba, list(cfg.probe_langs) or None)
     return DistillPlan(
-        cfg=cfg, data=data, teacher_config=teacher_config, tokenizer=tokenizer, sentence=sentence, head=head,
-        teacher_layer=plans.teacher_layer(cfg, teacher_config.num_hidden_layers), init_layers=rule,
-        terms=plans.terms_with_weights(cfg), pairs=pairs if cfg.parallel_term else None,
+        cfg=cfg,
+        data=data,
+        teacher_config=teacher_config,
+        tokenizer=tokenizer,
+        sentence=sentence,
+        head=head,
+        teacher_layer=plans.teacher_layer(cfg, teacher_config.num_hidden_layers),
+        init_layers=rule,
+        terms=plans.terms_with_weights(cfg),
+        pairs=pairs if cfg.parallel_term else None,
         prefix=plans.parallel_prefix(cfg, sentence),
     )
 
@@ -203,8 +245,12 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
     # Validate everything cheap before anything is written or loaded.
     plan = validate(cfg)
     cfg = plan.cfg
-    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba,
-              "--parallel": cfg.parallel}
+    inputs = {
+        "--teacher": cfg.teacher,
+        "--data": cfg.data,
+        "--probe-tatoeba": cfg.probe_tatoeba,
+        "--parallel": cfg.parallel,
+    }
     with training.claimed_output(out, cfg, ARTIFACTS, inputs):
         if export_dir.parent != out:
             from mlminilm.io.stale import clean_stale
@@ -225,13 +271,17 @@ def _hooks(cfg: DistillConfig) -> Hooks:
     """This module's names as the run calls them, read when it starts (tests and launchers replace them here)."""
     make_probe = None
     if cfg.probe_tatoeba is not None:
+
         def make_probe(s_config, tokenizer):
             from mlminilm.evaluation.probe import TatoebaProbe
 
-            return TatoebaProbe(cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher),
-                                s_config, tokenizer)
-    return Hooks(load_teacher=load_teacher, distill_terms=distill_terms, export_model=export_model,
-                 make_probe=make_probe)
+            return TatoebaProbe(
+                cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher), s_config, tokenizer
+            )
+
+    return Hooks(
+        load_teacher=load_teacher, distill_terms=distill_terms, export_model=export_model, make_probe=make_probe
+    )
 
 
 # `from mlminilm import distill` may give this module: calling it runs the command (mlminilm.api).

@@ -30,11 +30,17 @@ from mlminilm import training
 from mlminilm.config import FinetuneConfig, resume_keys
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
-from mlminilm.models.loading import (_load_error, check_model_config, check_vocabulary, load_config, load_model,
-                                      load_tokenizer)
-from mlminilm.models.export import export_model
-from mlminilm.models.student import freeze_word_embeddings
 from mlminilm.evaluation.selection import BEST, SELECTION, DevEvaluator, Selection
+from mlminilm.models.export import export_model
+from mlminilm.models.loading import (
+    _load_error,
+    check_model_config,
+    check_vocabulary,
+    load_config,
+    load_model,
+    load_tokenizer,
+)
+from mlminilm.models.student import freeze_word_embeddings
 from mlminilm.tasks.sources import HUB_NAMES, load_examples  # noqa: F401 (the command's names, here too)
 from mlminilm.tasks.xnli import NLI_LABELS, label_id
 from mlminilm.training.stream_order import StreamOrder
@@ -44,9 +50,21 @@ log = mlog.get(__name__)
 RUN_RECORD = "run.json"  # config.json at OUT's root is the model's
 # Files an exported model may have at OUT's root (removed by --overwrite).
 MODEL_FILES = (
-    "config.json", "model.safetensors", "README.md", "mlminilm.json", "generation_config.json", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
-    "merges.txt", "sentencepiece.bpe.model", "spiece.model", "chat_template.jinja",
+    "config.json",
+    "model.safetensors",
+    "README.md",
+    "mlminilm.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "chat_template.jinja",
 )
 ARTIFACTS = (RUN_RECORD, "metrics.jsonl", training.TENSORBOARD, SELECTION, training.CHECKPOINTS, *MODEL_FILES)
 # Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
@@ -89,8 +107,12 @@ def featurise(task: str, examples: list, tokenizer, cfg: FinetuneConfig, max_seq
     from mlminilm.tasks.qa_features import prepare_train_features
 
     features = prepare_train_features(
-        examples, tokenizer, max_length=max_seq_len, doc_stride=cfg.doc_stride,
-        max_query_length=cfg.max_query_length, pad_to_max_length=False,
+        examples,
+        tokenizer,
+        max_length=max_seq_len,
+        doc_stride=cfg.doc_stride,
+        max_query_length=cfg.max_query_length,
+        pad_to_max_length=False,
     )
     rows = {k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in features}
     return rows, {
@@ -113,14 +135,28 @@ def load_task_model(task: str, name: str, seed: int) -> nn.Module:
             config = load_config(name)
             kwargs = {}
             if not _has_nli_head(config):
-                kwargs = dict(num_labels=len(NLI_LABELS), id2label=dict(enumerate(NLI_LABELS)),
-                              label2id={label: i for i, label in enumerate(NLI_LABELS)})
+                kwargs = dict(
+                    num_labels=len(NLI_LABELS),
+                    id2label=dict(enumerate(NLI_LABELS)),
+                    label2id={label: i for i, label in enumerate(NLI_LABELS)},
+                )
             # Strict (load_model): only the head may be new (and the pooler the files never had).
-            return load_model(AutoModelForSequenceClassification, name, what=f"model (with a {HEAD_NAMES[task]} head)",
-                              new_head=True, dtype=torch.float32, **kwargs)[0]
+            return load_model(
+                AutoModelForSequenceClassification,
+                name,
+                what=f"model (with a {HEAD_NAMES[task]} head)",
+                new_head=True,
+                dtype=torch.float32,
+                **kwargs,
+            )[0]
         # fp32 weights whatever the checkpoint stores: the run's --precision decides the compute dtype.
-        return load_model(AutoModelForQuestionAnswering, name, what=f"model (with a {HEAD_NAMES[task]} head)",
-                          new_head=True, dtype=torch.float32)[0]
+        return load_model(
+            AutoModelForQuestionAnswering,
+            name,
+            what=f"model (with a {HEAD_NAMES[task]} head)",
+            new_head=True,
+            dtype=torch.float32,
+        )[0]
     except MlminilmError:
         raise
     except Exception as exc:
@@ -208,10 +244,16 @@ def _start(plan: FinetunePlan, rt, n: int, out: Path):
     global_batch = cfg.batch_size * cfg.grad_accum * rt.world
     steps_per_epoch = max(1, math.ceil(n / global_batch))
     rcfg = cfg.resolved(steps_per_epoch)
-    record = training.run_record(rcfg, rt, {
-        "train_examples": len(plan.train_examples), "train_features": n, "steps_per_epoch": steps_per_epoch,
-        "dev_examples": len(plan.dev_examples) if plan.dev_examples is not None else 0,
-    })
+    record = training.run_record(
+        rcfg,
+        rt,
+        {
+            "train_examples": len(plan.train_examples),
+            "train_features": n,
+            "steps_per_epoch": steps_per_epoch,
+            "dev_examples": len(plan.dev_examples) if plan.dev_examples is not None else 0,
+        },
+    )
     if cfg.resume:
         training.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD, write=rt.is_main)
     if rt.is_main:
@@ -222,9 +264,11 @@ def _start(plan: FinetunePlan, rt, n: int, out: Path):
     return rcfg, steps_per_epoch, record
 
 
-def _step_function(rows: dict, targets: dict, order: StreamOrder, model, label_to_model, rcfg, rt, pad_id: int,
-                   global_batch: int):
+def _step_function(
+    rows: dict, targets: dict, order: StreamOrder, model, label_to_model, rcfg, rt, pad_id: int, global_batch: int
+):
     """compute(step, micro): the loss of this process's share of micro-batch `micro` of step `step`."""
+
     def compute(step: int, micro: int) -> training.StepOutput:
         first = step * global_batch + (micro * rt.world + rt.rank) * rcfg.batch_size
         index = order.indices(first, rcfg.batch_size)
@@ -257,7 +301,13 @@ def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
     start, metrics = state.start_step, state.metrics
     log.info(
         "%s: %s training examples -> %s features; %d steps (%d per epoch, batch %d), lr %g, max length %d",
-        cfg.task, f"{len(plan.train_examples):,}", f"{n:,}", rcfg.max_steps, steps_per_epoch, global_batch, rcfg.lr,
+        cfg.task,
+        f"{len(plan.train_examples):,}",
+        f"{n:,}",
+        rcfg.max_steps,
+        steps_per_epoch,
+        global_batch,
+        rcfg.lr,
         rcfg.max_seq_len,
     )
     lengths = [len(ids) for ids in rows["input_ids"]] if rcfg.group_by_length else None
@@ -274,8 +324,14 @@ def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
         if selection.offer(step, scores[metric]):
             _export(raw_model, tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
         selection.write(out, rcfg, cfg.dev)
-        log.info("step %d: %s %.2f (best %.2f at step %d)", step, metric, scores[metric], selection.best_score,
-                 selection.best_step)
+        log.info(
+            "step %d: %s %.2f (best %.2f at step %d)",
+            step,
+            metric,
+            scores[metric],
+            selection.best_score,
+            selection.best_step,
+        )
         return {**scores, "best_step": selection.best_step}
 
     def after_save(step: int) -> dict | None:
@@ -295,10 +351,16 @@ def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
         log.info("already at step %d of %d: nothing to train", start, rcfg.max_steps)
     t0 = time.perf_counter()
     result = training.run_steps(
-        training.Steps(rcfg, rt, state.model, raw_model, state.optimizer, state.scheduler, compute, start,
-                       state.scaler),
-        training.Reporting(out, metrics, description=f"finetune {cfg.task}", after_save=after_save,
-                           checkpoint_state=lambda step: {"data_order": "stateless(seed, step)", "seed": rcfg.seed}),
+        training.Steps(
+            rcfg, rt, state.model, raw_model, state.optimizer, state.scheduler, compute, start, state.scaler
+        ),
+        training.Reporting(
+            out,
+            metrics,
+            description=f"finetune {cfg.task}",
+            after_save=after_save,
+            checkpoint_state=lambda step: {"data_order": "stateless(seed, step)", "seed": rcfg.seed},
+        ),
     )
     elapsed = time.perf_counter() - t0
     if rt.is_main:
@@ -311,10 +373,19 @@ def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
     rt.barrier()
     trained = (rcfg.max_steps - start) * global_batch
     return FinetuneResult(
-        out=out, task=cfg.task, steps=rcfg.max_steps, train_examples=len(plan.train_examples), train_features=n,
-        selected_step=selection.best_step, selection_metric=metric, selected_score=selection.best_score,
-        rule=selection.rule(rcfg), first_loss=result.first_loss, last_loss=result.last_loss,
-        examples_per_s=trained / max(elapsed, 1e-9), elapsed_s=elapsed,
+        out=out,
+        task=cfg.task,
+        steps=rcfg.max_steps,
+        train_examples=len(plan.train_examples),
+        train_features=n,
+        selected_step=selection.best_step,
+        selection_metric=metric,
+        selected_score=selection.best_score,
+        rule=selection.rule(rcfg),
+        first_loss=result.first_loss,
+        last_loss=result.last_loss,
+        examples_per_s=trained / max(elapsed, 1e-9),
+        elapsed_s=elapsed,
     )
 
 

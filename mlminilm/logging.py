@@ -132,7 +132,6 @@ def progress(unit: str = "it"):
         yield bar
 
 
-
 @contextlib.contextmanager
 def counter(description: str, total: int, unit: str):
     """A progress bar over `total` items that shows their rate: yields `advance(n)`, which counts n more done."""
@@ -149,6 +148,6 @@ def counter(description: str, total: int, unit: str):
 
         yield advance
 
+
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
-

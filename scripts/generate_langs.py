@@ -217,12 +217,14 @@ MLQA_RULES: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
     "es": (r"\b(un|una|unos|unas|el|la|los|las)\b", "whitespace", ()),
     "hi": (None, "whitespace", (_NO_ARTICLES,)),
     "vi": (r"\b(của|là|cái|chiếc|những)\b", "whitespace", ()),
-    "zh": (None, "mixed", (_NO_ARTICLES,
-                           "every CJK character U+4E00-U+9FA5 and every punctuation character is its own token")),
+    "zh": (
+        None,
+        "mixed",
+        (_NO_ARTICLES, "every CJK character U+4E00-U+9FA5 and every punctuation character is its own token"),
+    ),
     # Languages outside MLQA that the registry has scored since its start (XQuAD / TyDiQA-GoldP extras): the
     # official scorer has no rules for them; no articles and whitespace tokens, as its default branch would be.
-    **{code: (None, "whitespace", ()) for code in
-       "bg bn el fi fr id ko ro ru sw te th tr ur".split()},
+    **{code: (None, "whitespace", ()) for code in "bg bn el fi fr id ko ro ru sw te th tr ur".split()},
 }
 
 
@@ -234,8 +236,14 @@ def parse_languages() -> dict[str, dict]:
         flags = fields[4].split() if len(fields) > 4 else []
         if code in languages:
             raise SystemExit(f"LANGUAGES names {code} twice")
-        record = {"code": code, "name": name, "script": script, "iso639_3": iso,
-                  "spaces": "nospaces" not in flags, "variant_of": None}
+        record = {
+            "code": code,
+            "name": name,
+            "script": script,
+            "iso639_3": iso,
+            "spaces": "nospaces" not in flags,
+            "variant_of": None,
+        }
         for flag in flags:
             if flag.startswith("variant_of="):
                 record["variant_of"] = flag.split("=", 1)[1]
@@ -257,8 +265,15 @@ def benchmark_sets(languages: dict[str, dict]) -> dict[str, set[str]]:
     missing = [iso for iso in TATOEBA if iso not in by_iso]
     if missing:
         raise SystemExit(f"Tatoeba codes with no language in LANGUAGES: {', '.join(missing)}")
-    sets = {"xnli": set(XNLI), "mlqa": set(MLQA), "xquad": set(XQUAD), "tydiqa": set(TYDIQA),
-            "cc100": set(CC100), "xtreme": set(XTREME), "tatoeba": {by_iso[iso] for iso in TATOEBA}}
+    sets = {
+        "xnli": set(XNLI),
+        "mlqa": set(MLQA),
+        "xquad": set(XQUAD),
+        "tydiqa": set(TYDIQA),
+        "cc100": set(CC100),
+        "xtreme": set(XTREME),
+        "tatoeba": {by_iso[iso] for iso in TATOEBA},
+    }
     for name, codes in sets.items():
         unknown = sorted(codes - set(languages))
         if unknown:
@@ -314,12 +329,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=LANGS_DIR, help="the registry folder (default: langs/)")
     args = parser.parse_args(argv)
     wanted = files()
-    stale = [name for name, text in wanted.items()
-             if not (args.out / name).is_file() or (args.out / name).read_text(encoding="utf-8") != text]
+    stale = [
+        name
+        for name, text in wanted.items()
+        if not (args.out / name).is_file() or (args.out / name).read_text(encoding="utf-8") != text
+    ]
     if args.check:
         if stale:
-            print(f"{len(stale)} of {len(wanted)} files in {args.out} differ from the script's: {', '.join(stale)}",
-                  file=sys.stderr)
+            print(
+                f"{len(stale)} of {len(wanted)} files in {args.out} differ from the script's: {', '.join(stale)}",
+                file=sys.stderr,
+            )
             return 1
         print(f"{len(wanted)} files in {args.out} are up to date")
         return 0

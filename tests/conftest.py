@@ -89,7 +89,8 @@ def tiny_wordpiece_dir(tmp_path_factory) -> Path:
 
     trainer = BertWordPieceTokenizer(lowercase=False, strip_accents=False, handle_chinese_chars=True)
     trainer.train_from_iterator(
-        _training_lines(), vocab_size=600,
+        _training_lines(),
+        vocab_size=600,
         special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
         show_progress=False,
     )

@@ -10,22 +10,38 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def save_tiny_teacher(tokenizer_dir: Path, out: Path, kind: str = "bert", layers: int = 4, hidden: int = 64,
-                      heads: int = 4, intermediate: int = 128, dropout: float = 0.1) -> Path:
+def save_tiny_teacher(
+    tokenizer_dir: Path,
+    out: Path,
+    kind: str = "bert",
+    layers: int = 4,
+    hidden: int = 64,
+    heads: int = 4,
+    intermediate: int = 128,
+    dropout: float = 0.1,
+) -> Path:
     """A randomly initialised tiny encoder with the given tokenizer, saved like a hub model directory."""
     import torch
     from transformers import AutoModel, AutoTokenizer, BertConfig, XLMRobertaConfig
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     common = dict(
-        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=intermediate, max_position_embeddings=160, hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=160,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        pad_token_id=tok.pad_token_id,
     )
     if kind == "bert":
         config = BertConfig(**common)
     else:
-        config = XLMRobertaConfig(**common, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, type_vocab_size=1)
+        config = XLMRobertaConfig(
+            **common, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, type_vocab_size=1
+        )
     torch.manual_seed(1234)
     model = AutoModel.from_config(config)
     model.save_pretrained(out)
@@ -60,8 +76,21 @@ def distill_config(teacher, data, out, **kw):
     checkpointing every 2 and logging every step; `kw` overrides any field."""
     from mlminilm.config import DistillConfig
 
-    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                max_steps=6, batch_size=4, save_every=2, log_every=1, lr=1e-3, warmup=0.0)
+    base = dict(
+        teacher=str(teacher),
+        data=data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=6,
+        batch_size=4,
+        save_every=2,
+        log_every=1,
+        lr=1e-3,
+        warmup=0.0,
+    )
     return DistillConfig(**{**base, **kw})
 
 
@@ -70,8 +99,12 @@ def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.C
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", **(env or {})}
     full_env.pop("MLMINILM_DEBUG", None)
     return subprocess.run(
-        [sys.executable, "-m", "mlminilm", *args], capture_output=True, text=True, env=full_env,
-        cwd=REPO, timeout=timeout,
+        [sys.executable, "-m", "mlminilm", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=timeout,
     )
 
 

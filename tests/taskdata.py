@@ -9,7 +9,10 @@ from conftest import sample_lines
 
 LABELS = ("entailment", "neutral", "contradiction")
 # Answer phrases planted in the QA contexts, per language (their words are in the tiny tokenizers' corpus).
-ANSWERS = {"en": ["old ships", "every morning", "the park", "a book"], "de": ["jeden Morgen", "über Schiffe", "durch den Park", "ein Buch"]}
+ANSWERS = {
+    "en": ["old ships", "every morning", "the park", "a book"],
+    "de": ["jeden Morgen", "über Schiffe", "durch den Park", "ein Buch"],
+}
 QUESTIONS = {"en": "What does she read about?", "de": "Was lesen wir?"}
 
 
@@ -29,8 +32,9 @@ def write_xnli_dir(folder: Path, langs=("en", "de", "zh"), split: str = "test", 
     return folder
 
 
-def squad_doc(lang: str = "en", question_lang: str | None = None, count: int = 4, seed: int = 0,
-              context_lines: int = 8) -> dict:
+def squad_doc(
+    lang: str = "en", question_lang: str | None = None, count: int = 4, seed: int = 0, context_lines: int = 8
+) -> dict:
     """SQuAD v1.1 JSON whose contexts are long enough to need several windows at a short max length; every
     answer is a span planted at a different depth of its context."""
     question_lang = question_lang or lang
@@ -41,14 +45,18 @@ def squad_doc(lang: str = "en", question_lang: str | None = None, count: int = 4
         answer = ANSWERS[lang][i % len(ANSWERS[lang])]
         context = f"{before} {answer}. {after}"
         start = len(before) + 1
-        paragraphs.append({
-            "context": context,
-            "qas": [{
-                "id": f"{lang}-{question_lang}-{seed}-{i}",
-                "question": QUESTIONS[question_lang],
-                "answers": [{"text": answer, "answer_start": start}],
-            }],
-        })
+        paragraphs.append(
+            {
+                "context": context,
+                "qas": [
+                    {
+                        "id": f"{lang}-{question_lang}-{seed}-{i}",
+                        "question": QUESTIONS[question_lang],
+                        "answers": [{"text": answer, "answer_start": start}],
+                    }
+                ],
+            }
+        )
     return {"version": "1.1", "data": [{"title": f"t{seed}", "paragraphs": paragraphs}]}
 
 
@@ -66,19 +74,41 @@ def write_mlqa_dir(folder: Path, langs=("en", "de"), split: str = "dev", count: 
     return folder
 
 
-def save_head_model(tokenizer_dir: Path, out: Path, task: str, layers: int = 1, hidden: int = 16, heads: int = 2,
-                    intermediate: int = 32, max_positions: int = 512) -> Path:
+def save_head_model(
+    tokenizer_dir: Path,
+    out: Path,
+    task: str,
+    layers: int = 1,
+    hidden: int = 16,
+    heads: int = 2,
+    intermediate: int = 32,
+    max_positions: int = 512,
+) -> Path:
     """A randomly initialised tiny BERT that already has the task's head (no fine-tuning needed to evaluate)."""
     import torch
-    from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer,
-                              BertConfig)
+    from transformers import (
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        BertConfig,
+    )
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    extra = {"num_labels": 3, "id2label": dict(enumerate(LABELS)), "label2id": {l: i for i, l in enumerate(LABELS)}} \
-        if task == "xnli" else {}
-    config = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=intermediate, max_position_embeddings=max_positions,
-                        pad_token_id=tok.pad_token_id, **extra)
+    extra = (
+        {"num_labels": 3, "id2label": dict(enumerate(LABELS)), "label2id": {l: i for i, l in enumerate(LABELS)}}
+        if task == "xnli"
+        else {}
+    )
+    config = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_positions,
+        pad_token_id=tok.pad_token_id,
+        **extra,
+    )
     torch.manual_seed(0)
     cls = AutoModelForSequenceClassification if task == "xnli" else AutoModelForQuestionAnswering
     cls.from_config(config).save_pretrained(out)

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from taskdata import save_head_model, squad_doc, write_json, write_nli_tsv, write_xnli_dir
 
 from helpers import assert_error, assert_usage_error, run_main, save_tiny_teacher
-from taskdata import save_head_model, squad_doc, write_json, write_nli_tsv, write_xnli_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -34,40 +34,108 @@ def xnli_model(tiny_wordpiece_dir, tmp_path_factory):
 
 
 def distill_args(teacher, data, out, *extra: str) -> list[str]:
-    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "1", *extra]
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "1",
+        *extra,
+    ]
 
 
 def assist_args(teacher, data, out, *extra: str) -> list[str]:
-    return ["assist", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--assistant-steps", "1",
-            "--student-steps", "1", *extra]
+    return [
+        "assist",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--assistant-steps",
+        "1",
+        "--student-steps",
+        "1",
+        *extra,
+    ]
 
 
 # ------------------------------------------------------------------------------- option values: usage, exit 2
 
 # (command line after the command's required options, the option the usage error must name)
 OPTION_CASES = {
-    "prepare": [(["--seq-len", "2"], "--seq-len"), (["--workers", "-1"], "--workers"),
-                (["--shard-sequences", "0"], "--shard-sequences"), (["--max-docs", "0"], "--max-docs")],
-    "distill": [(["--precision", "fp8"], "--precision"), (["--objective", "kd"], "--objective"),
-                (["--init", "copy"], "--init"), (["--lr", "-1"], "--lr"), (["--lr", "inf"], "--lr"),
-                (["--lr", "nan"], "--lr"), (["--max-steps", "-1"], "--max-steps"), (["--warmup", "nan"], "--warmup"),
-                (["--hidden-loss-weight", "-1"], "--hidden-loss-weight"), (["--probe-every", "0"], "--probe-every"),
-                (["--embedding-loss-weight", "nan"], "--embedding-loss-weight"),
-                (["--hidden-distance", "l1"], "--hidden-distance"),
-                (["--warmup", "inf"], "--warmup"), (["--weight-decay", "-1"], "--weight-decay"),
-                (["--alpha", "2"], "--alpha"), (["--dropout", "1"], "--dropout"), (["--device", "tpu"], "--device"),
-                (["--max-grad-norm", "inf"], "--max-grad-norm"), (["--layers", "0"], "--layers"),
-                (["--batch-size", "0"], "--batch-size"), (["--save-every", "0"], "--save-every")],
-    "assist": [(["--warmup", "-1"], "--warmup"), (["--assistant-steps", "0"], "--assistant-steps"),
-               (["--objective", "kd"], "--objective")],
-    "finetune": [(["--task", "ner"], "--task"), (["--lr", "-1"], "--lr"), (["--epochs", "0"], "--epochs"),
-                 (["--warmup", "inf"], "--warmup"), (["--max-seq-len", "4"], "--max-seq-len")],
-    "eval-xnli": [(["--split", "train"], "--split"), (["--precision", "fp8"], "--precision"),
-                  (["--batch-size", "0"], "--batch-size")],
-    "eval-mlqa": [(["--split", "train"], "--split"), (["--scorer", "exact"], "--scorer"),
-                  (["--n-best", "0"], "--n-best")],
+    "prepare": [
+        (["--seq-len", "2"], "--seq-len"),
+        (["--workers", "-1"], "--workers"),
+        (["--shard-sequences", "0"], "--shard-sequences"),
+        (["--max-docs", "0"], "--max-docs"),
+    ],
+    "distill": [
+        (["--precision", "fp8"], "--precision"),
+        (["--objective", "kd"], "--objective"),
+        (["--init", "copy"], "--init"),
+        (["--lr", "-1"], "--lr"),
+        (["--lr", "inf"], "--lr"),
+        (["--lr", "nan"], "--lr"),
+        (["--max-steps", "-1"], "--max-steps"),
+        (["--warmup", "nan"], "--warmup"),
+        (["--hidden-loss-weight", "-1"], "--hidden-loss-weight"),
+        (["--probe-every", "0"], "--probe-every"),
+        (["--embedding-loss-weight", "nan"], "--embedding-loss-weight"),
+        (["--hidden-distance", "l1"], "--hidden-distance"),
+        (["--warmup", "inf"], "--warmup"),
+        (["--weight-decay", "-1"], "--weight-decay"),
+        (["--alpha", "2"], "--alpha"),
+        (["--dropout", "1"], "--dropout"),
+        (["--device", "tpu"], "--device"),
+        (["--max-grad-norm", "inf"], "--max-grad-norm"),
+        (["--layers", "0"], "--layers"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--save-every", "0"], "--save-every"),
+    ],
+    "assist": [
+        (["--warmup", "-1"], "--warmup"),
+        (["--assistant-steps", "0"], "--assistant-steps"),
+        (["--objective", "kd"], "--objective"),
+    ],
+    "finetune": [
+        (["--task", "ner"], "--task"),
+        (["--lr", "-1"], "--lr"),
+        (["--epochs", "0"], "--epochs"),
+        (["--warmup", "inf"], "--warmup"),
+        (["--max-seq-len", "4"], "--max-seq-len"),
+    ],
+    "eval-xnli": [
+        (["--split", "train"], "--split"),
+        (["--precision", "fp8"], "--precision"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+    "eval-mlqa": [
+        (["--split", "train"], "--split"),
+        (["--scorer", "exact"], "--scorer"),
+        (["--n-best", "0"], "--n-best"),
+    ],
     "eval-tatoeba": [(["--pooling", "sum"], "--pooling"), (["--max-length", "1"], "--max-length")],
 }
 
@@ -96,14 +164,22 @@ def test_bad_option_value_is_a_usage_error(command, extra, option, tmp_path, mon
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("command, option", [
-    ("prepare", "--teacher"), ("distill", "--teacher"), ("assist", "--out"), ("finetune", "--train"),
-    ("eval-xnli", "--model"), ("eval-mlqa", "--data"), ("eval-tatoeba", "--data"),
-])
+@pytest.mark.parametrize(
+    "command, option",
+    [
+        ("prepare", "--teacher"),
+        ("distill", "--teacher"),
+        ("assist", "--out"),
+        ("finetune", "--train"),
+        ("eval-xnli", "--model"),
+        ("eval-mlqa", "--data"),
+        ("eval-tatoeba", "--data"),
+    ],
+)
 def test_missing_required_option_is_a_usage_error(command, option, tmp_path, monkeypatch, capsys):
     args = required(command, tmp_path)
     i = args.index(option)
-    assert_usage_error(run_main(monkeypatch, capsys, command, *args[:i], *args[i + 2:]), option)
+    assert_usage_error(run_main(monkeypatch, capsys, command, *args[:i], *args[i + 2 :]), option)
 
 
 # --------------------------------------------------------------------------------------- prepare: exit 1
@@ -113,8 +189,19 @@ def test_prepare_bad_inputs(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, 
     out = tmp_path / "out"
 
     def prepare(*args, env=None):
-        return run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--out", str(out),
-                        "--workers", "1", *args, env=env)
+        return run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(wp_teacher),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            *args,
+            env=env,
+        )
 
     assert_error(prepare("--input", str(tmp_path / "nowhere")), "does not exist")
     # --langs naming a language no input holds: the message lists what the inputs do hold.
@@ -136,8 +223,10 @@ def test_prepare_bad_inputs(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, 
     out.unlink()
     # hf: without the optional datasets package: one clear install hint (not "check the network").
     monkeypatch.setitem(sys.modules, "datasets", None)
-    line = assert_error(prepare("--input", "hf:wikimedia/wikipedia:20231101.{lang}", "--langs", "de",
-                                env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
+    line = assert_error(
+        prepare("--input", "hf:wikimedia/wikipedia:20231101.{lang}", "--langs", "de", env={"HF_HUB_OFFLINE": None}),
+        "pip install 'mlminilm[hub]'",
+    )
     assert "network" not in line
     monkeypatch.delitem(sys.modules, "datasets")
     assert not out.exists() and not list(tmp_path.glob(".tmp-*"))
@@ -146,11 +235,35 @@ def test_prepare_bad_inputs(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, 
 def test_offline_fails_fast_and_says_so(tiny_corpus_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     # A hub id that is not in the cache: refused at once, naming HF_HUB_OFFLINE=1.
-    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", "someone/not-cached-model", "--input",
-                          str(tiny_corpus_dir), "--out", str(out), env={"HF_HUB_OFFLINE": "1"}),
-                 "someone/not-cached-model", "HF_HUB_OFFLINE=1")
-    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", "someone/not-cached-model", "--data",
-                          str(tmp_path), env={"HF_HUB_OFFLINE": "1"}), "HF_HUB_OFFLINE=1")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            "someone/not-cached-model",
+            "--input",
+            str(tiny_corpus_dir),
+            "--out",
+            str(out),
+            env={"HF_HUB_OFFLINE": "1"},
+        ),
+        "someone/not-cached-model",
+        "HF_HUB_OFFLINE=1",
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-tatoeba",
+            "--model",
+            "someone/not-cached-model",
+            "--data",
+            str(tmp_path),
+            env={"HF_HUB_OFFLINE": "1"},
+        ),
+        "HF_HUB_OFFLINE=1",
+    )
     # Online, a hub id that could not be fetched: the hint names HF_HUB_OFFLINE=1 (no network is used here).
     from mlminilm.models.loading import _load_error
 
@@ -159,9 +272,23 @@ def test_offline_fails_fast_and_says_so(tiny_corpus_dir, tmp_path, monkeypatch, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     # Streaming a Hub dataset cannot work offline: said before any request.
     pytest.importorskip("datasets")
-    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", "someone/not-cached-model", "--input",
-                          "hf:wikimedia/wikipedia:20231101.{lang}", "--langs", "de", "--out", str(out),
-                          env={"HF_HUB_OFFLINE": "1"}), "HF_HUB_OFFLINE=1")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            "someone/not-cached-model",
+            "--input",
+            "hf:wikimedia/wikipedia:20231101.{lang}",
+            "--langs",
+            "de",
+            "--out",
+            str(out),
+            env={"HF_HUB_OFFLINE": "1"},
+        ),
+        "HF_HUB_OFFLINE=1",
+    )
     assert not out.exists()
 
 
@@ -215,13 +342,16 @@ def test_distill_out_is_a_file_and_student_larger_than_teacher(wp_teacher, wp_da
     assert_error(run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, out)), "is a file")
     assert out.read_text() == "mine"
     # A student deeper than its 4-layer teacher trains, with a warning.
-    code, stdout, stderr = run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, tmp_path / "big"), "--layers", "5")
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, *distill_args(wp_teacher, wp_data, tmp_path / "big"), "--layers", "5"
+    )
     assert code == 0, stderr
     assert "larger than teacher" in stderr and "layers 5 > 4" in stderr
 
 
-def test_distill_vocabulary_mismatch_says_what_differs(wp_teacher, wp_data, tiny_sentencepiece_dir, tiny_corpus_dir,
-                                                       tmp_path, monkeypatch, capsys):
+def test_distill_vocabulary_mismatch_says_what_differs(
+    wp_teacher, wp_data, tiny_sentencepiece_dir, tiny_corpus_dir, tmp_path, monkeypatch, capsys
+):
     from transformers import AutoTokenizer
 
     # Same ids count, other tokens: a WordPiece tokenizer with two tokens swapped.
@@ -233,13 +363,19 @@ def test_distill_vocabulary_mismatch_says_what_differs(wp_teacher, wp_data, tiny
     shutil.copytree(wp_teacher, other)
     (other / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
     (other / "tokenizer.json").unlink(missing_ok=True)
-    line = assert_error(run_main(monkeypatch, capsys, *distill_args(other, wp_data, tmp_path / "o")),
-                        "another tokenizer", f"both have {len(words)} ids", "different tokens or ids")
+    line = assert_error(
+        run_main(monkeypatch, capsys, *distill_args(other, wp_data, tmp_path / "o")),
+        "another tokenizer",
+        f"both have {len(words)} ids",
+        "different tokens or ids",
+    )
     assert line.count(str(len(words))) == 1  # not "(N ids), not ... (N ids)"
     # Another size: both sizes are named.
     sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp", kind="xlm-roberta")
-    assert_error(run_main(monkeypatch, capsys, *distill_args(sp_teacher, wp_data, tmp_path / "o")),
-                 f"the data's has {len(words)} ids")
+    assert_error(
+        run_main(monkeypatch, capsys, *distill_args(sp_teacher, wp_data, tmp_path / "o")),
+        f"the data's has {len(words)} ids",
+    )
 
 
 def test_distill_vocabulary_must_fit_the_embedding_rows(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
@@ -258,7 +394,9 @@ def test_assist_bad_input(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     file = tmp_path / "file"
     file.write_text("mine")
     assert_error(run_main(monkeypatch, capsys, *assist_args(wp_teacher, wp_data, file)), "is a file")
-    assert_error(run_main(monkeypatch, capsys, *assist_args(wp_teacher, tmp_path / "nodata", tmp_path / "o")), "prepare")
+    assert_error(
+        run_main(monkeypatch, capsys, *assist_args(wp_teacher, tmp_path / "nodata", tmp_path / "o")), "prepare"
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -273,8 +411,22 @@ def test_finetune_bad_input(wp_teacher, task_files, tmp_path, monkeypatch, capsy
 
     assert_error(finetune("--train", str(tmp_path / "none.tsv")), "no such file")
     # QA windows that cannot advance: the message names the flag that exists, --max-seq-len.
-    line = assert_error(finetune("--task", "qa", "--train", str(task_files["squad"]), "--max-seq-len", "24",
-                                 "--doc-stride", "16", "--max-query-length", "12"), "--max-seq-len", "--doc-stride")
+    line = assert_error(
+        finetune(
+            "--task",
+            "qa",
+            "--train",
+            str(task_files["squad"]),
+            "--max-seq-len",
+            "24",
+            "--doc-stride",
+            "16",
+            "--max-query-length",
+            "12",
+        ),
+        "--max-seq-len",
+        "--doc-stride",
+    )
     assert "--max-length" not in line
     monkeypatch.setitem(sys.modules, "datasets", None)
     assert_error(finetune("--train", "hf:multi_nli", env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
@@ -284,16 +436,56 @@ def test_finetune_bad_input(wp_teacher, task_files, tmp_path, monkeypatch, capsy
 
 def test_eval_bad_input(xnli_model, task_files, tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
-    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", str(tmp_path / "x"),
-                          "--out", str(out)), str(tmp_path / "x"))
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-xnli",
+            "--model",
+            str(xnli_model),
+            "--data",
+            str(tmp_path / "x"),
+            "--out",
+            str(out),
+        ),
+        str(tmp_path / "x"),
+    )
     monkeypatch.setitem(sys.modules, "datasets", None)
-    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", "hf:xnli",
-                          "--langs", "de", env={"HF_HUB_OFFLINE": None}), "pip install 'mlminilm[hub]'")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-xnli",
+            "--model",
+            str(xnli_model),
+            "--data",
+            "hf:xnli",
+            "--langs",
+            "de",
+            env={"HF_HUB_OFFLINE": None},
+        ),
+        "pip install 'mlminilm[hub]'",
+    )
     monkeypatch.delitem(sys.modules, "datasets")
-    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(tmp_path / "none.json"), "--predictions",
-                          str(tmp_path / "preds"), "--out", str(out)))
-    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(xnli_model), "--data", str(tmp_path),
-                          "--langs", "deu"), "use de for deu")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-mlqa",
+            "--data",
+            str(tmp_path / "none.json"),
+            "--predictions",
+            str(tmp_path / "preds"),
+            "--out",
+            str(out),
+        )
+    )
+    assert_error(
+        run_main(
+            monkeypatch, capsys, "eval-tatoeba", "--model", str(xnli_model), "--data", str(tmp_path), "--langs", "deu"
+        ),
+        "use de for deu",
+    )
     assert not out.exists()
 
 
@@ -302,10 +494,12 @@ def test_configs_refuse_non_finite_numbers_for_python_api_users():
     from mlminilm.config import DistillConfig, FinetuneConfig
     from mlminilm.errors import ConfigError
 
-    for field, bad, message in [("lr", float("inf"), "--lr must be positive and finite"),
-                                ("warmup", float("nan"), "--warmup must be non-negative and finite"),
-                                ("warmup", float("inf"), "--warmup must be non-negative and finite"),
-                                ("weight_decay", -1.0, "--weight-decay must be non-negative and finite")]:
+    for field, bad, message in [
+        ("lr", float("inf"), "--lr must be positive and finite"),
+        ("warmup", float("nan"), "--warmup must be non-negative and finite"),
+        ("warmup", float("inf"), "--warmup must be non-negative and finite"),
+        ("weight_decay", -1.0, "--weight-decay must be non-negative and finite"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             DistillConfig(teacher="t", out="o", **{field: bad})
         with pytest.raises(ConfigError, match=message):
@@ -339,15 +533,24 @@ def _edited_model(model: Path, to: Path, drop=(), add=(), config=None, as_bin: b
 QUERY = "encoder.layer.1.attention.self.query.weight"
 
 
-@pytest.mark.parametrize("edit, named, verb", [
-    (dict(drop=[QUERY]), QUERY, "lack"),  # seen in the safetensors header: before the teacher loads
-    (dict(drop=[QUERY], as_bin=True), QUERY, "lack"),  # pytorch_model.bin: seen as it loads
-    (dict(drop=["embeddings.token_type_embeddings.weight"]), "embeddings.token_type_embeddings.weight", "lack"),
-    (dict(add={"encoder.layer.0.attention.self.extra.weight": (4,)}), "encoder.layer.0.attention.self.extra", "hold"),
-    (dict(add={"embeddings.extra.weight": (4,)}), "embeddings.extra.weight", "hold"),
-], ids=["layer-query", "bin-layer-query", "token-types", "extra-in-a-layer", "extra-in-embeddings"])
-def test_distill_refuses_a_teacher_whose_weights_lack_or_add_tensors(edit, named, verb, wp_teacher, wp_data, tmp_path,
-                                                                     monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "edit, named, verb",
+    [
+        (dict(drop=[QUERY]), QUERY, "lack"),  # seen in the safetensors header: before the teacher loads
+        (dict(drop=[QUERY], as_bin=True), QUERY, "lack"),  # pytorch_model.bin: seen as it loads
+        (dict(drop=["embeddings.token_type_embeddings.weight"]), "embeddings.token_type_embeddings.weight", "lack"),
+        (
+            dict(add={"encoder.layer.0.attention.self.extra.weight": (4,)}),
+            "encoder.layer.0.attention.self.extra",
+            "hold",
+        ),
+        (dict(add={"embeddings.extra.weight": (4,)}), "embeddings.extra.weight", "hold"),
+    ],
+    ids=["layer-query", "bin-layer-query", "token-types", "extra-in-a-layer", "extra-in-embeddings"],
+)
+def test_distill_refuses_a_teacher_whose_weights_lack_or_add_tensors(
+    edit, named, verb, wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     """Such a teacher used to distil with the missing tensor randomly initialised (exit 0)."""
     teacher = _edited_model(wp_teacher, tmp_path / "teacher", **edit)
     out = tmp_path / "out"
@@ -356,8 +559,9 @@ def test_distill_refuses_a_teacher_whose_weights_lack_or_add_tensors(edit, named
     assert not out.exists()
 
 
-def test_a_pooler_the_files_never_had_is_allowed_but_not_half_of_one(wp_teacher, wp_data, tmp_path, monkeypatch,
-                                                                      capsys):
+def test_a_pooler_the_files_never_had_is_allowed_but_not_half_of_one(
+    wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     from transformers import AutoModel
 
     from mlminilm.models.loading import load_encoder, load_model
@@ -373,19 +577,45 @@ def test_a_pooler_the_files_never_had_is_allowed_but_not_half_of_one(wp_teacher,
     assert not (tmp_path / "out").exists()
 
 
-def test_finetune_trim_and_evaluation_load_strictly(wp_teacher, wp_data, xnli_model, task_files, tmp_path, monkeypatch,
-                                                     capsys):
+def test_finetune_trim_and_evaluation_load_strictly(
+    wp_teacher, wp_data, xnli_model, task_files, tmp_path, monkeypatch, capsys
+):
     broken = _edited_model(wp_teacher, tmp_path / "broken", drop=[QUERY])
     out = tmp_path / "out"
     # finetune: before anything is written (the header is read with the config), not after featurising the data.
-    assert_error(run_main(monkeypatch, capsys, "finetune", "--model", str(broken), "--train", str(task_files["nli"]),
-                          "--out", str(out)), QUERY)
-    assert_error(run_main(monkeypatch, capsys, "trim", "--model", str(broken), "--data", str(wp_data), "--out",
-                          str(out)), QUERY)
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "finetune",
+            "--model",
+            str(broken),
+            "--train",
+            str(task_files["nli"]),
+            "--out",
+            str(out),
+        ),
+        QUERY,
+    )
+    assert_error(
+        run_main(monkeypatch, capsys, "trim", "--model", str(broken), "--data", str(wp_data), "--out", str(out)), QUERY
+    )
     # An evaluated model must be whole: a classifier without its head's weights used to score a random head.
     headless = _edited_model(xnli_model, tmp_path / "headless", drop=["classifier.weight"])
-    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(headless), "--data",
-                          str(task_files["xnli"]), "--out", str(out)), "classifier.weight")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-xnli",
+            "--model",
+            str(headless),
+            "--data",
+            str(task_files["xnli"]),
+            "--out",
+            str(out),
+        ),
+        "classifier.weight",
+    )
     assert not out.exists()
 
 
@@ -411,18 +641,23 @@ class _NoLongerThan:
         signal.signal(signal.SIGALRM, self.previous)
 
 
-@pytest.mark.parametrize("values, named", [
-    ({"num_hidden_layers": 100000}, "num_hidden_layers is 100000, but the weights hold 4 layers"),
-    ({"num_hidden_layers": 2}, "num_hidden_layers is 2, but the weights hold 4 layers"),
-    ({"layer_norm_eps": -1e-12}, "layer_norm_eps"),
-    ({"num_attention_heads": 5}, "num_attention_heads 5 does not divide hidden_size 64"),
-    ({"hidden_size": 0}, "hidden_size 0"),
-    ({"intermediate_size": 10**9}, "intermediate_size"),
-    ({"vocab_size": 50}, "vocab_size is 50, but the weights hold"),
-    ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
-], ids=lambda x: next(iter(x)) if isinstance(x, dict) else None)
-def test_a_config_that_is_absurd_or_contradicts_its_weights_is_one_line(values, named, wp_teacher, wp_data, tmp_path,
-                                                                        monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "values, named",
+    [
+        ({"num_hidden_layers": 100000}, "num_hidden_layers is 100000, but the weights hold 4 layers"),
+        ({"num_hidden_layers": 2}, "num_hidden_layers is 2, but the weights hold 4 layers"),
+        ({"layer_norm_eps": -1e-12}, "layer_norm_eps"),
+        ({"num_attention_heads": 5}, "num_attention_heads 5 does not divide hidden_size 64"),
+        ({"hidden_size": 0}, "hidden_size 0"),
+        ({"intermediate_size": 10**9}, "intermediate_size"),
+        ({"vocab_size": 50}, "vocab_size is 50, but the weights hold"),
+        ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+    ],
+    ids=lambda x: next(iter(x)) if isinstance(x, dict) else None,
+)
+def test_a_config_that_is_absurd_or_contradicts_its_weights_is_one_line(
+    values, named, wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     teacher = _edited_model(wp_teacher, tmp_path / "teacher", config=values)
     out = tmp_path / "out"
     with _NoLongerThan(120):
@@ -430,27 +665,42 @@ def test_a_config_that_is_absurd_or_contradicts_its_weights_is_one_line(values, 
     assert not out.exists()
 
 
-def test_a_vocabulary_larger_than_the_embedding_rows_is_refused(tiny_wordpiece_dir, wp_data, task_files, tmp_path,
-                                                                monkeypatch, capsys):
+def test_a_vocabulary_larger_than_the_embedding_rows_is_refused(
+    tiny_wordpiece_dir, wp_data, task_files, tmp_path, monkeypatch, capsys
+):
     """Config and weights agree on 50 rows, but the tokenizer has ~600 ids."""
     from transformers import AutoModel, AutoTokenizer, BertConfig
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_wordpiece_dir)
     small = tmp_path / "small"
-    AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=160)).save_pretrained(small)
+    AutoModel.from_config(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=160,
+        )
+    ).save_pretrained(small)
     tokenizer.save_pretrained(small)
     out = tmp_path / "out"
     assert_error(run_main(monkeypatch, capsys, *distill_args(small, wp_data, out)), f"{len(tokenizer)} ids", "50")
-    assert_error(run_main(monkeypatch, capsys, "finetune", "--model", str(small), "--train", str(task_files["nli"]),
-                          "--out", str(out)), f"{len(tokenizer)} ids", "50 embedding rows")
+    assert_error(
+        run_main(
+            monkeypatch, capsys, "finetune", "--model", str(small), "--train", str(task_files["nli"]), "--out", str(out)
+        ),
+        f"{len(tokenizer)} ids",
+        "50 embedding rows",
+    )
     assert not out.exists()
 
 
 def _shard_with_ids_outside(data: Path, to: Path, record: str) -> tuple[Path, str]:
     """A copy of prepared data whose first de shard holds -1 and vocab_size + 5 (in each of its sequences, so that
-    training reads them), edited by hand with its digest brought up to date. `record`: "true" (the manifest records the shard's real id range), "none" (no ranges at
-    all, as an older prepare wrote) or "stale" (the range recorded before the edit)."""
+    training reads them), edited by hand with its digest brought up to date. `record`: "true" (the manifest records
+    the shard's real id range), "none" (no ranges at all, as an older prepare wrote) or "stale" (the range recorded
+    before the edit)."""
     import numpy as np
 
     from mlminilm.corpus.manifest import shard_digest
@@ -492,8 +742,7 @@ def test_token_ids_outside_the_vocabulary_are_one_line(record, wp_teacher, wp_da
     """They used to end in `IndexError: index out of range in self` from the embedding (a CUDA assert on a GPU)."""
     data, shard = _shard_with_ids_outside(wp_data, tmp_path / "data", record)
     out = tmp_path / "out"
-    line = assert_error(run_main(monkeypatch, capsys, *distill_args(wp_teacher, data, out)), shard,
-                        "-1..", "prepare")
+    line = assert_error(run_main(monkeypatch, capsys, *distill_args(wp_teacher, data, out)), shard, "-1..", "prepare")
     if record == "stale":
         # The recorded range says nothing is wrong: the sequence read during training is checked, before the model.
         assert "changed since prepare" in line
@@ -525,8 +774,9 @@ INTEGER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("command, extra, option", INTEGER_CASES,
-                         ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+@pytest.mark.parametrize(
+    "command, extra, option", INTEGER_CASES, ids=lambda x: " ".join(x) if isinstance(x, list) else str(x)
+)
 def test_huge_or_negative_integers_are_usage_errors(command, extra, option, tmp_path, monkeypatch, capsys):
     assert_usage_error(run_main(monkeypatch, capsys, command, *required(command, tmp_path), *extra), option)
     assert not (tmp_path / "out").exists()

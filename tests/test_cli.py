@@ -50,7 +50,9 @@ def test_option_defaults_equal_config_defaults(name):
             got = tuple(got or ())
         if hasattr(expected, "__fspath__"):
             expected, got = str(expected), str(got)
-        assert got == expected, f"{name} --{param.name}: option default {got!r} != {cls.__name__}.{param.name} {expected!r}"
+        assert got == expected, (
+            f"{name} --{param.name}: option default {got!r} != {cls.__name__}.{param.name} {expected!r}"
+        )
         checked += 1
     assert checked >= 3
 
@@ -62,8 +64,23 @@ def test_bad_option_value_exits_2_with_usage():
 
 def test_config_error_names_the_flag(tmp_path):
     # Values each fine alone but not together: the config's check (exit 1), all problems at once.
-    proc = cli("distill", "--teacher", "x", "--data", str(tmp_path), "--out", str(tmp_path / "o"), "--hidden", "30",
-               "--heads", "4", "--objective", "minilm-v2", "--relation-heads", "7")
+    proc = cli(
+        "distill",
+        "--teacher",
+        "x",
+        "--data",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--hidden",
+        "30",
+        "--heads",
+        "4",
+        "--objective",
+        "minilm-v2",
+        "--relation-heads",
+        "7",
+    )
     assert proc.returncode == 1
     assert "--heads (4) must divide --hidden (30)" in proc.stderr and "--relation-heads (7)" in proc.stderr
 
@@ -79,7 +96,7 @@ def test_help_ends_with_examples_and_marks_required_options(name, monkeypatch, c
     assert code == 0, err
     lines = [l.strip() for l in out.rstrip().splitlines()]
     start = max(i for i, l in enumerate(lines) if "Examples:" in l)
-    tail = lines[start + 1:]
+    tail = lines[start + 1 :]
     assert len(tail) >= 2 and all(l.startswith(f"mlminilm {name} ") for l in tail), out
     command = typer.main.get_command(app).commands[name]
     for param in command.params:
@@ -94,7 +111,7 @@ def test_choices_are_listed_in_help(monkeypatch, capsys):
     for listed in ("auto|fp32|bf16", "minilm|minilm-v2", "random|teacher", "auto|cpu|cuda"):
         assert listed in out
     _, out, _ = run_main(monkeypatch, capsys, "assist", "--help")
-    warmup = out[out.index("--warmup"):out.index("--weight-decay")]
+    warmup = out[out.index("--warmup") : out.index("--weight-decay")]
     assert "--max-steps" not in warmup and "--assistant-steps" in warmup
 
 
@@ -106,8 +123,11 @@ def test_shell_completion(monkeypatch, capsys):
     _, out, _ = run_main(monkeypatch, capsys, "--help")
     assert "--install-completion" in out
     # The shell asks the program for candidates: the choices of --precision.
-    code, out, _ = run_main(monkeypatch, capsys, env={"_MLMINILM_COMPLETE": "complete_bash",
-                                                        "COMP_WORDS": "mlminilm distill --precision ", "COMP_CWORD": "3"})
+    code, out, _ = run_main(
+        monkeypatch,
+        capsys,
+        env={"_MLMINILM_COMPLETE": "complete_bash", "COMP_WORDS": "mlminilm distill --precision ", "COMP_CWORD": "3"},
+    )
     assert code == 0 and out.split() == ["auto", "fp32", "bf16", "fp16"]
 
 
@@ -116,6 +136,7 @@ def test_shell_completion(monkeypatch, capsys):
 
 def test_dependencies_datasets_is_an_extra_and_evaluate_is_gone():
     import ast
+
     import tomllib
 
     from helpers import REPO
@@ -152,14 +173,29 @@ def test_teacher_with_only_a_sentencepiece_model_prepares(shared_data, tmp_path)
     teacher = tmp_path / "teacher"
     teacher.mkdir()
     shutil.copy(source / "sentencepiece.bpe.model", teacher)
-    (teacher / "config.json").write_text(json.dumps({
-        "model_type": "xlm-roberta", "architectures": ["XLMRobertaModel"], "vocab_size": 250002,
-        "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
-        "max_position_embeddings": 514, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-        "type_vocab_size": 1}))
+    (teacher / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "xlm-roberta",
+                "architectures": ["XLMRobertaModel"],
+                "vocab_size": 250002,
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 64,
+                "max_position_embeddings": 514,
+                "pad_token_id": 1,
+                "bos_token_id": 0,
+                "eos_token_id": 2,
+                "type_vocab_size": 1,
+            }
+        )
+    )
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "de.txt").write_text("Der Hund läuft jeden Morgen durch den Park.\nDas Haus ist groß.\n", encoding="utf-8")
+    (corpus / "de.txt").write_text(
+        "Der Hund läuft jeden Morgen durch den Park.\nDas Haus ist groß.\n", encoding="utf-8"
+    )
     (corpus / "zh.txt").write_text("我们每天早上去公园。\n", encoding="utf-8")
     out = prepare_data(teacher, corpus, tmp_path / "data", seq_len=16)
     manifest = json.loads((out / "manifest.json").read_text())

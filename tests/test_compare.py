@@ -9,29 +9,53 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import sample_lines
+
 from helpers import assert_error, run_main, tiny_encoder_fixture
 
 CHANCE = 100 / 3
 LABELS = ["entailment", "neutral", "contradiction"]
 
 
-def xnli_doc(scores: dict[str, float], model: str, data: str = "/data/xnli", examples: int = 120,
-             per_s: float = 100.0, parameters: int | None = None) -> dict:
+def xnli_doc(
+    scores: dict[str, float],
+    model: str,
+    data: str = "/data/xnli",
+    examples: int = 120,
+    per_s: float = 100.0,
+    parameters: int | None = None,
+) -> dict:
     """An eval-xnli metrics document as eval-xnli writes it, with the given accuracies."""
     files = {lang: f"{data}/test-{lang}.tsv" for lang in scores}
     doc = {
-        "task": "xnli", "split": "test", "protocol": "zero-shot cross-lingual transfer (XTREME)", "model": model,
+        "task": "xnli",
+        "split": "test",
+        "protocol": "zero-shot cross-lingual transfer (XTREME)",
+        "model": model,
         "selection": {"rule": "best English dev accuracy"},
         "data": {"source": data, "files": files},
-        "metrics": ["accuracy"], "labels": list(LABELS),
-        "languages": {lang: {"accuracy": v, "examples": examples, "skipped": 0, "confusion": [[0] * 3] * 3,
-                             "examples_per_s": per_s, "file": files[lang]} for lang, v in scores.items()},
+        "metrics": ["accuracy"],
+        "labels": list(LABELS),
+        "languages": {
+            lang: {
+                "accuracy": v,
+                "examples": examples,
+                "skipped": 0,
+                "confusion": [[0] * 3] * 3,
+                "examples_per_s": per_s,
+                "file": files[lang],
+            }
+            for lang, v in scores.items()
+        },
         "average": {"accuracy": sum(scores.values()) / len(scores), "examples": examples * len(scores), "skipped": 0},
         "settings": {"max_seq_len": 128, "batch_size": 32, "sorted_by_length": True},
-        "throughput": {"examples_per_s": per_s, "elapsed_s": 1.0, "device": "cpu (x86_64, 2 threads)",
-                       "precision": "float32", "batch_size": 32},
+        "throughput": {
+            "examples_per_s": per_s,
+            "elapsed_s": 1.0,
+            "device": "cpu (x86_64, 2 threads)",
+            "precision": "float32",
+            "batch_size": 32,
+        },
         "mlminilm": "0.1.0",
     }
     if parameters is not None:
@@ -43,32 +67,57 @@ def tatoeba_doc(scores: dict[str, tuple[float, float]], model: str, data: str = 
     """An eval-tatoeba metrics document: per language (xx->en, en->xx)."""
     iso = {"de": "deu", "fr": "fra", "zh": "cmn"}
     languages = {
-        lang: {"xx_to_en": a, "en_to_xx": b, "mean": (a + b) / 2, "examples": 100, "iso639_3": iso[lang],
-               "files": {"xx": f"{data}/tatoeba.{iso[lang]}-eng.{iso[lang]}",
-                         "eng": f"{data}/tatoeba.{iso[lang]}-eng.eng"}}
+        lang: {
+            "xx_to_en": a,
+            "en_to_xx": b,
+            "mean": (a + b) / 2,
+            "examples": 100,
+            "iso639_3": iso[lang],
+            "files": {
+                "xx": f"{data}/tatoeba.{iso[lang]}-eng.{iso[lang]}",
+                "eng": f"{data}/tatoeba.{iso[lang]}-eng.eng",
+            },
+        }
         for lang, (a, b) in scores.items()
     }
     return {
-        "task": "tatoeba", "protocol": "Tatoeba sentence retrieval", "summary": f"embedding: layer of {model}",
-        "model": model, "embedding": {"layer": 2},
+        "task": "tatoeba",
+        "protocol": "Tatoeba sentence retrieval",
+        "summary": f"embedding: layer of {model}",
+        "model": model,
+        "embedding": {"layer": 2},
         "data": {"source": data, "files": {k: v["files"] for k, v in languages.items()}, "unregistered": []},
-        "metrics": ["xx_to_en", "en_to_xx", "mean"], "languages": languages,
-        "average": {m: sum(s[m] for s in languages.values()) / len(languages)
-                    for m in ("xx_to_en", "en_to_xx", "mean")},
-        "settings": {"max_length": 160, "batch_size": 32, "sorted_by_length": True,
-                     "similarity": "cosine, float32, ties to the lowest index"},
-        "throughput": {"examples_per_s": 50.0, "sentences_per_s": 100.0, "elapsed_s": 1.0, "device": "cpu",
-                       "precision": "float32", "batch_size": 32},
+        "metrics": ["xx_to_en", "en_to_xx", "mean"],
+        "languages": languages,
+        "average": {
+            m: sum(s[m] for s in languages.values()) / len(languages) for m in ("xx_to_en", "en_to_xx", "mean")
+        },
+        "settings": {
+            "max_length": 160,
+            "batch_size": 32,
+            "sorted_by_length": True,
+            "similarity": "cosine, float32, ties to the lowest index",
+        },
+        "throughput": {
+            "examples_per_s": 50.0,
+            "sentences_per_s": 100.0,
+            "elapsed_s": 1.0,
+            "device": "cpu",
+            "precision": "float32",
+            "batch_size": 32,
+        },
     }
 
 
 def mlqa_doc(scores: dict[str, float], model: str, scorer: str = "mlqa") -> dict:
     title = {"mlqa": "MLQA", "squad": "SQuAD v1.1"}[scorer]
     return {
-        "task": "mlqa", "split": "dev", "protocol": "QA", "model": model,
+        "task": "mlqa",
+        "split": "dev",
+        "protocol": "QA",
+        "model": model,
         "scorer": {"name": scorer, "title": title, "description": title, "chosen": "auto (MLQA files)"},
-        "data": {"source": "/data/mlqa",
-                 "files": {k: f"/data/mlqa/dev-context-{k}-question-{k}.json" for k in scores}},
+        "data": {"source": "/data/mlqa", "files": {k: f"/data/mlqa/dev-context-{k}-question-{k}.json" for k in scores}},
         "metrics": ["exact_match", "f1"],
         "languages": {k: {"exact_match": v - 10, "f1": v, "examples": 50, "missing": 0} for k, v in scores.items()},
         "average": {"exact_match": 0.0, "f1": 0.0, "examples": 50 * len(scores), "missing": 0},
@@ -85,10 +134,10 @@ def write(folder: Path, doc: dict) -> Path:
 def pair(tmp_path):
     """teacher en 80 / de 70, student en 60 / de 56: ratios 0.75 and 0.8, chance-corrected 4/7 and 34/55; the
     averages 75 and 58: 58/75 and (58 - 100/3) / (75 - 100/3) = 0.592. Speeds 100 and 250 examples/s."""
-    teacher = write(tmp_path / "teacher", xnli_doc({"en": 80.0, "de": 70.0}, "runs/t/teacher-model",
-                                                   parameters=1000))
-    student = write(tmp_path / "student", xnli_doc({"en": 60.0, "de": 56.0}, "runs/s/student-model", per_s=250.0,
-                                                   parameters=400))
+    teacher = write(tmp_path / "teacher", xnli_doc({"en": 80.0, "de": 70.0}, "runs/t/teacher-model", parameters=1000))
+    student = write(
+        tmp_path / "student", xnli_doc({"en": 60.0, "de": 56.0}, "runs/s/student-model", per_s=250.0, parameters=400)
+    )
     return teacher, student
 
 
@@ -137,8 +186,11 @@ def test_table_on_stdout(pair, monkeypatch, capsys):
     code, out, err = compare(monkeypatch, capsys, teacher, student)
     assert code == 0, err
     assert "XNLI test" in out and "against teacher" in out
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()
-            if line.count("│") > 4}
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+        for line in out.splitlines()
+        if line.count("│") > 4
+    }
     assert rows["en"] == ["en", "English", "120", "80.00", "60.00", "0.750", "0.571"]
     assert rows["de"] == ["de", "German", "120", "70.00", "56.00", "0.800", "0.618"]
     assert rows["average"] == ["average", "mean of 2", "240", "75.00", "58.00", "0.773", "0.592"]
@@ -150,8 +202,13 @@ def test_files_csv_markdown_chart(pair, tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
     code, stdout, err = compare(monkeypatch, capsys, teacher, student, "--out", out)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == [".mlminilm-output.json", "chart.png", "metrics.csv", "metrics.json",
-                                                     "metrics.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".mlminilm-output.json",
+        "chart.png",
+        "metrics.csv",
+        "metrics.json",
+        "metrics.md",
+    ]
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "metrics.json").read_text())["languages"]["en"]["scores"]["student"]["accuracy"] == 60.0
     assert (out / "metrics.csv").read_text().splitlines() == [
@@ -202,12 +259,18 @@ def test_baseline_by_directory_name_and_by_model(pair, monkeypatch, capsys):
 def test_unknown_and_ambiguous_baseline(pair, tmp_path, monkeypatch, capsys):
     teacher, student = pair
     out = tmp_path / "cmp"
-    assert_error(compare(monkeypatch, capsys, teacher, student, "--baseline", "nobody", "--out", out),
-                 "--baseline nobody", "teacher (model runs/t/teacher-model)", "student (model runs/s/student-model)")
+    assert_error(
+        compare(monkeypatch, capsys, teacher, student, "--baseline", "nobody", "--out", out),
+        "--baseline nobody",
+        "teacher (model runs/t/teacher-model)",
+        "student (model runs/s/student-model)",
+    )
     assert not out.exists()
     twin = write(tmp_path / "twin", xnli_doc({"en": 70.0, "de": 60.0}, "elsewhere/student-model"))
-    assert_error(compare(monkeypatch, capsys, teacher, student, twin, "--baseline", "student-model"),
-                 "names several reports (student, twin)")
+    assert_error(
+        compare(monkeypatch, capsys, teacher, student, twin, "--baseline", "student-model"),
+        "names several reports (student, twin)",
+    )
     # A report's own name wins over another's model name.
     assert compare_json(monkeypatch, capsys, student, twin, "--baseline", "twin")["baseline"] == "twin"
 
@@ -216,18 +279,25 @@ def test_unknown_and_ambiguous_baseline(pair, tmp_path, monkeypatch, capsys):
 
 
 MISMATCHES = {
-    "task": (lambda d: tatoeba_doc({"de": (90.0, 80.0)}, d["model"]),
-             "different task (teacher: xnli; student: tatoeba)"),
+    "task": (
+        lambda d: tatoeba_doc({"de": (90.0, 80.0)}, d["model"]),
+        "different task (teacher: xnli; student: tatoeba)",
+    ),
     "split": (lambda d: {**d, "split": "dev"}, "different split (teacher: test; student: dev)"),
     "labels": (lambda d: {**d, "labels": ["entailment", "not_entailment"]}, "different labels"),
-    "examples": (lambda d: _per_language(d, "de", examples=100),
-                 "de: different examples (teacher: 120; student: 100)"),
-    "skipped rows": (lambda d: _per_language(d, "en", skipped=3),
-                     "en: different rows skipped (teacher: 0; student: 3)"),
-    "data files": (lambda d: _files(d, "de", "/data/xnli/mine-de.tsv"),
-                   "de: different data files (teacher: test-de.tsv; student: mine-de.tsv)"),
-    "no common language": (lambda d: xnli_doc({"fr": 50.0}, d["model"]),
-                           "no language in common (teacher: en, de; student: fr)"),
+    "examples": (lambda d: _per_language(d, "de", examples=100), "de: different examples (teacher: 120; student: 100)"),
+    "skipped rows": (
+        lambda d: _per_language(d, "en", skipped=3),
+        "en: different rows skipped (teacher: 0; student: 3)",
+    ),
+    "data files": (
+        lambda d: _files(d, "de", "/data/xnli/mine-de.tsv"),
+        "de: different data files (teacher: test-de.tsv; student: mine-de.tsv)",
+    ),
+    "no common language": (
+        lambda d: xnli_doc({"fr": 50.0}, d["model"]),
+        "no language in common (teacher: en, de; student: fr)",
+    ),
 }
 
 
@@ -260,8 +330,10 @@ def test_refuses_other_qa_scorer_and_tatoeba_directions(tmp_path, monkeypatch, c
     assert_error(compare(monkeypatch, capsys, a, b), "different scorer (a: MLQA; b: SQuAD v1.1)")
     gxlt = mlqa_doc({"de": 30.0, "zh": 25.0}, "m2")
     gxlt["gxlt"] = {"contexts": ["de"], "questions": ["de"], "f1": [[30.0]]}
-    assert_error(compare(monkeypatch, capsys, a, write(tmp_path / "g", gxlt)),
-                 "different language pairs (a: monolingual; g: G-XLT)")
+    assert_error(
+        compare(monkeypatch, capsys, a, write(tmp_path / "g", gxlt)),
+        "different language pairs (a: monolingual; g: G-XLT)",
+    )
     # The same scorer: F1 by default (ratio 0.5 on both languages), --metric exact_match on request.
     doc = compare_json(monkeypatch, capsys, a, write(tmp_path / "c", mlqa_doc({"de": 30.0, "zh": 25.0}, "m3")))
     assert doc["metric"] == "f1" and doc["chance"] is None and "chance_corrected" not in doc["average"]
@@ -269,14 +341,17 @@ def test_refuses_other_qa_scorer_and_tatoeba_directions(tmp_path, monkeypatch, c
     assert doc["languages"]["de"]["ratio"]["c"]["exact_match"] == pytest.approx(20 / 50)
     doc = compare_json(monkeypatch, capsys, a, tmp_path / "c", "--metric", "exact_match")
     assert doc["metric"] == "exact_match"
-    assert_error(compare(monkeypatch, capsys, a, tmp_path / "c", "--metric", "accuracy"),
-                 "--metric accuracy", "exact_match, f1")
+    assert_error(
+        compare(monkeypatch, capsys, a, tmp_path / "c", "--metric", "accuracy"), "--metric accuracy", "exact_match, f1"
+    )
 
     t1 = write(tmp_path / "t1", tatoeba_doc({"de": (90.0, 80.0), "zh": (60.0, 70.0)}, "teacher"))
     one_way = tatoeba_doc({"de": (45.0, 0.0), "zh": (30.0, 0.0)}, "student")
     one_way["metrics"] = ["xx_to_en"]
-    assert_error(compare(monkeypatch, capsys, t1, write(tmp_path / "t2", one_way)),
-                 "different metrics (t1: xx_to_en, en_to_xx, mean; t2: xx_to_en)")
+    assert_error(
+        compare(monkeypatch, capsys, t1, write(tmp_path / "t2", one_way)),
+        "different metrics (t1: xx_to_en, en_to_xx, mean; t2: xx_to_en)",
+    )
     other_rule = tatoeba_doc({"de": (45.0, 40.0), "zh": (30.0, 35.0)}, "student")
     other_rule["settings"]["similarity"] = "dot product"
     assert_error(compare(monkeypatch, capsys, t1, write(tmp_path / "t3", other_rule)), "different retrieval rule")
@@ -319,8 +394,9 @@ def test_missing_and_damaged_reports(pair, tmp_path, monkeypatch, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert_error(compare(monkeypatch, capsys, teacher, empty, "--out", out), f"{empty} has no metrics.json")
-    assert_error(compare(monkeypatch, capsys, teacher, tmp_path / "nowhere", "--out", out),
-                 "no such report directory or file")
+    assert_error(
+        compare(monkeypatch, capsys, teacher, tmp_path / "nowhere", "--out", out), "no such report directory or file"
+    )
     cut = tmp_path / "cut"
     cut.mkdir()
     (cut / "metrics.json").write_text((student / "metrics.json").read_text()[:200], encoding="utf-8")
@@ -328,16 +404,22 @@ def test_missing_and_damaged_reports(pair, tmp_path, monkeypatch, capsys):
     broken = json.loads((student / "metrics.json").read_text())
     broken["languages"]["de"]["accuracy"] = "high"
     del broken["task"]
-    line = assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "broken", broken), "--out", out),
-                        "is damaged", "no `task`", "languages.de.accuracy is not a number")
+    line = assert_error(
+        compare(monkeypatch, capsys, teacher, write(tmp_path / "broken", broken), "--out", out),
+        "is damaged",
+        "no `task`",
+        "languages.de.accuracy is not a number",
+    )
     # Both problems at once, with the missing report: one line.
     line = assert_error(compare(monkeypatch, capsys, empty, tmp_path / "broken", "--out", out))
     assert "has no metrics.json" in line and "no `task`" in line
     assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "list", []), "--out", out), "not an object")
     huge = json.loads((student / "metrics.json").read_text())
     huge["languages"]["de"]["accuracy"] = 1e308  # a number, but no score: refused, not compared
-    assert_error(compare(monkeypatch, capsys, teacher, write(tmp_path / "huge", huge), "--out", out),
-                 "languages.de.accuracy is 1e+308, not a score in [0, 100]")
+    assert_error(
+        compare(monkeypatch, capsys, teacher, write(tmp_path / "huge", huge), "--out", out),
+        "languages.de.accuracy is 1e+308, not a score in [0, 100]",
+    )
     assert_error(compare(monkeypatch, capsys, teacher, teacher / "metrics.json"), "are the same report")
     line = assert_error(compare(monkeypatch, capsys, cut, cut))  # one damaged report given twice: said once
     assert line.count("is damaged") == 1
@@ -368,14 +450,19 @@ def test_two_real_tatoeba_reports(small, large, tmp_path, monkeypatch, capsys):
     data = tmp_path / "tatoeba"
     data.mkdir()
     de = list(dict.fromkeys(sample_lines("de", 20, seed=3)))[:5]
-    for iso, source, english in (("deu", de + de[:1], de + de[:1]),
-                                 ("fra", sample_lines("fr", 6, seed=4), sample_lines("en", 6, seed=5))):
+    for iso, source, english in (
+        ("deu", de + de[:1], de + de[:1]),
+        ("fra", sample_lines("fr", 6, seed=4), sample_lines("en", 6, seed=5)),
+    ):
         (data / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(source) + "\n", encoding="utf-8")
         (data / f"tatoeba.{iso}-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")
     reports = {}
     for name, model in (("large", large), ("small", small)):
-        tatoeba.run(EvalTatoebaConfig(model=str(model), data=str(data), out=tmp_path / name, batch_size=4,
-                                      precision="fp32", device="cpu"))
+        tatoeba.run(
+            EvalTatoebaConfig(
+                model=str(model), data=str(data), out=tmp_path / name, batch_size=4, precision="fp32", device="cpu"
+            )
+        )
         reports[name] = json.loads((tmp_path / name / "metrics.json").read_text())
     out = tmp_path / "cmp"
     code, stdout, err = compare(monkeypatch, capsys, tmp_path / "large", tmp_path / "small", "--out", out, "--json")
@@ -385,8 +472,9 @@ def test_two_real_tatoeba_reports(small, large, tmp_path, monkeypatch, capsys):
     assert list(doc["languages"]) == ["de", "fr"] and doc["warnings"] == []
     for lang in ("de", "fr"):
         for name in ("large", "small"):
-            assert doc["languages"][lang]["scores"][name] == {m: reports[name]["languages"][lang][m]
-                                                              for m in ("xx_to_en", "en_to_xx", "mean")}
+            assert doc["languages"][lang]["scores"][name] == {
+                m: reports[name]["languages"][lang][m] for m in ("xx_to_en", "en_to_xx", "mean")
+            }
         base, other = (reports[n]["languages"][lang]["xx_to_en"] for n in ("large", "small"))
         ratio = doc["languages"][lang]["ratio"]["small"]["xx_to_en"]
         assert ratio == (pytest.approx(other / base) if base else None)

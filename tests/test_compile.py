@@ -19,14 +19,31 @@ def test_compiled_and_eager_distillation_agree_over_five_steps(tiny_wordpiece_di
     data = prepare_data(teacher, tiny_corpus_dir, tmp_path / "data")
     runs = {}
     for mode in ("off", "on"):
-        cfg = DistillConfig(out=tmp_path / mode, teacher=str(teacher), data=data, layers=2, hidden=32, heads=4,
-                            intermediate=64, max_steps=5, batch_size=8, log_every=1, save_every=5, lr=1e-3,
-                            warmup=0.0, precision="fp32", device="cpu", quiet=True, compile=mode)
+        cfg = DistillConfig(
+            out=tmp_path / mode,
+            teacher=str(teacher),
+            data=data,
+            layers=2,
+            hidden=32,
+            heads=4,
+            intermediate=64,
+            max_steps=5,
+            batch_size=8,
+            log_every=1,
+            save_every=5,
+            lr=1e-3,
+            warmup=0.0,
+            precision="fp32",
+            device="cpu",
+            quiet=True,
+            compile=mode,
+        )
         t0 = time.perf_counter()
         distill.run(cfg)
         runs[mode] = time.perf_counter() - t0
-    records = {mode: [json.loads(l) for l in (tmp_path / mode / "metrics.jsonl").read_text().splitlines()]
-               for mode in runs}
+    records = {
+        mode: [json.loads(l) for l in (tmp_path / mode / "metrics.jsonl").read_text().splitlines()] for mode in runs
+    }
     assert json.loads((tmp_path / "on" / "run.json").read_text())["compile"] is True
     assert json.loads((tmp_path / "off" / "run.json").read_text())["compile"] is False
     eager = [r["loss"] for r in records["off"]]

@@ -20,12 +20,23 @@ def losses(out) -> list[float]:
 
 def test_toml_options_with_the_command_line_winning(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     config = tmp_path / "run.toml"
-    config.write_text("\n".join([f'teacher = "{wp_teacher}"', f'data = "{wp_data}"', "max_steps = 4", "seed = 7",
-                                 "quiet = true",
-                                 *(f"{k} = {v}" for k, v in SHAPE.items())]) + "\n")
+    config.write_text(
+        "\n".join(
+            [
+                f'teacher = "{wp_teacher}"',
+                f'data = "{wp_data}"',
+                "max_steps = 4",
+                "seed = 7",
+                "quiet = true",
+                *(f"{k} = {v}" for k, v in SHAPE.items()),
+            ]
+        )
+        + "\n"
+    )
     out = tmp_path / "run"
-    code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(config), "--out", str(out),
-                            "--max-steps", "2")
+    code, _, err = run_main(
+        monkeypatch, capsys, "distill", "--config", str(config), "--out", str(out), "--max-steps", "2"
+    )
     assert code == 0, err
     recorded = json.loads((out / "run.json").read_text())["config"]
     assert recorded["max_steps"] == 2  # the command line's
@@ -47,8 +58,19 @@ def test_yaml_lists_and_flags(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch
 
 def test_a_run_record_replays_its_run(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     first, second = tmp_path / "a", tmp_path / "b"
-    args = ["--teacher", str(wp_teacher), "--data", str(wp_data), "--max-steps", "3", "--log-every", "1",
-            "--dropout", "0.1", *(w for k, v in SHAPE.items() for w in (f"--{k}", str(v)))]
+    args = [
+        "--teacher",
+        str(wp_teacher),
+        "--data",
+        str(wp_data),
+        "--max-steps",
+        "3",
+        "--log-every",
+        "1",
+        "--dropout",
+        "0.1",
+        *(w for k, v in SHAPE.items() for w in (f"--{k}", str(v))),
+    ]
     # Recorded with --quiet (as benchmarks run): the replay shows what its own command line says.
     assert run_main(monkeypatch, capsys, "distill", *args, "--quiet", "--out", str(first))[0] == 0
     code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(first / "run.json"), "--out", str(second))
@@ -58,8 +80,11 @@ def test_a_run_record_replays_its_run(wp_teacher, wp_data, tmp_path, monkeypatch
     assert (old["quiet"], new["quiet"]) == (True, False)
     same = lambda c: {k: v for k, v in c.items() if k not in ("out", "quiet")}  # noqa: E731
     assert same(old) == same(new)
-    assert_error(run_main(monkeypatch, capsys, "finetune", "--config", str(first / "run.json"), "--out",
-                          str(tmp_path / "ft")), "records a `distill` run", "mlminilm distill")
+    assert_error(
+        run_main(monkeypatch, capsys, "finetune", "--config", str(first / "run.json"), "--out", str(tmp_path / "ft")),
+        "records a `distill` run",
+        "mlminilm distill",
+    )
 
 
 def test_bad_config_files_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys):
@@ -77,8 +102,9 @@ def test_bad_config_files_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys
     assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / "list.yaml")), "expected a table")
     config.write_text("overwrite = 3\n")
     assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)), "is a flag")
-    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config), "--config", str(config)),
-                 "more than once")
+    assert_error(
+        run_main(monkeypatch, capsys, "distill", "--config", str(config), "--config", str(config)), "more than once"
+    )
     assert not list(tmp_path.glob("run*"))
 
 
@@ -92,8 +118,11 @@ def test_binary_files_alias_bombs_and_one_option_named_twice_are_one_line(tmp_pa
     assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(binary)), "not a text file", "UTF-8")
     bomb = tmp_path / "bomb.yaml"
     lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
-    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
-              f"*a{i - 1}]" for i in range(1, 9)]
+    lines += [
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+        f"*a{i - 1}]"
+        for i in range(1, 9)
+    ]
     bomb.write_text("\n".join(lines) + "\n")
     assert len(bomb.read_bytes()) < 1000
     start = time.perf_counter()
@@ -101,6 +130,7 @@ def test_binary_files_alias_bombs_and_one_option_named_twice_are_one_line(tmp_pa
     assert time.perf_counter() - start < 5
     twice = tmp_path / "twice.toml"
     twice.write_text("max-steps = 3\nmax_steps = 5\n")
-    assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(twice)),
-                 "max-steps and max_steps name the same option")
+    assert_error(
+        run_main(monkeypatch, capsys, "distill", "--config", str(twice)), "max-steps and max_steps name the same option"
+    )
     assert not list(tmp_path.glob("run*"))

@@ -19,7 +19,7 @@ import torch
 
 from helpers import REPO, prepare_data, save_tiny_teacher
 
-LAUNCHER = '''
+LAUNCHER = """
 import json, os, sys
 from mlminilm.training import checkpoint_writer
 from mlminilm import distill, training
@@ -68,7 +68,7 @@ if os.environ.get("MLMINILM_KILL_AT"):
 sys.argv = ["mlminilm", *sys.argv[1:]]
 from mlminilm.commands.app import main
 main()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +89,75 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(launcher: Path, out: Path, teacher: Path, data: Path, batch: int, nproc: int, extra: tuple = (),
-        env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def run(
+    launcher: Path,
+    out: Path,
+    teacher: Path,
+    data: Path,
+    batch: int,
+    nproc: int,
+    extra: tuple = (),
+    env_extra: dict | None = None,
+) -> subprocess.CompletedProcess:
     logs = out.parent / f"{out.name}-writes"
     logs.mkdir(exist_ok=True)
-    args = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out),
-            "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-            "--max-steps", "4", "--batch-size", str(batch), "--save-every", "2", "--log-every", "1",
-            "--lr", "1e-3", "--warmup", "0", "--precision", "fp32", "--device", "cpu", "--quiet", *extra]
+    args = [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "4",
+        "--batch-size",
+        str(batch),
+        "--save-every",
+        "2",
+        "--log-every",
+        "1",
+        "--lr",
+        "1e-3",
+        "--warmup",
+        "0",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+        "--quiet",
+        *extra,
+    ]
     if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(launcher), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            str(launcher),
+            *args,
+        ]
     else:
         cmd = [sys.executable, str(launcher), *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MLMINILM_NO_PROGRESS": "1",
-           "MLMINILM_WRITES_LOG": str(logs), "PYTHONPATH": str(REPO), **(env_extra or {})}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MLMINILM_NO_PROGRESS": "1",
+        "MLMINILM_WRITES_LOG": str(logs),
+        "PYTHONPATH": str(REPO),
+        **(env_extra or {}),
+    }
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
@@ -164,16 +218,19 @@ def test_the_parallel_term_under_two_processes_matches_one_process(setup, tmp_pa
 
     teacher, data, launcher = setup
     pairs = tmp_path / "en-de.tsv"
-    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(sample_lines("en", 30), sample_lines("de", 30, seed=1))),
-                     encoding="utf-8")
+    pairs.write_text(
+        "".join(f"{a}\t{b}\n" for a, b in zip(sample_lines("en", 30), sample_lines("de", 30, seed=1))), encoding="utf-8"
+    )
     extra = ("--hidden", "64", "--intermediate", "128", "--parallel", str(pairs), "--parallel-max-length", "24")
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     proc = run(launcher, ddp, teacher, data, batch=2, nproc=2, extra=extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run(launcher, single, teacher, data, batch=4, nproc=1, extra=extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = {name: [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-               for name, out in (("ddp", ddp), ("single", single))}
+    records = {
+        name: [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+        for name, out in (("ddp", ddp), ("single", single))
+    }
     assert all("parallel" in r for r in records["ddp"] if "loss" in r)
     for a, b in zip(records["ddp"], records["single"]):
         assert a["step"] == b["step"]

@@ -27,7 +27,11 @@ def test_bundled_nli_is_the_same_pairs_in_every_language():
     labels = {lang: [row.split("\t")[2] for row in _lines(DEMO / "nli" / f"test-{lang}.tsv")] for lang in LANGS}
     assert all(len(v) == 120 for v in labels.values())
     assert all(v == labels["en"] for v in labels.values())  # translations keep the order and the labels
-    assert {l: labels["en"].count(l) for l in set(labels["en"])} == {"entailment": 40, "neutral": 40, "contradiction": 40}
+    assert {l: labels["en"].count(l) for l in set(labels["en"])} == {
+        "entailment": 40,
+        "neutral": 40,
+        "contradiction": 40,
+    }
     train = [row.split("\t") for row in _lines(DEMO / "nli" / "train-en.tsv")]
     assert len(train) == 600 and all(len(r) == 3 and all(r) for r in train)
     test_premises = {row.split("\t")[0] for row in _lines(DEMO / "nli" / "test-en.tsv")}
@@ -54,7 +58,7 @@ def test_bundled_corpus_is_line_parallel_and_becomes_pairs(tmp_path):
     assert found.lang_counts() == {l: len(english) for l in LANGS if l != "en"}
     de = [t for t, lang in zip(found.targets, found.langs) if lang == "de"]
     assert de == _lines(DEMO / "corpus" / "de.txt")
-    assert found.sources[:len(english)] == tuple(english)
+    assert found.sources[: len(english)] == tuple(english)
 
 
 def test_bundled_data_is_package_data():
@@ -84,19 +88,34 @@ def test_summary_table_by_hand():
 
     from mlminilm.demo.run import summary_table
 
-    emb = {"embedding": {"pooling": ["mean"], "layer": 12, "prefix": "query: "},
-           "throughput": {"sentences_per_s": 100.0, "device": "cpu"}}
-    emb_s = {"embedding": {"pooling": ["mean"], "layer": 6, "prefix": "query: "},
-             "throughput": {"sentences_per_s": 250.0, "device": "cpu"}}
-    nli = {"teacher": _report({"en": 60.0, "de": 50.0}, "accuracy", 120),
-           "cut": _report({"en": 40.0, "de": 35.0}, "accuracy", 120),
-           "student": _report({"en": 45.0, "de": 40.0}, "accuracy", 120)}
-    retrieval = {"teacher": _report({"de": 100.0}, "xx_to_en", 100, emb),
-                 "cut": _report({"de": 80.0}, "xx_to_en", 100, emb_s),
-                 "student": _report({"de": 90.0}, "xx_to_en", 100, emb_s)}
-    lines = summary_table("multilingual-e5-small", SimpleNamespace(hidden_size=384), 6,
-                          SimpleNamespace(steps=60, first_loss=0.9, last_loss=0.3), nli, retrieval,
-                          {"teacher": (117_000_000, 96_000_000), "student": (107_000_000, 96_000_000)}, "fp32")
+    emb = {
+        "embedding": {"pooling": ["mean"], "layer": 12, "prefix": "query: "},
+        "throughput": {"sentences_per_s": 100.0, "device": "cpu"},
+    }
+    emb_s = {
+        "embedding": {"pooling": ["mean"], "layer": 6, "prefix": "query: "},
+        "throughput": {"sentences_per_s": 250.0, "device": "cpu"},
+    }
+    nli = {
+        "teacher": _report({"en": 60.0, "de": 50.0}, "accuracy", 120),
+        "cut": _report({"en": 40.0, "de": 35.0}, "accuracy", 120),
+        "student": _report({"en": 45.0, "de": 40.0}, "accuracy", 120),
+    }
+    retrieval = {
+        "teacher": _report({"de": 100.0}, "xx_to_en", 100, emb),
+        "cut": _report({"de": 80.0}, "xx_to_en", 100, emb_s),
+        "student": _report({"de": 90.0}, "xx_to_en", 100, emb_s),
+    }
+    lines = summary_table(
+        "multilingual-e5-small",
+        SimpleNamespace(hidden_size=384),
+        6,
+        SimpleNamespace(steps=60, first_loss=0.9, last_loss=0.3),
+        nli,
+        retrieval,
+        {"teacher": (117_000_000, 96_000_000), "student": (107_000_000, 96_000_000)},
+        "fp32",
+    )
     table = "\n".join(lines)
     row = {l.split()[0]: l.split() for l in lines if l.strip() and l.split()[0] in ("en", "de", "avg")}
     assert row["en"][1:5] == ["60.0", "40.0", "45.0", "75%"] and row["en"][5:] == ["-", "-", "-", "-"]
@@ -111,10 +130,13 @@ def test_demo_end_to_end_on_a_tiny_teacher(tiny_sentencepiece_dir, tmp_path, cap
     """The whole demo with a tiny XLM-R-style teacher (a few steps): it ends with the table for 12 languages."""
     from mlminilm.demo import run as demo
 
-    teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "teacher", kind="xlmr", layers=2, hidden=32,
-                                heads=4, intermediate=64)
-    assert demo.main(["--teacher", str(teacher), "--out", str(tmp_path / "out"), "--steps", "2",
-                      "--precision", "fp32"]) == 0
+    teacher = save_tiny_teacher(
+        tiny_sentencepiece_dir, tmp_path / "teacher", kind="xlmr", layers=2, hidden=32, heads=4, intermediate=64
+    )
+    assert (
+        demo.main(["--teacher", str(teacher), "--out", str(tmp_path / "out"), "--steps", "2", "--precision", "fp32"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "what a 1x32 student keeps" in out
     rows = [l.split()[0] for l in out.splitlines() if l.strip() and l.split()[0] in LANGS]

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli, distill_config, prepare_data, run_killed_after_checkpoint, save_tiny_teacher
-
+from helpers import (
+    assert_one_line_error,
+    cli,
+    distill_config,
+    prepare_data,
+    run_killed_after_checkpoint,
+    save_tiny_teacher,
+)
 
 # helpers.distill_config, checkpointing every 3 steps of the 6.
 config = partial(distill_config, save_every=3)
@@ -75,13 +81,36 @@ def test_resume_is_bit_exact(wp_teacher, wp_data, tmp_path, monkeypatch):
 def test_minilm_v2_and_teacher_init(wp_teacher, wp_data, tmp_path):
     from mlminilm import distill
 
-    v2 = distill.run(config(wp_teacher, wp_data, tmp_path / "v2", objective="minilm-v2", relation_heads=8, heads=2,
-                            max_steps=2, save_every=2))
+    v2 = distill.run(
+        config(
+            wp_teacher,
+            wp_data,
+            tmp_path / "v2",
+            objective="minilm-v2",
+            relation_heads=8,
+            heads=2,
+            max_steps=2,
+            save_every=2,
+        )
+    )
+    assert v2.steps == 2
     rec = read_metrics(tmp_path / "v2")[0]
     assert {"qq", "kk", "vv"} <= rec.keys()
     assert abs(rec["loss"] - (rec["qq"] + rec["kk"] + rec["vv"])) < 1e-5
-    init = distill.run(config(wp_teacher, wp_data, tmp_path / "init", init="teacher", init_layers="every", hidden=64,
-                              intermediate=128, max_steps=1, save_every=1, lr=1e-12))
+    init = distill.run(
+        config(
+            wp_teacher,
+            wp_data,
+            tmp_path / "init",
+            init="teacher",
+            init_layers="every",
+            hidden=64,
+            intermediate=128,
+            max_steps=1,
+            save_every=1,
+            lr=1e-12,
+        )
+    )
     from safetensors.torch import load_file
 
     s = load_file(init.student / "model.safetensors")
@@ -89,8 +118,12 @@ def test_minilm_v2_and_teacher_init(wp_teacher, wp_data, tmp_path):
     # 4 teacher layers -> 2 student layers: teacher layers 1 and 3 (every 2nd); the student's unused top
     # layer parts are frozen, so they are still exactly the teacher's.
     assert torch.equal(s["encoder.layer.1.output.dense.weight"], t["encoder.layer.3.output.dense.weight"])
-    torch.testing.assert_close(s["encoder.layer.0.attention.self.query.weight"],
-                               t["encoder.layer.1.attention.self.query.weight"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        s["encoder.layer.0.attention.self.query.weight"],
+        t["encoder.layer.1.attention.self.query.weight"],
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 def test_assist_runs_both_stages(wp_teacher, wp_data, tmp_path):
@@ -114,17 +147,49 @@ def test_assist_runs_both_stages(wp_teacher, wp_data, tmp_path):
 
 
 def test_assist_refuses_when_the_rule_does_not_apply(wp_teacher, wp_data, tmp_path):
-    proc = cli("assist", "--teacher", str(wp_teacher), "--data", str(wp_data), "--out", str(tmp_path / "x"),
-               "--layers", "3", "--hidden", "32", "--heads", "4")
+    proc = cli(
+        "assist",
+        "--teacher",
+        str(wp_teacher),
+        "--data",
+        str(wp_data),
+        "--out",
+        str(tmp_path / "x"),
+        "--layers",
+        "3",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+    )
     assert_one_line_error(proc, "more than half", "--force")
     assert not (tmp_path / "x").exists()
 
 
 def test_cli_distill_json(wp_teacher, wp_data, tmp_path):
     out = tmp_path / "cli"
-    proc = cli("distill", "--teacher", str(wp_teacher), "--data", str(wp_data), "--out", str(out),
-               "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-               "--max-steps", "2", "--batch-size", "2", "--json")
+    proc = cli(
+        "distill",
+        "--teacher",
+        str(wp_teacher),
+        "--data",
+        str(wp_data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert Path(result["student"]).is_dir() and result["steps"] == 2
@@ -138,11 +203,41 @@ def test_torchrun_two_gloo_processes(wp_teacher, wp_data, tmp_path):
 
     out = tmp_path / "ddp"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-         "-m", "mlminilm", "distill", "--teacher", str(wp_teacher), "--data", str(wp_data), "--out", str(out),
-         "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-         "--max-steps", "3", "--batch-size", "2", "--save-every", "2", "--quiet"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29517",
+            "-m",
+            "mlminilm",
+            "distill",
+            "--teacher",
+            str(wp_teacher),
+            "--data",
+            str(wp_data),
+            "--out",
+            str(out),
+            "--layers",
+            "2",
+            "--hidden",
+            "32",
+            "--heads",
+            "4",
+            "--intermediate",
+            "64",
+            "--max-steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--save-every",
+            "2",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -155,8 +250,26 @@ def test_torchrun_two_gloo_processes(wp_teacher, wp_data, tmp_path):
 
 
 def distill_args(teacher, data, out, *extra):
-    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "1", *extra]
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "1",
+        *extra,
+    ]
 
 
 def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_corpus_dir):
@@ -165,18 +278,38 @@ def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_
     assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out, "--hidden", "30")), "--heads", "divide")
     assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out, "--heads", "8")), "head count", "4")
     assert_one_line_error(
-        cli(*distill_args(wp_teacher, wp_data, out, "--objective", "minilm-v2", "--relation-heads", "3", "--hidden", "48",
-                          "--heads", "3")),
+        cli(
+            *distill_args(
+                wp_teacher,
+                wp_data,
+                out,
+                "--objective",
+                "minilm-v2",
+                "--relation-heads",
+                "3",
+                "--hidden",
+                "48",
+                "--heads",
+                "3",
+            )
+        ),
         "--relation-heads",
     )
     assert_one_line_error(
-        cli(*distill_args(wp_teacher, wp_data, out, "--objective", "minilm-v2", "--relation-heads", "48", "--hidden", "48")),
-        "--relation-heads (48)", "teacher's hidden size (64)",
+        cli(
+            *distill_args(
+                wp_teacher, wp_data, out, "--objective", "minilm-v2", "--relation-heads", "48", "--hidden", "48"
+            )
+        ),
+        "--relation-heads (48)",
+        "teacher's hidden size (64)",
     )
     # Data prepared with another tokenizer than the teacher's.
     sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp-teacher", kind="xlm-roberta")
     sp_data = prepare_data(sp_teacher, tiny_corpus_dir, tmp_path / "sp-data")
-    assert_one_line_error(cli(*distill_args(wp_teacher, sp_data, out)), "prepared with another tokenizer", "prepare --teacher")
+    assert_one_line_error(
+        cli(*distill_args(wp_teacher, sp_data, out)), "prepared with another tokenizer", "prepare --teacher"
+    )
     # A decoder-only teacher.
     from transformers import GPT2Config, GPT2Model
 

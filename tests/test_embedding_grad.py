@@ -13,8 +13,15 @@ VOCAB = 3000
 
 def tiny(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    config = XLMRobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=64, max_position_embeddings=80, pad_token_id=1)
+    config = XLMRobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=80,
+        pad_token_id=1,
+    )
     return AutoModel.from_config(config, attn_implementation="sdpa").train()
 
 
@@ -81,7 +88,8 @@ def test_build_student_keeps_the_embedding_gradient():
     from mlminilm.config import StudentShape
     from mlminilm.models.student import build_student, student_config
 
-    config = XLMRobertaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
-                              intermediate_size=128)
+    config = XLMRobertaConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128
+    )
     student = build_student(student_config(config, StudentShape(2, 32, 4, 64)), seed=0)
     assert isinstance(student.get_input_embeddings(), ReusedGradEmbedding)

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from taskdata import LABELS, save_head_model, squad_doc, write_json, write_mlqa_dir, write_nli_tsv, write_xnli_dir
 
 from helpers import assert_one_line_error, cli, tiny_encoder_fixture
-from taskdata import LABELS, save_head_model, squad_doc, write_json, write_mlqa_dir, write_nli_tsv, write_xnli_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -31,8 +31,19 @@ def xnli_model(encoder, tmp_path_factory):
     train = write_nli_tsv(folder / "train.tsv", "en", 16)
     dev = write_nli_tsv(folder / "dev.tsv", "en", 6, seed=3)
     out = folder / "model"
-    finetune.run(FinetuneConfig(task="xnli", model=str(encoder), train=str(train), dev=str(dev), out=out,
-                                max_steps=2, save_every=1, batch_size=8, max_seq_len=48))
+    finetune.run(
+        FinetuneConfig(
+            task="xnli",
+            model=str(encoder),
+            train=str(train),
+            dev=str(dev),
+            out=out,
+            max_steps=2,
+            save_every=1,
+            batch_size=8,
+            max_seq_len=48,
+        )
+    )
     return out
 
 
@@ -45,8 +56,19 @@ def qa_model(encoder, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ftq")
     train = write_json(folder / "train.json", squad_doc("en", count=4, seed=1))
     out = folder / "model"
-    finetune.run(FinetuneConfig(task="qa", model=str(encoder), train=str(train), out=out, max_steps=2,
-                                batch_size=4, max_seq_len=64, doc_stride=16, max_query_length=12))
+    finetune.run(
+        FinetuneConfig(
+            task="qa",
+            model=str(encoder),
+            train=str(train),
+            out=out,
+            max_steps=2,
+            batch_size=4,
+            max_seq_len=64,
+            doc_stride=16,
+            max_query_length=12,
+        )
+    )
     return out
 
 
@@ -61,8 +83,20 @@ def check_report(out: Path) -> dict:
 def test_eval_xnli_report(xnli_model, tmp_path):
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de", "zh"), count=9)
     out = tmp_path / "report"
-    proc = cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,de", "--langs", "zh",
-               "--out", str(out), "--json")
+    proc = cli(
+        "eval-xnli",
+        "--model",
+        str(xnli_model),
+        "--data",
+        str(data),
+        "--langs",
+        "en,de",
+        "--langs",
+        "zh",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)  # --json: the document and nothing else on stdout
     doc = check_report(out)
@@ -97,8 +131,9 @@ def test_eval_xnli_every_split_file(xnli_model, tmp_path, monkeypatch, capsys):
     for i, lang in enumerate(("ja", "qu", "ast")):
         write_nli_tsv(data / f"test-{lang}.tsv", ("fr", "ru", "de")[i], 3 * (i + 2), seed=i)
     write_nli_tsv(data / "dev-de.tsv", "de", 3)  # another split: not evaluated
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", str(data),
-                                    "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "eval-xnli", "--model", str(xnli_model), "--data", str(data), "--json"
+    )
     assert code == 0, stderr
     doc = json.loads(stdout)
     assert {lang: s["examples"] for lang, s in doc["languages"].items()} == {"ast": 12, "en": 6, "ja": 6, "qu": 9}
@@ -117,8 +152,11 @@ def test_eval_xnli_table_and_xnli10_layout(xnli_model, tmp_path):
     folder = tmp_path / "XNLI-1.0"
     folder.mkdir()
     header = "language\tgold_label\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1\tsentence2"
-    rows = [f"{lang}\t{label}\tx\ty\tThe cat sat.\tA dog runs."
-            for lang in ("en", "de", "fr") for label in ("entailment", "neutral", "contradictory") * 2]
+    rows = [
+        f"{lang}\t{label}\tx\ty\tThe cat sat.\tA dog runs."
+        for lang in ("en", "de", "fr")
+        for label in ("entailment", "neutral", "contradictory") * 2
+    ]
     rows.append("fr\t-\tx\ty\tThe cat sat.\tA dog runs.")  # no gold label: skipped, counted for fr only
     (folder / "xnli.dev.tsv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
     doc = xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(folder), split="dev", langs=("de", "fr")))
@@ -168,21 +206,39 @@ def test_eval_xnli_refuses_unnamed_labels_without_label_order(xnli_model, tmp_pa
         return {lang: (out / "predictions" / f"test-{lang}.tsv").read_text().split() for lang in ("en", "de")}
 
     named = run(xnli_model, tmp_path / "named")
-    assert named["label_order"] == {"source": "model config (id2label)", "model_labels": list(LABELS),
-                                    "outputs": list(LABELS)}
+    assert named["label_order"] == {
+        "source": "model config (id2label)",
+        "model_labels": list(LABELS),
+        "outputs": list(LABELS),
+    }
     # Output 0 of the copy is the original's contradiction, 1 its entailment, 2 its neutral.
     generic = _generic_label_copy(xnli_model, tmp_path / "generic", [2, 0, 1])
-    assert_one_line_error(cli("eval-xnli", "--model", str(generic), *on_data),
-                          "does not name its labels", "LABEL_0, LABEL_1, LABEL_2",
-                          "--label-order entailment,neutral,contradiction")
+    assert_one_line_error(
+        cli("eval-xnli", "--model", str(generic), *on_data),
+        "does not name its labels",
+        "LABEL_0, LABEL_1, LABEL_2",
+        "--label-order entailment,neutral,contradiction",
+    )
     # The true order: the same predictions, example for example, as the named original.
     out = tmp_path / "ordered"
-    proc = cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "contradiction,entailment,neutral",
-               "--out", str(out), "--json")
+    proc = cli(
+        "eval-xnli",
+        "--model",
+        str(generic),
+        *on_data,
+        "--label-order",
+        "contradiction,entailment,neutral",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["label_order"] == {"source": "--label-order", "model_labels": ["LABEL_0", "LABEL_1", "LABEL_2"],
-                                  "outputs": ["contradiction", "entailment", "neutral"]}
+    assert doc["label_order"] == {
+        "source": "--label-order",
+        "model_labels": ["LABEL_0", "LABEL_1", "LABEL_2"],
+        "outputs": ["contradiction", "entailment", "neutral"],
+    }
     assert predictions(out) == predictions(tmp_path / "named")
     for lang in ("en", "de"):
         assert doc["languages"][lang]["confusion"] == named["languages"][lang]["confusion"]
@@ -194,8 +250,10 @@ def test_eval_xnli_refuses_unnamed_labels_without_label_order(xnli_model, tmp_pa
     # A named model with an order that contradicts its names; an order that is not the three classes.
     with pytest.raises(ConfigError, match="contradicts the labels"):
         run(xnli_model, label_order=("neutral", "entailment", "contradiction"))
-    assert_one_line_error(cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "entailment,neutral"),
-                          "--label-order must name entailment, neutral, contradiction")
+    assert_one_line_error(
+        cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "entailment,neutral"),
+        "--label-order must name entailment, neutral, contradiction",
+    )
 
 
 def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
@@ -203,8 +261,18 @@ def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
     with (data / "test-de.tsv").open("a", encoding="utf-8") as f:
         f.write("Ein Satz.\tNoch einer.\t-\nDer dritte.\tDer vierte.\t\n")  # gold "-" and an empty gold label
     out = tmp_path / "report"
-    proc = cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,de", "--out", str(out),
-               env={"COLUMNS": "200"})
+    proc = cli(
+        "eval-xnli",
+        "--model",
+        str(xnli_model),
+        "--data",
+        str(data),
+        "--langs",
+        "en,de",
+        "--out",
+        str(out),
+        env={"COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "skipped: 2 rows without a gold label" in proc.stdout
     doc = check_report(out)
@@ -218,8 +286,20 @@ def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
 def test_eval_mlqa_model_gxlt(qa_model, tmp_path):
     data = write_mlqa_dir(tmp_path / "MLQA_V1" / "dev", ("en", "de"), count=3)
     out = tmp_path / "report"
-    proc = cli("eval-mlqa", "--model", str(qa_model), "--data", str(data.parent), "--langs", "en,de", "--gxlt",
-               "--out", str(out), "--batch-size", "4")
+    proc = cli(
+        "eval-mlqa",
+        "--model",
+        str(qa_model),
+        "--data",
+        str(data.parent),
+        "--langs",
+        "en,de",
+        "--gxlt",
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "context" in proc.stdout and "mean" in proc.stdout  # the G-XLT matrix on stdout
     doc = check_report(out)
@@ -262,8 +342,10 @@ def test_predictions_gold_scores_100_and_missing_ids_score_0(tmp_path):
 
 def _xquad_file(context: str, questions: list[tuple[str, str]]) -> dict:
     """One SQuAD-format article: `questions` as (id, gold answer), each answer found in `context`."""
-    qas = [{"id": qid, "question": "?", "answers": [{"text": gold, "answer_start": context.index(gold)}]}
-           for qid, gold in questions]
+    qas = [
+        {"id": qid, "question": "?", "answers": [{"text": gold, "answer_start": context.index(gold)}]}
+        for qid, gold in questions
+    ]
     return {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
 
 
@@ -275,19 +357,19 @@ def test_xquad_files_are_scored_with_squad_v1_and_the_report_names_it(tmp_path):
     data, preds = tmp_path / "xquad", tmp_path / "preds"
     data.mkdir()
     preds.mkdir()
-    write_json(data / "xquad.zh.json",
-               _xquad_file("北京大学位于北京。", [("zh-1", "北京大学"), ("zh-2", "北京")]))
+    write_json(data / "xquad.zh.json", _xquad_file("北京大学位于北京。", [("zh-1", "北京大学"), ("zh-2", "北京")]))
     write_json(preds / "xquad.zh.json", {"zh-1": "北京", "zh-2": "北京。"})
-    write_json(data / "xquad.es.json", _xquad_file("Visitamos el museo del «Prado».",
-                                                   [("es-1", "el museo del «Prado»"), ("es-2", "Prado")]))
+    write_json(
+        data / "xquad.es.json",
+        _xquad_file("Visitamos el museo del «Prado».", [("es-1", "el museo del «Prado»"), ("es-2", "Prado")]),
+    )
     write_json(preds / "xquad.es.json", {"es-1": "museo del Prado", "es-2": "«Prado»"})
     # Hand-worked, SQuAD v1.1 (whitespace tokens, ASCII punctuation and English articles only):
     #   zh-1 ["北京"] vs ["北京大学"]: 0 / 0; zh-2 ["北京。"] vs ["北京"]: 0 / 0 -> zh EM 0, F1 0.
     #   es-1 [museo del prado] vs [el museo del «prado»]: 2 shared, P 2/3, R 1/2 -> F1 4/7, EM 0;
     #   es-2 ["«prado»"] vs ["prado"]: 0 / 0 -> es EM 0, F1 100 * (4/7) / 2.
     out = tmp_path / "report"
-    proc = cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--out", str(out),
-               env={"COLUMNS": "200"})
+    proc = cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--out", str(out), env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "XQuAD dev (SQuAD v1.1 scorer)" in proc.stdout  # the terminal table's header
     doc = check_report(out)
@@ -360,14 +442,20 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
     out = tmp_path / "out"
     assert_one_line_error(
         cli("eval-xnli", "--model", str(encoder), "--data", str(data), "--langs", "en", "--out", str(out)),
-        "has no sequence-classification head", "finetune --task xnli",
+        "has no sequence-classification head",
+        "finetune --task xnli",
     )
     assert_one_line_error(
         cli("eval-mlqa", "--model", str(xnli_model), "--data", str(mlqa_dir), "--langs", "en", "--out", str(out)),
-        "has no span-extraction", "finetune --task qa",
+        "has no span-extraction",
+        "finetune --task qa",
     )
-    assert_one_line_error(cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,xx"),
-                          "unknown language 'xx'", "not an ISO 639-1 or 639-3 code", "known: af, am")
+    assert_one_line_error(
+        cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,xx"),
+        "unknown language 'xx'",
+        "not an ISO 639-1 or 639-3 code",
+        "known: af, am",
+    )
     assert not out.exists()
     # In-process: the same errors the CLI prints as one line.
     (data / "test-de.tsv").write_text("a\tb\tentailment\nc\td\tneutral\te\n", encoding="utf-8")
@@ -389,7 +477,7 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
     assert (out / "mine.txt").read_text() == "keep"
     (out / "mine.txt").unlink()
     xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out))
-    doc = xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out, overwrite=True))
+    xnli.run(EvalXnliConfig(model=str(xnli_model), data=str(data), langs=("en",), out=out, overwrite=True))
     assert check_report(out)["languages"]["en"]["examples"] == 3
 
 
@@ -402,10 +490,12 @@ def test_real_xnli_test_all_15_languages(shared_data, tiny_wordpiece_dir, tmp_pa
     from mlminilm.evaluation import xnli
 
     model = save_head_model(tiny_wordpiece_dir, tmp_path / "m", "xnli")
-    doc = xnli.run(EvalXnliConfig(model=str(model), data=str(shared_data / "xnli"), split="test", batch_size=256,
-                                  out=tmp_path / "report"))
-    assert sorted(doc["languages"]) == sorted(
-        "ar bg de el en es fr hi ru sw th tr ur vi zh".split())
+    doc = xnli.run(
+        EvalXnliConfig(
+            model=str(model), data=str(shared_data / "xnli"), split="test", batch_size=256, out=tmp_path / "report"
+        )
+    )
+    assert sorted(doc["languages"]) == sorted("ar bg de el en es fr hi ru sw th tr ur vi zh".split())
     for lang, scores in doc["languages"].items():
         assert scores["examples"] == 5010, lang
         assert [sum(row) for row in scores["confusion"]] == [1670, 1670, 1670], lang
@@ -419,13 +509,21 @@ def test_real_mlqa_dev_7_languages(shared_data, tiny_wordpiece_dir, tmp_path):
     from mlminilm.evaluation import mlqa
 
     model = save_head_model(tiny_wordpiece_dir, tmp_path / "m", "qa")
-    doc = mlqa.run(EvalMlqaConfig(model=str(model), data=str(shared_data / "mlqa"), split="dev", batch_size=256,
-                                  out=tmp_path / "report"))
+    doc = mlqa.run(
+        EvalMlqaConfig(
+            model=str(model), data=str(shared_data / "mlqa"), split="dev", batch_size=256, out=tmp_path / "report"
+        )
+    )
     counts = {k: v["examples"] for k, v in doc["languages"].items()}
     assert counts == {"ar": 517, "de": 512, "en": 1148, "es": 500, "hi": 507, "vi": 511, "zh": 504}
     assert all(v["missing"] == 0 for v in doc["languages"].values())
-    assert doc["settings"] == {"max_seq_len": 384, "doc_stride": 128, "max_query_length": 64, "n_best": 20,
-                               "max_answer_length": 30}
+    assert doc["settings"] == {
+        "max_seq_len": 384,
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "n_best": 20,
+        "max_answer_length": 30,
+    }
     saved = json.loads((tmp_path / "report" / "predictions" / "dev-context-zh-question-zh.json").read_text())
     assert len(saved) == 504
     check_report(tmp_path / "report")

@@ -20,9 +20,30 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def cli_args(teacher, data, out, *extra: str) -> list[str]:
-    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), "--layers", "2",
-            "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "2", "--batch-size", "2",
-            "--save-every", "2", *extra]
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "2",
+        *extra,
+    ]
 
 
 def dead_pid() -> int:
@@ -115,8 +136,11 @@ def test_checkpoint_with_missing_tensors_is_refused(wp_teacher, wp_data, tmp_pat
     dropped = sorted(tensors)[0]
     tensors.pop(dropped)
     save_file(tensors, weights)
-    with pytest.raises(CheckpointError, match=rf"does not match this model: 1 tensor\(s\) of the model missing "
-                                              rf"\(e\.g\. {dropped}\).*remove .*step-2"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"does not match this model: 1 tensor\(s\) of the model missing "
+        rf"\(e\.g\. {dropped}\).*remove .*step-2",
+    ):
         distill.run(replace(cfg, resume=True))
 
 
@@ -249,11 +273,33 @@ def test_assist_overwrite_validates_before_removing_anything(wp_teacher, wp_data
     for name in ("assistant", "student"):
         (out / name).mkdir(parents=True)
         (out / name / "model.safetensors").write_text("previous run")
-    args = ["assist", "--teacher", str(wp_teacher), "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "4",
-            "--intermediate", "64", "--assistant-steps", "1", "--student-steps", "1", "--overwrite"]
+    args = [
+        "assist",
+        "--teacher",
+        str(wp_teacher),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--assistant-steps",
+        "1",
+        "--student-steps",
+        "1",
+        "--overwrite",
+    ]
     assert_error(run_main(monkeypatch, capsys, *args, "--data", str(tmp_path / "missing")), "prepare")
-    assert_error(run_main(monkeypatch, capsys, *args, "--data", str(wp_data), "--objective", "minilm-v2",
-                          "--relation-heads", "64"), "--relation-heads")
+    assert_error(
+        run_main(
+            monkeypatch, capsys, *args, "--data", str(wp_data), "--objective", "minilm-v2", "--relation-heads", "64"
+        ),
+        "--relation-heads",
+    )
     for name in ("assistant", "student"):
         assert (out / name / "model.safetensors").read_text() == "previous run"
 
@@ -261,8 +307,9 @@ def test_assist_overwrite_validates_before_removing_anything(wp_teacher, wp_data
 # ----------------------------------------------------------------------------- filesystem errors, log lines
 
 
-@pytest.mark.parametrize("code, advice", [(errno.ENOSPC, "free some disk space"), (errno.EROFS, "read-only"),
-                                          (errno.EACCES, "permissions")])
+@pytest.mark.parametrize(
+    "code, advice", [(errno.ENOSPC, "free some disk space"), (errno.EROFS, "read-only"), (errno.EACCES, "permissions")]
+)
 def test_filesystem_errors_are_one_line(code, advice, wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     import os
 
@@ -292,8 +339,11 @@ def test_log_lines_without_a_terminal_are_whole(wp_teacher, wp_data, tmp_path, m
 
 def tree(root: Path) -> dict[str, bytes | None]:
     """Every path below `root` (relative) with its bytes (None for a directory): the file tree to compare."""
-    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
-            for p in sorted(root.rglob("*")) if not p.is_symlink()}
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if not p.is_symlink()
+    }
 
 
 def sentence_teacher(teacher: Path, dest: Path, pooling_path: str) -> Path:
@@ -301,15 +351,18 @@ def sentence_teacher(teacher: Path, dest: Path, pooling_path: str) -> Path:
     import shutil
 
     shutil.copytree(teacher, dest)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": pooling_path, "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": pooling_path, "type": "sentence_transformers.models.Pooling"},
+    ]
     (dest / "modules.json").write_text(json.dumps(modules))
     return dest
 
 
 @pytest.mark.parametrize("escape", ["dotdot", "absolute", "symlink"])
-def test_a_model_directory_cannot_make_distill_write_outside_out(escape, wp_teacher, wp_data, tmp_path, monkeypatch,
-                                                                  capsys):
+def test_a_model_directory_cannot_make_distill_write_outside_out(
+    escape, wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     teacher = sentence_teacher(wp_teacher, tmp_path / "teacher", "1_Pooling")
@@ -320,7 +373,9 @@ def test_a_model_directory_cannot_make_distill_write_outside_out(escape, wp_teac
     else:
         (teacher / "1_Pooling").symlink_to(elsewhere, target_is_directory=True)
         path = "1_Pooling"
-    (elsewhere / "config.json").write_text(json.dumps({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": True}))
+    (elsewhere / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": True})
+    )
     modules = json.loads((teacher / "modules.json").read_text())
     modules[1]["path"] = path
     (teacher / "modules.json").write_text(json.dumps(modules))
@@ -331,8 +386,9 @@ def test_a_model_directory_cannot_make_distill_write_outside_out(escape, wp_teac
     assert tree(tmp_path) == before and not out.exists()  # nothing written anywhere
 
 
-def test_damaged_sentence_transformers_files_stop_distill_before_training(wp_teacher, wp_data, tmp_path, monkeypatch,
-                                                                          capsys):
+def test_damaged_sentence_transformers_files_stop_distill_before_training(
+    wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     teacher = sentence_teacher(wp_teacher, tmp_path / "teacher", "1_Pooling")
     (teacher / "1_Pooling").mkdir()
     (teacher / "1_Pooling" / "config.json").write_text("{not json")
@@ -344,8 +400,9 @@ def test_damaged_sentence_transformers_files_stop_distill_before_training(wp_tea
     assert not out.exists()
 
 
-def test_an_output_that_is_or_holds_an_input_is_refused_whatever_the_flags(wp_teacher, wp_data, tmp_path, monkeypatch,
-                                                                           capsys):
+def test_an_output_that_is_or_holds_an_input_is_refused_whatever_the_flags(
+    wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
     import shutil
 
     teacher = tmp_path / "teacher"
@@ -353,15 +410,45 @@ def test_an_output_that_is_or_holds_an_input_is_refused_whatever_the_flags(wp_te
     data = tmp_path / "data"
     shutil.copytree(wp_data, data)
     before = tree(tmp_path)
-    cases = [(teacher, "is the --teacher input"), (data, "is the --data input"), (data / "x", "lies inside the --data"),
-             (tmp_path, "contains the --teacher input")]
+    cases = [
+        (teacher, "is the --teacher input"),
+        (data, "is the --data input"),
+        (data / "x", "lies inside the --data"),
+        (tmp_path, "contains the --teacher input"),
+    ]
     for out, needle in cases:
         for flags in ((), ("--overwrite",), ("--resume",)):
             assert_error(run_main(monkeypatch, capsys, *cli_args(teacher, data, out, *flags)), needle)
-    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", str(teacher), "--input", str(data),
-                          "--out", str(data), "--overwrite"), "is the --input input")
-    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(teacher), "--data", str(data),
-                          "--out", str(teacher / "report"), "--overwrite"), "lies inside")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(teacher),
+            "--input",
+            str(data),
+            "--out",
+            str(data),
+            "--overwrite",
+        ),
+        "is the --input input",
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-tatoeba",
+            "--model",
+            str(teacher),
+            "--data",
+            str(data),
+            "--out",
+            str(teacher / "report"),
+            "--overwrite",
+        ),
+        "lies inside",
+    )
     assert tree(tmp_path) == before  # the teacher's config.json and the data untouched
 
 
@@ -371,19 +458,37 @@ def test_overwrite_removes_only_what_mlminilm_wrote(wp_teacher, wp_data, tmp_pat
     (out / "notes.txt").write_text("mine")
     (out / "run.json").write_text("{}")
     before = tree(tmp_path)
-    error = assert_error(run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out, "--overwrite")),
-                         "notes.txt", "not a run of this command")
+    error = assert_error(
+        run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out, "--overwrite")),
+        "notes.txt",
+        "not a run of this command",
+    )
     assert "move them away" in error and tree(tmp_path) == before
     data = tmp_path / "data2"
     data.mkdir()
     (data / "keep.bin").write_text("mine")
-    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input",
-                          str(wp_data.parent), "--out", str(data), "--overwrite"), "keep.bin", "prepared data")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(wp_teacher),
+            "--input",
+            str(wp_data.parent),
+            "--out",
+            str(data),
+            "--overwrite",
+        ),
+        "keep.bin",
+        "prepared data",
+    )
     assert (data / "keep.bin").read_text() == "mine"
 
 
-def test_a_failed_prepare_overwrite_keeps_the_data_that_was_there(wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch,
-                                                                  capsys):
+def test_a_failed_prepare_overwrite_keeps_the_data_that_was_there(
+    wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys
+):
     from mlminilm.corpus import prepare
 
     out = prepare_data(wp_teacher, tiny_corpus_dir, tmp_path / "data")
@@ -394,12 +499,39 @@ def test_a_failed_prepare_overwrite_keeps_the_data_that_was_there(wp_teacher, ti
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(prepare.np, "save", disk_full)
-    assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input",
-                          str(tiny_corpus_dir), "--out", str(out), "--overwrite", "--seq-len", "16"), "disk space")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(wp_teacher),
+            "--input",
+            str(tiny_corpus_dir),
+            "--out",
+            str(out),
+            "--overwrite",
+            "--seq-len",
+            "16",
+        ),
+        "disk space",
+    )
     assert tree(tmp_path) == before  # the old data whole, no temporary left beside it
     monkeypatch.setattr(prepare.np, "save", real)
-    assert_one_success = run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input",
-                                  str(tiny_corpus_dir), "--out", str(out), "--overwrite", "--seq-len", "16")
+    assert_one_success = run_main(
+        monkeypatch,
+        capsys,
+        "prepare",
+        "--teacher",
+        str(wp_teacher),
+        "--input",
+        str(tiny_corpus_dir),
+        "--out",
+        str(out),
+        "--overwrite",
+        "--seq-len",
+        "16",
+    )
     assert assert_one_success[0] == 0, assert_one_success
     assert json.loads((out / "manifest.json").read_text())["seq_len"] == 16
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
@@ -412,8 +544,11 @@ def small_tmpfs(tmp_path: Path):
 
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here")
     try:
         yield disk
@@ -443,8 +578,17 @@ def test_trim_on_a_real_full_disk_is_one_line(wp_teacher, tiny_corpus_dir, tmp_p
     with small_tmpfs(tmp_path) as disk:
         fill_disk(disk)
         os.truncate(disk / "filler", (disk / "filler").stat().st_size - 16384)
-        proc = cli("trim", "--model", str(wp_teacher), "--corpus", str(tiny_corpus_dir), "--workers", "1", "--out",
-                   str(disk / "trimmed"))
+        proc = cli(
+            "trim",
+            "--model",
+            str(wp_teacher),
+            "--corpus",
+            str(tiny_corpus_dir),
+            "--workers",
+            "1",
+            "--out",
+            str(disk / "trimmed"),
+        )
         assert_one_line_error(proc, "No space left on device", "disk space")
         assert "SafetensorError" not in proc.stderr
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
@@ -460,15 +604,15 @@ def test_prepare_fills_a_real_full_disk_and_keeps_the_old_data(wp_teacher, tiny_
         assert proc.returncode == 0, proc.stderr
         before = tree(disk)
         fill_disk(disk)  # to its last block: the new data cannot be written beside the old
-        proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out),
-                   "--overwrite")
+        proc = cli(
+            "prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out), "--overwrite"
+        )
         assert_one_line_error(proc, "disk space")
         (disk / "filler").unlink()
         assert tree(disk) == before
 
 
-def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block(wp_teacher, tiny_corpus_dir,
-                                                                                 tmp_path):
+def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block(wp_teacher, tiny_corpus_dir, tmp_path):
     """Two real processes: one holds --out's lock (as a running prepare does), the other is stopped with one line;
     once the holder is killed, its lock goes with it."""
     import signal
@@ -478,9 +622,16 @@ def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block
 
     out = tmp_path / "data"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mlminilm.io.outputs import OutputLock\n"
-         f"with OutputLock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(600)\n"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom mlminilm.io.outputs import OutputLock\n"
+            f"with OutputLock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
@@ -526,16 +677,19 @@ def test_a_failed_export_leaves_no_temporary(wp_teacher, wp_data, tmp_path, monk
     assert (out / "run.json").is_file()  # the record to rerun it as it was (README "Reliability")
 
 
-def test_trim_never_writes_into_its_model_and_overwrites_only_a_trimmed_model(wp_teacher, tiny_corpus_dir, tmp_path,
-                                                                              monkeypatch, capsys):
+def test_trim_never_writes_into_its_model_and_overwrites_only_a_trimmed_model(
+    wp_teacher, tiny_corpus_dir, tmp_path, monkeypatch, capsys
+):
     import shutil
 
     teacher = tmp_path / "teacher"
     shutil.copytree(wp_teacher, teacher)
     args = ("trim", "--model", str(teacher), "--corpus", str(tiny_corpus_dir), "--workers", "1")
     before = tree(tmp_path)
-    assert_error(run_main(monkeypatch, capsys, *args, "--out", str(teacher / "trimmed"), "--overwrite"),
-                 "lies inside the --model input")
+    assert_error(
+        run_main(monkeypatch, capsys, *args, "--out", str(teacher / "trimmed"), "--overwrite"),
+        "lies inside the --model input",
+    )
     assert_error(run_main(monkeypatch, capsys, *args, "--out", str(teacher), "--overwrite"), "is the --model input")
     assert tree(tmp_path) == before
     mine = tmp_path / "mine"

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, tiny_encoder_fixture
 from taskdata import squad_doc, write_json, write_nli_tsv
 
+from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # BERT and XLM-R encoders without any head, like distilled students.
 wp_encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "wp-enc", layers=2, hidden=32, heads=4, intermediate=64)
-sp_encoder = tiny_encoder_fixture("tiny_sentencepiece_dir", "sp-enc", kind="xlm-roberta", layers=2, hidden=32, heads=4,
-                                  intermediate=64)
+sp_encoder = tiny_encoder_fixture(
+    "tiny_sentencepiece_dir", "sp-enc", kind="xlm-roberta", layers=2, hidden=32, heads=4, intermediate=64
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +31,50 @@ def nli_data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def qa_data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qa")
-    return (write_json(folder / "train.json", squad_doc("en", count=8, seed=1)),
-            write_json(folder / "dev.json", squad_doc("en", count=4, seed=2)))
+    return (
+        write_json(folder / "train.json", squad_doc("en", count=8, seed=1)),
+        write_json(folder / "dev.json", squad_doc("en", count=4, seed=2)),
+    )
 
 
 def xnli_config(model, data, out, **kw):
     from mlminilm.config import FinetuneConfig
 
-    base = dict(task="xnli", model=str(model), train=str(data[0]), dev=str(data[1]), out=out, max_steps=6,
-                save_every=3, batch_size=8, log_every=1, lr=1e-3, max_seq_len=48)
+    base = dict(
+        task="xnli",
+        model=str(model),
+        train=str(data[0]),
+        dev=str(data[1]),
+        out=out,
+        max_steps=6,
+        save_every=3,
+        batch_size=8,
+        log_every=1,
+        lr=1e-3,
+        max_seq_len=48,
+    )
     return FinetuneConfig(**{**base, **kw})
 
 
 def qa_config(model, data, out, **kw):
     from mlminilm.config import FinetuneConfig
 
-    base = dict(task="qa", model=str(model), train=str(data[0]), dev=str(data[1]), out=out, max_steps=4,
-                save_every=2, batch_size=4, log_every=1, lr=1e-3, max_seq_len=48, doc_stride=16,
-                max_query_length=12, eval_batch_size=8)
+    base = dict(
+        task="qa",
+        model=str(model),
+        train=str(data[0]),
+        dev=str(data[1]),
+        out=out,
+        max_steps=4,
+        save_every=2,
+        batch_size=4,
+        log_every=1,
+        lr=1e-3,
+        max_seq_len=48,
+        doc_stride=16,
+        max_query_length=12,
+        eval_batch_size=8,
+    )
     return FinetuneConfig(**{**base, **kw})
 
 
@@ -69,7 +95,14 @@ def test_finetune_xnli_writes_a_loadable_classifier(wp_encoder, nli_data, tmp_pa
     assert model.config.architectures == ["BertForSequenceClassification"]
     logits = model(**tok(["A dog runs"], ["The cat sat"], return_tensors="pt")).logits
     assert logits.shape == (1, 3)
-    for name in ("run.json", "metrics.jsonl", "selection.json", "README.md", "model.safetensors", "tokenizer_config.json"):
+    for name in (
+        "run.json",
+        "metrics.jsonl",
+        "selection.json",
+        "README.md",
+        "model.safetensors",
+        "tokenizer_config.json",
+    ):
         assert (out / name).exists(), name
     assert not (out / "checkpoints" / "best").exists()
     run = json.loads((out / "run.json").read_text())
@@ -108,8 +141,9 @@ def test_finetune_without_dev_keeps_the_last_checkpoint(wp_encoder, nli_data, tm
     assert result.selected_step == selection["selected_step"] == 2
     assert selection["rule"].startswith("last checkpoint") and selection["metric"] is None
     # Steps from epochs: 40 examples at batch 8 = 5 steps per epoch.
-    run = finetune.run(xnli_config(wp_encoder, nli_data, tmp_path / "epochs", dev=None, max_steps=None,
-                                   epochs=0.4, save_every=None))
+    run = finetune.run(
+        xnli_config(wp_encoder, nli_data, tmp_path / "epochs", dev=None, max_steps=None, epochs=0.4, save_every=None)
+    )
     assert run.steps == 2
     assert json.loads((tmp_path / "epochs" / "run.json").read_text())["config"]["save_every"] == 5
 
@@ -132,7 +166,10 @@ def test_resume_is_bit_exact(wp_encoder, nli_data, tmp_path, monkeypatch):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    strip = lambda records: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s")} for r in records]
+
+    def strip(records):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s")} for r in records]
+
     assert strip(read_metrics(tmp_path / "full")) == strip(read_metrics(tmp_path / "cut"))
     sel = [json.loads((tmp_path / d / "selection.json").read_text()) for d in ("full", "cut")]
     assert sel[0]["scores"] == sel[1]["scores"] and sel[0]["selected_step"] == sel[1]["selected_step"]
@@ -151,10 +188,10 @@ def test_resume_is_bit_exact(wp_encoder, nli_data, tmp_path, monkeypatch):
 def test_finetune_names_the_labels_of_a_generic_head_and_clips_by_default(tiny_wordpiece_dir, nli_data, tmp_path):
     """A 3-way head saved with generic labels (LABEL_0..2) comes out with the NLI names, so eval-xnli never has to
     guess its order; fine-tuning clips gradients at 1.0 unless told otherwise, and records it."""
+    from taskdata import save_head_model
     from transformers import AutoConfig
 
     from mlminilm import finetune
-    from taskdata import save_head_model
 
     start = save_head_model(tiny_wordpiece_dir, tmp_path / "generic", "xnli", max_positions=64)
     config = AutoConfig.from_pretrained(start)
@@ -215,22 +252,45 @@ def test_bad_training_data(wp_encoder, tmp_path):
     out = tmp_path / "out"
     bad_row = tmp_path / "rows.tsv"
     bad_row.write_text("a b\tc d\tentailment\nno label here\tjust two\nx\ty\tneutral\n", encoding="utf-8")
-    assert_one_line_error(ft("--model", str(wp_encoder), "--train", str(bad_row), "--out", str(out)),
-                          "rows.tsv:2", "3 tab-separated fields")
+    assert_one_line_error(
+        ft("--model", str(wp_encoder), "--train", str(bad_row), "--out", str(out)),
+        "rows.tsv:2",
+        "3 tab-separated fields",
+    )
     bad_label = tmp_path / "labels.tsv"
     bad_label.write_text("a\tb\tentailment\nc\td\tmaybe\n", encoding="utf-8")
-    assert_one_line_error(ft("--model", str(wp_encoder), "--train", str(bad_label), "--out", str(out)),
-                          "labels.tsv:2", "'maybe'", "entailment, neutral, contradiction")
+    assert_one_line_error(
+        ft("--model", str(wp_encoder), "--train", str(bad_label), "--out", str(out)),
+        "labels.tsv:2",
+        "'maybe'",
+        "entailment, neutral, contradiction",
+    )
     not_squad = write_json(tmp_path / "not-squad.json", {"questions": []})
     # Every problem at once: the data and the length (384 by default for qa, the tiny model has 160 positions).
-    assert_one_line_error(ft("--task", "qa", "--model", str(wp_encoder), "--train", str(not_squad), "--out", str(out)),
-                          "not SQuAD", "--max-seq-len 384")
+    assert_one_line_error(
+        ft("--task", "qa", "--model", str(wp_encoder), "--train", str(not_squad), "--out", str(out)),
+        "not SQuAD",
+        "--max-seq-len 384",
+    )
     doc = squad_doc("en", count=2)
     doc["data"][0]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] += 3
     shifted = write_json(tmp_path / "shifted.json", doc)
-    assert_one_line_error(ft("--task", "qa", "--model", str(wp_encoder), "--train", str(shifted), "--out", str(out),
-                             "--max-seq-len", "64"),
-                          "answer_start", "does not match")
+    assert_one_line_error(
+        ft(
+            "--task",
+            "qa",
+            "--model",
+            str(wp_encoder),
+            "--train",
+            str(shifted),
+            "--out",
+            str(out),
+            "--max-seq-len",
+            "64",
+        ),
+        "answer_start",
+        "does not match",
+    )
     assert not out.exists()  # no error above left anything behind
 
 

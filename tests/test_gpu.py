@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from taskdata import LABELS, write_nli_tsv, write_xnli_dir
 from torch.overrides import TorchFunctionMode
 
 from helpers import prepare_data, run_killed_after_checkpoint, run_main, save_tiny_teacher
-from taskdata import LABELS, write_nli_tsv, write_xnli_dir
 
 DEVICE = os.environ.get("MLMINILM_TEST_GPU_DEVICE", "cuda")
 assert DEVICE in ("cuda", "cpu"), f"MLMINILM_TEST_GPU_DEVICE must be cuda or cpu, got {DEVICE!r}"
@@ -79,8 +79,23 @@ def distill_config(teacher: Path, data: Path, out: Path, **kw):
     first use and costs compile time in every run; the compile test covers it."""
     from mlminilm.config import DistillConfig
 
-    base = dict(teacher=str(teacher), data=data, out=out, layers=2, hidden=32, heads=4, intermediate=64,
-                max_steps=6, batch_size=4, save_every=3, log_every=1, lr=1e-3, warmup=0.0, device=DEVICE, quiet=True)
+    base = dict(
+        teacher=str(teacher),
+        data=data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=6,
+        batch_size=4,
+        save_every=3,
+        log_every=1,
+        lr=1e-3,
+        warmup=0.0,
+        device=DEVICE,
+        quiet=True,
+    )
     if "compile" in distill_fields():
         base["compile"] = "off"
     base.update(kw)
@@ -110,8 +125,8 @@ def student_for(teacher_dir: Path, seed: int = 0):
     """The 2x32 student distill builds for `teacher_dir` (unused top-layer parts frozen), train mode, on DEVICE."""
     from mlminilm.config import StudentShape
     from mlminilm.distillation.objective import StudentQKV
-    from mlminilm.models.student import build_student, freeze_unused, student_config
     from mlminilm.models.loading import load_config
+    from mlminilm.models.student import build_student, freeze_unused, student_config
 
     student = build_student(student_config(load_config(str(teacher_dir)), StudentShape(2, 32, 4, 64)), seed)
     freeze_unused(student, -1)
@@ -132,8 +147,12 @@ class RelationSpy(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
-        if (name in self.NAMES and isinstance(out, torch.Tensor) and out.dim() == 4
-                and tuple(out.shape[-2:]) == (self.seq, self.seq)):
+        if (
+            name in self.NAMES
+            and isinstance(out, torch.Tensor)
+            and out.dim() == 4
+            and tuple(out.shape[-2:]) == (self.seq, self.seq)
+        ):
             frame = sys._getframe(1)
             while frame is not None and frame.f_globals.get("__name__", "").startswith("torch"):
                 frame = frame.f_back
@@ -149,8 +168,9 @@ class RelationSpy(TorchFunctionMode):
 @pytest.mark.parametrize("padded", [False, True], ids=["packed", "padded"])
 @pytest.mark.parametrize("objective", ["minilm", "minilm-v2"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_bf16_distill_step_is_finite_and_its_relations_are_float32(teachers, datasets, kind, objective, padded,
-                                                                   tmp_path):
+def test_bf16_distill_step_is_finite_and_its_relations_are_float32(
+    teachers, datasets, kind, objective, padded, tmp_path
+):
     from mlminilm.distillation.capture import layer_qkv
     from mlminilm.distillation.objective import distill_terms
     from mlminilm.models.loading import load_teacher, load_tokenizer
@@ -253,7 +273,8 @@ def test_chunked_relation_kl_has_autograds_value_and_gradients(chunk, same, padd
     got = value_and_grads(lambda x, y: relation_loss(tx, ty, x, y, mask, heads, chunk), sx, sy, same)
     plain = value_and_grads(lambda x, y: autograd_kl(tx, ty, x, y, mask, heads), sx, sy, same)
     materialised = value_and_grads(
-        lambda x, y: relation_kl(relation_logits(tx, ty, heads), relation_logits(x, y, heads), mask), sx, sy, same)
+        lambda x, y: relation_kl(relation_logits(tx, ty, heads), relation_logits(x, y, heads), mask), sx, sy, same
+    )
     assert got[0].dtype == torch.float32 and got[0].device.type == DEVICE
     assert got[0].item() > 0
     for label, ref in (("autograd", plain), ("materialised", materialised)):
@@ -316,8 +337,19 @@ def test_distill_steps_make_no_host_sync(teachers, datasets, kind, precision, tm
     monkeypatch.setattr("mlminilm.training.loop.step_seed", step_seed)
     monkeypatch.setattr(distill, "distill_terms", distill_terms)
     extra = {"data_workers": 0} if "data_workers" in distill_fields() else {}
-    cfg = distill_config(teachers[kind], datasets[kind], tmp_path / "run", max_steps=20, log_every=20, save_every=20,
-                         batch_size=8, warmup=2, max_grad_norm=1.0, precision=precision, **extra)
+    cfg = distill_config(
+        teachers[kind],
+        datasets[kind],
+        tmp_path / "run",
+        max_steps=20,
+        log_every=20,
+        save_every=20,
+        batch_size=8,
+        warmup=2,
+        max_grad_norm=1.0,
+        precision=precision,
+        **extra,
+    )
     try:
         result = distill.run(cfg)
     finally:
@@ -347,8 +379,7 @@ def test_teacher_attention_runs_a_fused_sdpa_kernel_not_math(tiny_wordpiece_dir,
     from mlminilm.distillation.capture import layer_qkv
     from mlminilm.models.loading import load_teacher, load_tokenizer
 
-    path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher", layers=3, hidden=256, heads=4,
-                             intermediate=512)
+    path = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher", layers=3, hidden=256, heads=4, intermediate=512)
     teacher, _ = load_teacher(str(path), -1, torch.bfloat16, torch.device(DEVICE))
     tok = load_tokenizer(str(path))
     ids = random_ids(len(tok), 2, 64)
@@ -417,15 +448,40 @@ def test_distill_killed_and_resumed_ends_close_to_the_uninterrupted_run(teachers
 
 
 def test_finetune_and_eval_xnli_run_on_the_device(tiny_wordpiece_dir, tmp_path, monkeypatch, capsys):
-    encoder = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "encoder", layers=2, hidden=32, heads=4,
-                                intermediate=64)
+    encoder = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "encoder", layers=2, hidden=32, heads=4, intermediate=64)
     train_file = write_nli_tsv(tmp_path / "train.tsv", "en", 24)
     dev_file = write_nli_tsv(tmp_path / "dev.tsv", "en", 9, seed=5)
     model = tmp_path / "ft"
     code, out, err = run_main(
-        monkeypatch, capsys, "finetune", "--task", "xnli", "--model", str(encoder), "--train", str(train_file),
-        "--dev", str(dev_file), "--out", str(model), "--max-steps", "4", "--save-every", "2", "--batch-size", "8",
-        "--max-seq-len", "48", "--log-every", "1", "--lr", "1e-3", "--device", DEVICE, "--quiet")
+        monkeypatch,
+        capsys,
+        "finetune",
+        "--task",
+        "xnli",
+        "--model",
+        str(encoder),
+        "--train",
+        str(train_file),
+        "--dev",
+        str(dev_file),
+        "--out",
+        str(model),
+        "--max-steps",
+        "4",
+        "--save-every",
+        "2",
+        "--batch-size",
+        "8",
+        "--max-seq-len",
+        "48",
+        "--log-every",
+        "1",
+        "--lr",
+        "1e-3",
+        "--device",
+        DEVICE,
+        "--quiet",
+    )
     assert code == 0, err
     run = json.loads((model / "run.json").read_text())
     assert (run["device"] == "cpu") is (not CUDA), run["device"]
@@ -437,8 +493,22 @@ def test_finetune_and_eval_xnli_run_on_the_device(tiny_wordpiece_dir, tmp_path, 
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de"), count=6)
     report_dir = tmp_path / "report"
     code, out, err = run_main(
-        monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data", str(data), "--langs", "en,de",
-        "--out", str(report_dir), "--device", DEVICE, "--json", "--quiet")
+        monkeypatch,
+        capsys,
+        "eval-xnli",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--langs",
+        "en,de",
+        "--out",
+        str(report_dir),
+        "--device",
+        DEVICE,
+        "--json",
+        "--quiet",
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["average"]["examples"] == 12
@@ -481,9 +551,11 @@ def test_distill_step_peak_memory_per_token_is_printed(teachers, datasets, tmp_p
             peak = torch.cuda.max_memory_allocated()
             step_bytes[batch] = peak - before
             with capsys.disabled():
-                print(f"\n[gpu memory] distill step, batch {batch} x seq {seq}: peak {peak / 2**20:.1f} MiB "
-                      f"({peak / (batch * seq):,.0f} B/token), step {step_bytes[batch] / 2**20:.1f} MiB "
-                      f"({step_bytes[batch] / (batch * seq):,.0f} B/token)")
+                print(
+                    f"\n[gpu memory] distill step, batch {batch} x seq {seq}: peak {peak / 2**20:.1f} MiB "
+                    f"({peak / (batch * seq):,.0f} B/token), step {step_bytes[batch] / 2**20:.1f} MiB "
+                    f"({step_bytes[batch] / (batch * seq):,.0f} B/token)"
+                )
     if CUDA:
         assert step_bytes[4] > 0 and step_bytes[32] > step_bytes[4], step_bytes
 
@@ -495,8 +567,9 @@ def test_fp16_distill_trains_through_the_gradient_scaler(teachers, datasets, tmp
     from mlminilm import distill
 
     out = tmp_path / "fp16"
-    result = distill.run(distill_config(teachers["bert"], datasets["bert"], out, precision="fp16", max_steps=4,
-                                        save_every=4))
+    result = distill.run(
+        distill_config(teachers["bert"], datasets["bert"], out, precision="fp16", max_steps=4, save_every=4)
+    )
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert all(math.isfinite(r["loss"]) and r["loss_scale"] > 0 for r in records), records
@@ -528,8 +601,17 @@ def test_batch_size_auto_records_the_plan_it_chose(teachers, datasets, tmp_path)
 
     out = tmp_path / "auto"
     global_batch = 64  # CPU: auto stops at 32 sequences, so 32 x 2; CUDA: the largest power of two that fits
-    result = distill.run(distill_config(teachers["bert"], datasets["bert"], out, batch_size="auto",
-                                        global_batch=global_batch, max_steps=2, save_every=2))
+    result = distill.run(
+        distill_config(
+            teachers["bert"],
+            datasets["bert"],
+            out,
+            batch_size="auto",
+            global_batch=global_batch,
+            max_steps=2,
+            save_every=2,
+        )
+    )
     record = json.loads((out / "run.json").read_text())
     assert record["config"]["batch_size"] == "auto" and record["config"]["global_batch"] == global_batch
     plan = find_batch_plan(record)

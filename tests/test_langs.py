@@ -17,16 +17,61 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 # ISO 15924 names (the part before any parenthesis, as the first 21 files wrote them), and Hant's full name.
-SCRIPTS = {"Latin", "Cyrillic", "Greek", "Arabic", "Devanagari", "Thai", "Han", "Bengali", "Hangul", "Telugu",
-           "Armenian", "Ethiopic", "Georgian", "Gujarati", "Gurmukhi", "Hebrew", "Japanese", "Kannada", "Khmer", "Lao",
-           "Malayalam", "Myanmar", "Oriya", "Sinhala", "Tamil", "Han (Traditional variant)"}
+SCRIPTS = {
+    "Latin",
+    "Cyrillic",
+    "Greek",
+    "Arabic",
+    "Devanagari",
+    "Thai",
+    "Han",
+    "Bengali",
+    "Hangul",
+    "Telugu",
+    "Armenian",
+    "Ethiopic",
+    "Georgian",
+    "Gujarati",
+    "Gurmukhi",
+    "Hebrew",
+    "Japanese",
+    "Kannada",
+    "Khmer",
+    "Lao",
+    "Malayalam",
+    "Myanmar",
+    "Oriya",
+    "Sinhala",
+    "Tamil",
+    "Han (Traditional variant)",
+}
 TOP_LEVEL_KEYS = {"code": str, "name": str, "script": str, "benchmarks": list, "iso639_3": str, "spaces": bool}
 OPTIONAL_KEYS = {"mlqa": dict, "variant_of": str}
 # Tatoeba's ISO 639-3 file codes of the first 21 languages (LASER / XTREME spell Chinese "cmn" and Swahili "swh"):
 # kept exactly.
-ISO639_3 = {"ar": "ara", "bg": "bul", "bn": "ben", "de": "deu", "el": "ell", "en": "eng", "es": "spa", "fi": "fin",
-            "fr": "fra", "hi": "hin", "id": "ind", "ko": "kor", "ro": "ron", "ru": "rus", "sw": "swh", "te": "tel",
-            "th": "tha", "tr": "tur", "ur": "urd", "vi": "vie", "zh": "cmn"}
+ISO639_3 = {
+    "ar": "ara",
+    "bg": "bul",
+    "bn": "ben",
+    "de": "deu",
+    "el": "ell",
+    "en": "eng",
+    "es": "spa",
+    "fi": "fin",
+    "fr": "fra",
+    "hi": "hin",
+    "id": "ind",
+    "ko": "kor",
+    "ro": "ron",
+    "ru": "rus",
+    "sw": "swh",
+    "te": "tel",
+    "th": "tha",
+    "tr": "tur",
+    "ur": "urd",
+    "vi": "vie",
+    "zh": "cmn",
+}
 MLQA_KEYS = {"article_pattern": str, "segmentation": str}
 
 XNLI = "ar bg de el en es fr hi ru sw th tr ur vi zh".split()
@@ -85,9 +130,7 @@ def test_every_benchmark_language_is_registered():
     assert set(XNLI + MLQA + XQUAD + TYDIQA) <= set(langs.all_languages())
 
 
-@pytest.mark.parametrize(
-    "benchmark, expected", [("xnli", XNLI), ("mlqa", MLQA), ("xquad", XQUAD), ("tydiqa", TYDIQA)]
-)
+@pytest.mark.parametrize("benchmark, expected", [("xnli", XNLI), ("mlqa", MLQA), ("xquad", XQUAD), ("tydiqa", TYDIQA)])
 def test_benchmark_languages(benchmark, expected):
     assert langs.benchmark_languages(benchmark) == sorted(expected)
 

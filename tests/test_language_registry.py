@@ -27,22 +27,63 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WARNING = "not in the language registry"
 
 # XTREME's 40 languages as its README lists them (google-research/xtreme, "Tasks and Languages").
-XTREME = ("af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru sw ta te th tl tr "
-          "ur vi yo zh").split()
+XTREME = (
+    "af ar bg bn de el en es et eu fa fi fr he hi hu id it ja jv ka kk ko ml mr ms my nl pt ru sw ta te th tl tr "
+    "ur vi yo zh"
+).split()
 # The 36 Tatoeba languages of XTREME's task with their file codes (xtreme utils_preprocess.py, tatoeba_preprocess).
 XTREME_TATOEBA = {
-    "af": "afr", "ar": "ara", "bg": "bul", "bn": "ben", "de": "deu", "el": "ell", "es": "spa", "et": "est", "eu": "eus",
-    "fa": "pes", "fi": "fin", "fr": "fra", "he": "heb", "hi": "hin", "hu": "hun", "id": "ind", "it": "ita", "ja": "jpn",
-    "jv": "jav", "ka": "kat", "kk": "kaz", "ko": "kor", "ml": "mal", "mr": "mar", "nl": "nld", "pt": "por", "ru": "rus",
-    "sw": "swh", "ta": "tam", "te": "tel", "th": "tha", "tl": "tgl", "tr": "tur", "ur": "urd", "vi": "vie", "zh": "cmn",
+    "af": "afr",
+    "ar": "ara",
+    "bg": "bul",
+    "bn": "ben",
+    "de": "deu",
+    "el": "ell",
+    "es": "spa",
+    "et": "est",
+    "eu": "eus",
+    "fa": "pes",
+    "fi": "fin",
+    "fr": "fra",
+    "he": "heb",
+    "hi": "hin",
+    "hu": "hun",
+    "id": "ind",
+    "it": "ita",
+    "ja": "jpn",
+    "jv": "jav",
+    "ka": "kat",
+    "kk": "kaz",
+    "ko": "kor",
+    "ml": "mal",
+    "mr": "mar",
+    "nl": "nld",
+    "pt": "por",
+    "ru": "rus",
+    "sw": "swh",
+    "ta": "tam",
+    "te": "tel",
+    "th": "tha",
+    "tl": "tgl",
+    "tr": "tur",
+    "ur": "urd",
+    "vi": "vie",
+    "zh": "cmn",
 }
 # Languages written without spaces between words.
 UNSPACED = {"ja", "km", "lo", "my", "my_zaw", "th", "wuu", "yue", "zh", "zh-Hant"}
 # The only languages that share an ISO 639-3 code with another: CC-100's script / encoding variants of a language
 # (romanized text, the Zawgyi font encoding of Burmese, Traditional characters). They are the same language, so the
 # same code; Tatoeba's files are in the language's own script, so the code maps back to the language, never to them.
-VARIANTS = {"bn_rom": "bn", "hi_rom": "hi", "my_zaw": "my", "ta_rom": "ta", "te_rom": "te", "ur_rom": "ur",
-            "zh-Hant": "zh"}
+VARIANTS = {
+    "bn_rom": "bn",
+    "hi_rom": "hi",
+    "my_zaw": "my",
+    "ta_rom": "ta",
+    "te_rom": "te",
+    "ur_rom": "ur",
+    "zh-Hant": "zh",
+}
 
 
 def _generator():
@@ -114,10 +155,16 @@ def test_the_published_lists_are_all_there():
     # The first four benchmarks keep their published sets (tests/test_langs.py checks them one by one).
     assert len(langs.benchmark_languages("xnli")) == 15 and len(langs.benchmark_languages("mlqa")) == 7
     # The three languages issue 17 was opened for, and a few more facts that are easy to get wrong.
-    for code, name, script, iso in (("ja", "Japanese", "Japanese", "jpn"), ("it", "Italian", "Latin", "ita"),
-                                    ("pt", "Portuguese", "Latin", "por"), ("fa", "Persian", "Arabic", "pes"),
-                                    ("ms", "Malay", "Latin", "zsm"), ("am", "Amharic", "Ethiopic", "amh"),
-                                    ("yue", "Cantonese", "Han", "yue"), ("nb", "Norwegian Bokmål", "Latin", "nob")):
+    for code, name, script, iso in (
+        ("ja", "Japanese", "Japanese", "jpn"),
+        ("it", "Italian", "Latin", "ita"),
+        ("pt", "Portuguese", "Latin", "por"),
+        ("fa", "Persian", "Arabic", "pes"),
+        ("ms", "Malay", "Latin", "zsm"),
+        ("am", "Amharic", "Ethiopic", "amh"),
+        ("yue", "Cantonese", "Han", "yue"),
+        ("nb", "Norwegian Bokmål", "Latin", "nob"),
+    ):
         language = langs.get_language(code)
         assert (language.name, language.script, language.iso639_3) == (name, script, iso), code
 
@@ -136,7 +183,7 @@ def test_generator_writes_langs_and_twice_writes_the_same(tmp_path):
     assert generator.main(["--out", str(tmp_path)]) == 0
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == first
     assert first == {e.name: e.read_bytes() for e in _toml_files()}
-    (tmp_path / "de.toml").write_text("code = \"de\"\n", encoding="utf-8")
+    (tmp_path / "de.toml").write_text('code = "de"\n', encoding="utf-8")
     assert generator.main(["--check", "--out", str(tmp_path)]) == 1
 
 
@@ -181,17 +228,33 @@ def _corpus(folder, files: dict[str, str]):
     return folder
 
 
-def test_prepare_takes_languages_beyond_the_first_21_and_unregistered_codes(wp_teacher, tmp_path, monkeypatch,
-                                                                            capsys):
-    corpus = _corpus(tmp_path / "corpus", {
-        "ja.txt": "猫はマットの上で寝ています。",  # registered since issue 17
-        "it.txt": "Il gatto dorme sul tappeto.",
-        "qu.txt": "Misi puñuchkan.",  # Quechua: ISO 639-1, not in langs/
-    })
+def test_prepare_takes_languages_beyond_the_first_21_and_unregistered_codes(wp_teacher, tmp_path, monkeypatch, capsys):
+    corpus = _corpus(
+        tmp_path / "corpus",
+        {
+            "ja.txt": "猫はマットの上で寝ています。",  # registered since issue 17
+            "it.txt": "Il gatto dorme sul tappeto.",
+            "qu.txt": "Misi puñuchkan.",  # Quechua: ISO 639-1, not in langs/
+        },
+    )
     out = tmp_path / "data"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input",
-                                    str(corpus), "--input", f"zza={corpus / 'qu.txt'}", "--out", str(out),
-                                    "--workers", "1", "--seq-len", "16")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "prepare",
+        "--teacher",
+        str(wp_teacher),
+        "--input",
+        str(corpus),
+        "--input",
+        f"zza={corpus / 'qu.txt'}",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--seq-len",
+        "16",
+    )
     assert code == 0, stderr
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert sorted(manifest["languages"]) == ["it", "ja", "qu", "zza"]
@@ -202,30 +265,85 @@ def test_prepare_takes_languages_beyond_the_first_21_and_unregistered_codes(wp_t
 
 def test_prepare_refuses_what_cannot_be_a_language_code(wp_teacher, tmp_path, monkeypatch, capsys):
     out = tmp_path / "data"
-    for name, needles in (("notes.txt", ("unknown language 'notes'", "not an ISO 639-1 or 639-3 code", "known: af")),
-                          ("deu.txt", ("'deu' is the ISO 639-3 code of de (German): use de",)),
-                          ("xx.txt", ("unknown language 'xx'",))):
+    for name, needles in (
+        ("notes.txt", ("unknown language 'notes'", "not an ISO 639-1 or 639-3 code", "known: af")),
+        ("deu.txt", ("'deu' is the ISO 639-3 code of de (German): use de",)),
+        ("xx.txt", ("unknown language 'xx'",)),
+    ):
         corpus = _corpus(tmp_path / name, {"de.txt": "Der Hund läuft.", name: "Der Hund läuft."})
-        assert_error(run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input", str(corpus),
-                              "--out", str(out), "--workers", "1"), *needles)
+        assert_error(
+            run_main(
+                monkeypatch,
+                capsys,
+                "prepare",
+                "--teacher",
+                str(wp_teacher),
+                "--input",
+                str(corpus),
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+            ),
+            *needles,
+        )
         assert not out.exists()
 
 
 def test_distill_probe_and_trim_take_unregistered_codes(wp_teacher, tmp_path, monkeypatch, capsys):
     corpus = _corpus(tmp_path / "corpus", {"de.txt": "Der Hund läuft jeden Morgen.", "qu.txt": "Misi puñuchkan."})
     data = tmp_path / "data"
-    assert run_main(monkeypatch, capsys, "prepare", "--teacher", str(wp_teacher), "--input", str(corpus), "--out",
-                    str(data), "--workers", "1", "--seq-len", "16")[0] == 0
+    assert (
+        run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(wp_teacher),
+            "--input",
+            str(corpus),
+            "--out",
+            str(data),
+            "--workers",
+            "1",
+            "--seq-len",
+            "16",
+        )[0]
+        == 0
+    )
     tatoeba = tmp_path / "tatoeba"
     tatoeba.mkdir()
     for iso, line in (("deu", "Der Hund läuft"), ("qya", "Aiya Eärendil")):  # qya (Quenya): not in langs/
         (tatoeba / f"tatoeba.{iso}-eng.{iso}").write_text("".join(f"{line} {i}\n" for i in range(4)), encoding="utf-8")
         (tatoeba / f"tatoeba.{iso}-eng.eng").write_text("".join(f"The dog {i}\n" for i in range(4)), encoding="utf-8")
     out = tmp_path / "run"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "distill", "--teacher", str(wp_teacher), "--data", str(data),
-                                    "--out", str(out), "--layers", "1", "--hidden", "32", "--heads", "4",
-                                    "--intermediate", "64", "--max-steps", "0", "--probe-tatoeba", str(tatoeba),
-                                    "--probe-langs", "qya,de", "--device", "cpu")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "distill",
+        "--teacher",
+        str(wp_teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "1",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "0",
+        "--probe-tatoeba",
+        str(tatoeba),
+        "--probe-langs",
+        "qya,de",
+        "--device",
+        "cpu",
+    )
     assert code == 0, stderr
     warnings = [line for line in stderr.splitlines() if WARNING in line]
     assert len(warnings) == 1 and "language qya not in" in warnings[0], stderr
@@ -233,8 +351,21 @@ def test_distill_probe_and_trim_take_unregistered_codes(wp_teacher, tmp_path, mo
     assert set(next(r for r in probes if "probe_tatoeba" in r)["probe_tatoeba"]) == {"qya", "de"}
 
     trimmed = tmp_path / "trimmed"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "trim", "--model", str(wp_teacher), "--corpus", str(corpus),
-                                    "--langs", "qu,de", "--out", str(trimmed), "--workers", "1")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "trim",
+        "--model",
+        str(wp_teacher),
+        "--corpus",
+        str(corpus),
+        "--langs",
+        "qu,de",
+        "--out",
+        str(trimmed),
+        "--workers",
+        "1",
+    )
     assert code == 0, stderr
     warnings = [line for line in stderr.splitlines() if WARNING in line]
     assert len(warnings) == 1 and "language qu not in" in warnings[0], stderr
@@ -243,13 +374,38 @@ def test_distill_probe_and_trim_take_unregistered_codes(wp_teacher, tmp_path, mo
 
 def test_what_depends_on_the_language_refuses_unregistered_codes(tmp_path, monkeypatch, capsys):
     # eval-mlqa: MLQA normalisation needs the language's rules; the one line says so and how to add a language.
-    line = assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(tmp_path), "--predictions",
-                                 str(tmp_path), "--langs", "en,qu"),
-                        "--langs: unknown language 'qu'", "MLQA normalisation needs the language's rules",
-                        "langs/<code>.toml with an [mlqa] table")
+    line = assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-mlqa",
+            "--data",
+            str(tmp_path),
+            "--predictions",
+            str(tmp_path),
+            "--langs",
+            "en,qu",
+        ),
+        "--langs: unknown language 'qu'",
+        "MLQA normalisation needs the language's rules",
+        "langs/<code>.toml with an [mlqa] table",
+    )
     assert "'en'" not in line
-    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(tmp_path / "dev.json"), "--predictions",
-                          str(tmp_path), "--lang", "zza"), "--lang: unknown language 'zza'", "MLQA normalisation")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-mlqa",
+            "--data",
+            str(tmp_path / "dev.json"),
+            "--predictions",
+            str(tmp_path),
+            "--lang",
+            "zza",
+        ),
+        "--lang: unknown language 'zza'",
+        "MLQA normalisation",
+    )
 
 
 @pytest.mark.realdata

@@ -26,10 +26,18 @@ LAYERS = (
     ("models", ("mlminilm.models",)),
     ("machinery", ("mlminilm.corpus", "mlminilm.distillation", "mlminilm.training")),
     ("evaluation and vocabulary", ("mlminilm.evaluation", "mlminilm.vocab")),
-    ("commands' library calls", ("mlminilm.distill", "mlminilm.assist", "mlminilm.finetune", "mlminilm.demo",
-                                 "mlminilm.compare",
-                                 # the package itself: the public facade, `from mlminilm import distill, ...`
-                                 ROOT)),
+    (
+        "commands' library calls",
+        (
+            "mlminilm.distill",
+            "mlminilm.assist",
+            "mlminilm.finetune",
+            "mlminilm.demo",
+            "mlminilm.compare",
+            # the package itself: the public facade, `from mlminilm import distill, ...`
+            ROOT,
+        ),
+    ),
     ("command line", ("mlminilm.commands", "mlminilm.__main__")),
 )
 
@@ -86,7 +94,9 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(
         f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
-        for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a)
+        for a, targets in graph.items()
+        for b in targets
+        if layer_of(b) > layer_of(a)
     )
 
 
@@ -156,8 +166,7 @@ def test_the_checks_catch_what_they_are_for():
         "mlminilm.corpus.dataset": {"mlminilm.training.loop", "mlminilm.errors"},
         "mlminilm.errors": set(),
     }
-    assert upward_imports(graph) == [
-        "mlminilm.models.loading (models) imports mlminilm.training.loop (machinery)"]
+    assert upward_imports(graph) == ["mlminilm.models.loading (models) imports mlminilm.training.loop (machinery)"]
     assert circles(graph) == [["mlminilm.corpus.dataset", "mlminilm.training.loop"]]
     assert layer_of("mlminilm.version") == 0 and layer_of("mlminilm.commands.app") == len(LAYERS) - 1
     assert layer_of("mlminilm") == len(LAYERS) - 2  # the facade, above every library module it names
@@ -167,9 +176,22 @@ def test_the_checks_catch_what_they_are_for():
 
 def test_imports_are_read_with_their_submodules(tmp_path):
     source = tmp_path / "mod.py"
-    source.write_text("from mlminilm.models import cards\nfrom mlminilm.models.loading import resolve_model\n"
-                      "def f():\n    from mlminilm import training\n    import mlminilm.io.atomic\n")
-    known = {"mlminilm", "mlminilm.models", "mlminilm.models.cards", "mlminilm.models.loading", "mlminilm.training",
-             "mlminilm.io", "mlminilm.io.atomic"}
+    source.write_text(
+        "from mlminilm.models import cards\nfrom mlminilm.models.loading import resolve_model\n"
+        "def f():\n    from mlminilm import training\n    import mlminilm.io.atomic\n"
+    )
+    known = {
+        "mlminilm",
+        "mlminilm.models",
+        "mlminilm.models.cards",
+        "mlminilm.models.loading",
+        "mlminilm.training",
+        "mlminilm.io",
+        "mlminilm.io.atomic",
+    }
     assert imports_of("mlminilm.vocab.x", source, known) == {
-        "mlminilm.models.cards", "mlminilm.models.loading", "mlminilm.training", "mlminilm.io.atomic"}
+        "mlminilm.models.cards",
+        "mlminilm.models.loading",
+        "mlminilm.training",
+        "mlminilm.io.atomic",
+    }

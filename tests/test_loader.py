@@ -36,8 +36,20 @@ def sampler_for(data: PreparedData, seed: int = 3) -> BatchSampler:
 
 
 def loader(data, sampler, *, rank=0, world=1, start_step=0, max_steps=STEPS, workers=0, pad=0, **kw):
-    return make_loader(data, sampler, batch_size=BATCH, accum=ACCUM, rank=rank, world=world, pad_id=pad,
-                       start_step=start_step, max_steps=max_steps, workers=workers, pin_memory=False, **kw)
+    return make_loader(
+        data,
+        sampler,
+        batch_size=BATCH,
+        accum=ACCUM,
+        rank=rank,
+        world=world,
+        pad_id=pad,
+        start_step=start_step,
+        max_steps=max_steps,
+        workers=workers,
+        pin_memory=False,
+        **kw,
+    )
 
 
 def expected(data, sampler, step, micro, rank, world, pad):
@@ -100,7 +112,7 @@ def test_resume_yields_the_tail(data, start):
     full = list(loader(data, sampler, workers=0))
     tail = list(loader(data, sampler, start_step=start, workers=2))
     assert len(tail) == (STEPS - start) * ACCUM
-    for a, b in zip(full[start * ACCUM:], tail):
+    for a, b in zip(full[start * ACCUM :], tail):
         assert (a.step, a.micro, a.tokens, a.langs, a.padded) == (b.step, b.micro, b.tokens, b.langs, b.padded)
         assert torch.equal(a.input_ids, b.input_ids)
         assert (a.attention_mask is None) == (b.attention_mask is None)
@@ -151,11 +163,33 @@ def test_default_workers(monkeypatch):
 @pytest.mark.gpu
 def test_pinned_batches_copy_to_the_device(data):
     sampler = sampler_for(data)
-    batches = make_loader(data, sampler, batch_size=BATCH, accum=ACCUM, rank=0, world=1, pad_id=0, start_step=0,
-                          max_steps=STEPS, workers=2, pin_memory=True)
+    batches = make_loader(
+        data,
+        sampler,
+        batch_size=BATCH,
+        accum=ACCUM,
+        rank=0,
+        world=1,
+        pad_id=0,
+        start_step=0,
+        max_steps=STEPS,
+        workers=2,
+        pin_memory=True,
+    )
     for i, batch in enumerate(batches):
         assert batch.input_ids.is_pinned()
         on_device = batch.to("cuda", non_blocking=True)
-        check(MicroBatch(**{**vars(on_device), "input_ids": on_device.input_ids.cpu(),
-                            "attention_mask": None if batch.attention_mask is None else on_device.attention_mask.cpu()}),
-              data, sampler, *divmod(i, ACCUM), 0, 1)
+        check(
+            MicroBatch(
+                **{
+                    **vars(on_device),
+                    "input_ids": on_device.input_ids.cpu(),
+                    "attention_mask": None if batch.attention_mask is None else on_device.attention_mask.cpu(),
+                }
+            ),
+            data,
+            sampler,
+            *divmod(i, ACCUM),
+            0,
+            1,
+        )

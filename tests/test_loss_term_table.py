@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -82,7 +81,16 @@ def test_a_part_outside_the_table_has_no_weight():
 
     cfg = DistillConfig(teacher="t", out=Path("o"))
     check_table(cfg)  # the shipped table and config agree
-    assert [t.name for t in TERMS.values()] == ["parallel", "contrastive", "attention", "value", "qq", "kk", "vv",
-                                                "hidden", "embedding"]
+    assert [t.name for t in TERMS.values()] == [
+        "parallel",
+        "contrastive",
+        "attention",
+        "value",
+        "qq",
+        "kk",
+        "vv",
+        "hidden",
+        "embedding",
+    ]
     with pytest.raises(KeyError, match="toy"):
         weighted_loss({"attention": torch.tensor(1.0), "toy": torch.tensor(1.0)}, cfg)

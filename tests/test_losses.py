@@ -22,8 +22,12 @@ def naive_relation_kl(t_x, t_y, s_x, s_y, mask, heads_t, heads_s):
         seq_sum = 0.0
         for a in range(heads_t):
             for t in real:
-                lt = [sum(t_x[b, t, a * dt + c] * t_y[b, j, a * dt + c] for c in range(dt)) / math.sqrt(dt) for j in real]
-                ls = [sum(s_x[b, t, a * ds + c] * s_y[b, j, a * ds + c] for c in range(ds)) / math.sqrt(ds) for j in real]
+                lt = [
+                    sum(t_x[b, t, a * dt + c] * t_y[b, j, a * dt + c] for c in range(dt)) / math.sqrt(dt) for j in real
+                ]
+                ls = [
+                    sum(s_x[b, t, a * ds + c] * s_y[b, j, a * ds + c] for c in range(ds)) / math.sqrt(ds) for j in real
+                ]
                 mt, ms = max(lt), max(ls)
                 zt = sum(math.exp(v - mt) for v in lt)
                 zs = sum(math.exp(v - ms) for v in ls)

@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import sample_lines
-from helpers import assert_error, run_main, save_tiny_teacher
 from taskdata import save_head_model, squad_doc, write_json, write_mlqa_dir, write_xnli_dir
+
+from helpers import assert_error, run_main, save_tiny_teacher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QA_WINDOWS = ("--max-seq-len", "64", "--doc-stride", "16", "--max-query-length", "12")
@@ -81,7 +81,7 @@ def split_card(text: str, command: str) -> tuple[str, str, str, str]:
     start_marker, end_marker = f"<!-- mlminilm:{command}:start -->", f"<!-- mlminilm:{command}:end -->"
     assert body.count(start_marker) == 1 and body.count(end_marker) == 1, body
     i = front.index("model-index:")
-    return front[:i], front[i:], body[:body.index(start_marker)], body[body.index(end_marker) + len(end_marker):]
+    return front[:i], front[i:], body[: body.index(start_marker)], body[body.index(end_marker) + len(end_marker) :]
 
 
 # ---------------------------------------------------------------------------------------------------- XNLI
@@ -93,8 +93,19 @@ def test_eval_xnli_update_card(models, tmp_path, monkeypatch, capsys):
     card.write_text(FRONT + BODY, encoding="utf-8")
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de", "zh"), count=9)
     out = tmp_path / "report"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data", str(data),
-                                    "--out", str(out), "--update-card", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-xnli",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--update-card",
+        "--json",
+    )
     assert code == 0, stderr
     assert json.loads(stdout)["card"] == str(card)
     assert f"model card {card} updated with 3 eval-xnli results" in stderr
@@ -104,7 +115,11 @@ def test_eval_xnli_update_card(models, tmp_path, monkeypatch, capsys):
     assert by_config(found) == scores and len(found) == 3
     for r in found:
         assert (r.task_type, r.task_name, r.dataset_name, r.dataset_split) == (
-            "text-classification", "Natural Language Inference", "XNLI", "test")
+            "text-classification",
+            "Natural Language Inference",
+            "XNLI",
+            "test",
+        )
         assert r.metric_name == "Accuracy (%)" and r.source_name.startswith("mlminilm eval-xnli ")
         assert "zero-shot cross-lingual transfer (XTREME)" in r.source_name and r.source_url.startswith("https://")
     from huggingface_hub import ModelCard
@@ -112,7 +127,10 @@ def test_eval_xnli_update_card(models, tmp_path, monkeypatch, capsys):
     loaded = ModelCard.load(card)
     assert loaded.data.model_name == "my-xnli"  # no model-index before: the directory's name
     assert (loaded.data.license, loaded.data.language, loaded.data.tags) == (
-        "apache-2.0", ["de", "en"], ["mlminilm", "distillation"])
+        "apache-2.0",
+        ["de", "en"],
+        ["mlminilm", "distillation"],
+    )
     # Every other front-matter line and the body outside the section, byte for byte.
     text = card.read_text(encoding="utf-8")
     before, index, body_before, body_after = split_card(text, "eval-xnli")
@@ -124,8 +142,9 @@ def test_eval_xnli_update_card(models, tmp_path, monkeypatch, capsys):
 
     # A re-run on other data for one language replaces that entry; the others stay; nothing is duplicated.
     other = write_xnli_dir(tmp_path / "xnli2", ("de",), count=12)
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data", str(other),
-                                    "--update-card", "--json")  # no --out: the card is still written
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data", str(other), "--update-card", "--json"
+    )  # no --out: the card is still written
     assert code == 0, stderr
     rerun = json.loads(stdout)
     found = results(card, "facebook/xnli")
@@ -137,9 +156,21 @@ def test_eval_xnli_update_card(models, tmp_path, monkeypatch, capsys):
 
     # --split dev: other entries (the Hub's "validation" split) beside the test ones.
     write_xnli_dir(tmp_path / "xnli", ("en",), split="dev", count=6)
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data",
-                                    str(tmp_path / "xnli"), "--split", "dev", "--langs", "en", "--update-card",
-                                    "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-xnli",
+        "--model",
+        str(model),
+        "--data",
+        str(tmp_path / "xnli"),
+        "--split",
+        "dev",
+        "--langs",
+        "en",
+        "--update-card",
+        "--json",
+    )
     assert code == 0, stderr
     found = results(card, "facebook/xnli")
     assert len(found) == 4
@@ -157,8 +188,22 @@ def test_eval_mlqa_update_card_minimal_card_and_other_datasets(models, tmp_path,
     assert not card.exists()
     mlqa = write_mlqa_dir(tmp_path / "mlqa", ("en", "de"), count=3)
     out = tmp_path / "report"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-mlqa", "--model", str(model), "--data", str(mlqa),
-                                    "--langs", "en,de", "--out", str(out), *QA_WINDOWS, "--update-card", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-mlqa",
+        "--model",
+        str(model),
+        "--data",
+        str(mlqa),
+        "--langs",
+        "en,de",
+        "--out",
+        str(out),
+        *QA_WINDOWS,
+        "--update-card",
+        "--json",
+    )
     assert code == 0, stderr
     assert json.loads(stdout)["card"] == str(card)
     doc = report(out)
@@ -180,8 +225,18 @@ def test_eval_mlqa_update_card_minimal_card_and_other_datasets(models, tmp_path,
     xquad.mkdir()
     for lang in ("en", "de"):
         write_json(xquad / f"xquad.{lang}.json", squad_doc(lang, count=3, seed=5))
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-mlqa", "--model", str(model), "--data", str(xquad),
-                                    *QA_WINDOWS, "--update-card", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-mlqa",
+        "--model",
+        str(model),
+        "--data",
+        str(xquad),
+        *QA_WINDOWS,
+        "--update-card",
+        "--json",
+    )
     assert code == 0, stderr
     second = json.loads(stdout)
     assert by_config(results(card, "facebook/mlqa"), "f1") == {lang: s["f1"] for lang, s in doc["languages"].items()}
@@ -204,8 +259,10 @@ def sentence_transformers_model(models, top: Path) -> Path:
     eval-tatoeba reads first)."""
     shutil.copytree(models["encoder"], top / "0_Transformer")
     shutil.copy(models["encoder"] / "config.json", top / "config.json")
-    modules = [{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (top / "modules.json").write_text(json.dumps(modules))
     (top / "1_Pooling").mkdir()
     (top / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 16, "pooling_mode": "mean"}))
@@ -248,8 +305,21 @@ def test_eval_tatoeba_update_card_sentence_transformers_top_directory(models, tm
         (data / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (data / f"tatoeba.{iso}-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")
     out = tmp_path / "report"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(model), "--data", str(data),
-                                    "--out", str(out), "--precision", "fp32", "--update-card", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--precision",
+        "fp32",
+        "--update-card",
+        "--json",
+    )
     assert code == 0, stderr
     assert json.loads(stdout)["card"] == str(card) and not (model / "0_Transformer" / "README.md").exists()
     doc = report(out)
@@ -260,7 +330,11 @@ def test_eval_tatoeba_update_card_sentence_transformers_top_directory(models, tm
         assert by_config(found, "accuracy", direction) == {pair: s[direction] for pair, s in pairs.items()}
     for r in found:
         assert (r.task_type, r.task_name, r.dataset_name, r.dataset_split) == (
-            "sentence-similarity", "Bitext Mining", "Tatoeba", "test")
+            "sentence-similarity",
+            "Bitext Mining",
+            "Tatoeba",
+            "test",
+        )
         assert r.source_name.startswith("mlminilm eval-tatoeba ") and "layer 2 of 2, mean pooling" in r.source_name
     # The hand-made model-index: its name and its STS result stay.
     from huggingface_hub import ModelCard
@@ -299,8 +373,18 @@ def test_malformed_card_is_refused_before_the_evaluation(case, models, tmp_path,
     content, needle = MALFORMED[case]
     (model / "README.md").write_bytes(content.encode())
     data = write_xnli_dir(tmp_path / "xnli", ("en",), count=3)
-    result = run_main(monkeypatch, capsys, "eval-xnli", "--model", str(model), "--data", str(data),
-                      "--out", str(tmp_path / "report"), "--update-card")
+    result = run_main(
+        monkeypatch,
+        capsys,
+        "eval-xnli",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "report"),
+        "--update-card",
+    )
     assert_error(result, "--update-card", str(model / "README.md"), needle)
     assert (model / "README.md").read_bytes() == content.encode()
     assert not (tmp_path / "report").exists()  # refused before any work
@@ -311,25 +395,59 @@ def test_unreadable_card_is_refused(models, tmp_path, monkeypatch, capsys):
     content = b"---\nlicense: mit\n---\n\xff\xfe not UTF-8\n"
     (model / "README.md").write_bytes(content)
     mlqa = write_mlqa_dir(tmp_path / "mlqa", ("en",), count=2)
-    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--model", str(model), "--data", str(mlqa), "--langs", "en",
-                          "--update-card"), "cannot read the model card", str(model / "README.md"))
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-mlqa",
+            "--model",
+            str(model),
+            "--data",
+            str(mlqa),
+            "--langs",
+            "en",
+            "--update-card",
+        ),
+        "cannot read the model card",
+        str(model / "README.md"),
+    )
     assert (model / "README.md").read_bytes() == content
 
 
 def test_hub_id_and_predictions_are_refused(models, tmp_path, monkeypatch, capsys):
     data = write_xnli_dir(tmp_path / "xnli", ("en",), count=3)
-    assert_error(run_main(monkeypatch, capsys, "eval-xnli", "--model", "some-org/some-model", "--data", str(data),
-                          "--update-card"), "--update-card", "--model some-org/some-model is not one",
-                 "hf download some-org/some-model")
+    assert_error(
+        run_main(
+            monkeypatch, capsys, "eval-xnli", "--model", "some-org/some-model", "--data", str(data), "--update-card"
+        ),
+        "--update-card",
+        "--model some-org/some-model is not one",
+        "hf download some-org/some-model",
+    )
     tatoeba = tmp_path / "t"
     tatoeba.mkdir()
-    assert_error(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", "intfloat/multilingual-e5-small", "--data",
-                          str(tatoeba), "--update-card"), "--update-card", "is not one")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-tatoeba",
+            "--model",
+            "intfloat/multilingual-e5-small",
+            "--data",
+            str(tatoeba),
+            "--update-card",
+        ),
+        "--update-card",
+        "is not one",
+    )
     mlqa = write_mlqa_dir(tmp_path / "mlqa", ("en",), count=2)
     preds = tmp_path / "preds"
     preds.mkdir()
-    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(mlqa), "--predictions", str(preds),
-                          "--update-card"), "--update-card", "--predictions")
+    assert_error(
+        run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(mlqa), "--predictions", str(preds), "--update-card"),
+        "--update-card",
+        "--predictions",
+    )
     assert not list(tmp_path.rglob("README.md"))
 
 
@@ -337,8 +455,13 @@ def test_hub_id_and_predictions_are_refused(models, tmp_path, monkeypatch, capsy
 
 
 def xnli_doc(**accuracies) -> dict:
-    return {"task": "xnli", "split": "test", "protocol": "zero-shot cross-lingual transfer (XTREME): ...",
-            "data": {"source": "x"}, "languages": {k: {"accuracy": v} for k, v in accuracies.items()}}
+    return {
+        "task": "xnli",
+        "split": "test",
+        "protocol": "zero-shot cross-lingual transfer (XTREME): ...",
+        "data": {"source": "x"},
+        "languages": {k: {"accuracy": v} for k, v in accuracies.items()},
+    }
 
 
 def test_line_breaks_bom_and_a_section_inside_the_body(tmp_path):
@@ -389,8 +512,11 @@ def test_front_matter_in_flow_style_is_dumped_again_with_the_same_fields(tmp_pat
     update_card(card, xnli_doc(de=50.0))
     text = card.read_text(encoding="utf-8")
     fields = yaml.safe_load(text.split("---\n")[1])
-    assert {k: v for k, v in fields.items() if k != "model-index"} == {"license": "mit", "tags": ["a", "b"],
-                                                                      "base_model": "x/y"}
+    assert {k: v for k, v in fields.items() if k != "model-index"} == {
+        "license": "mit",
+        "tags": ["a", "b"],
+        "base_model": "x/y",
+    }
     assert text.split("\n---\n", 1)[1].startswith("Body.\n\n<!-- mlminilm:eval-xnli:start -->")
     assert by_config(results(card)) == {"de": 50.0}
 
@@ -401,13 +527,25 @@ def test_merge_replaces_in_place():
     from mlminilm.models.card_results import merge
 
     def result(dataset: str, config: str, value: float):
-        return EvalResult(task_type="t", dataset_type=dataset, dataset_name=dataset, dataset_config=config,
-                          dataset_split="test", metric_type="accuracy", metric_value=value)
+        return EvalResult(
+            task_type="t",
+            dataset_type=dataset,
+            dataset_name=dataset,
+            dataset_config=config,
+            dataset_split="test",
+            metric_type="accuracy",
+            metric_value=value,
+        )
 
     old = [result("a", "de", 1), result("x", "de", 2), result("x", "en", 3), result("b", "de", 4)]
     merged = merge(old, [result("x", "en", 30), result("x", "fr", 40)])
     assert [(r.dataset_type, r.dataset_config, r.metric_value) for r in merged] == [
-        ("a", "de", 1), ("x", "de", 2), ("x", "en", 30), ("x", "fr", 40), ("b", "de", 4)]
+        ("a", "de", 1),
+        ("x", "de", 2),
+        ("x", "en", 30),
+        ("x", "fr", 40),
+        ("b", "de", 4),
+    ]
 
 
 def test_a_card_of_many_tags_is_updated_in_time_linear_in_its_size(tmp_path):

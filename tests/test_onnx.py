@@ -11,26 +11,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import sample_lines
-from helpers import run_main, save_tiny_teacher
 from taskdata import write_nli_tsv, write_xnli_dir
+
+from helpers import run_main, save_tiny_teacher
 
 pytest.importorskip("onnxruntime")  # a guard only: the test extra installs mlminilm[onnx]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-ST_MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-              {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+ST_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+]
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
 
 
 def export(monkeypatch, capsys, model: Path, out: Path, *args: str) -> dict:
-    code, stdout, stderr = run_main(monkeypatch, capsys, "export", "--model", str(model), "--format", "onnx",
-                                    "--out", str(out), "--json", *args)
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "export", "--model", str(model), "--format", "onnx", "--out", str(out), "--json", *args
+    )
     assert code == 0, stderr
     return json.loads(stdout)
 
@@ -38,23 +41,33 @@ def export(monkeypatch, capsys, model: Path, out: Path, *args: str) -> dict:
 @pytest.fixture(scope="module")
 def bert(tiny_wordpiece_dir, tmp_path_factory) -> Path:
     """A 4-layer BERT (WordPiece, token_type_ids) without sentence-transformers files."""
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4,
-                             intermediate=64)
+    return save_tiny_teacher(
+        tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4, intermediate=64
+    )
 
 
 @pytest.fixture(scope="module")
 def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
     """A 2-layer XLM-R (no token_type_ids) with e5-like sentence-transformers files (mean pooling, normalise,
     a 'query: ' prompt)."""
-    model = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path_factory.mktemp("xlmr"), kind="xlmr", layers=2,
-                              hidden=32, heads=4, intermediate=64)
+    model = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("xlmr"),
+        kind="xlmr",
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+    )
     (model / "modules.json").write_text(json.dumps(ST_MODULES))
     (model / "1_Pooling").mkdir()
-    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
-                                                                  "pooling_mode": "mean"}))
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
+    )
     (model / "2_Normalize").mkdir()
-    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: ",
-                                                                                      "passage": "passage: "}}))
+    (model / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "query: ", "passage": "passage: "}})
+    )
     (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
     return model
 
@@ -69,8 +82,20 @@ def classifier(bert, tmp_path_factory) -> Path:
     train = write_nli_tsv(folder / "train.tsv", "en", 16)
     dev = write_nli_tsv(folder / "dev.tsv", "en", 6, seed=3)
     out = folder / "model"
-    finetune.run(FinetuneConfig(task="xnli", model=str(bert), train=str(train), dev=str(dev), out=out,
-                                max_steps=2, save_every=1, batch_size=8, max_seq_len=48, precision="fp32"))
+    finetune.run(
+        FinetuneConfig(
+            task="xnli",
+            model=str(bert),
+            train=str(train),
+            dev=str(dev),
+            out=out,
+            max_steps=2,
+            save_every=1,
+            batch_size=8,
+            max_seq_len=48,
+            precision="fp32",
+        )
+    )
     return out
 
 
@@ -82,8 +107,12 @@ def exports(bert, st_xlmr, classifier, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("exports")
     made = {}
-    for name, model, quantize in (("bert", bert, "none"), ("bert-int8", bert, "int8"), ("st", st_xlmr, "none"),
-                                  ("classifier", classifier, "none")):
+    for name, model, quantize in (
+        ("bert", bert, "none"),
+        ("bert-int8", bert, "int8"),
+        ("st", st_xlmr, "none"),
+        ("classifier", classifier, "none"),
+    ):
         out = root / name
         made[name] = (out, onnx_export.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
     return made
@@ -118,11 +147,11 @@ def test_float32_graph_equals_pytorch_at_other_shapes(name, source, exports, req
     model_dir = request.getfixturevalue(source)
     out, record = exports[name]
     names = [i["name"] for i in record["inputs"]]
-    assert names == (["input_ids", "attention_mask", "token_type_ids"] if name == "bert"
-                     else ["input_ids", "attention_mask"])  # XLM-R: one segment, no token_type_ids input
+    assert names == (
+        ["input_ids", "attention_mask", "token_type_ids"] if name == "bert" else ["input_ids", "attention_mask"]
+    )  # XLM-R: one segment, no token_type_ids input
     assert all(i["shape"] == ["batch", "sequence"] and i["dtype"] == "int64" for i in record["inputs"])
-    assert record["outputs"] == [{"name": "last_hidden_state", "dtype": "float32",
-                                  "shape": ["batch", "sequence", 32]}]
+    assert record["outputs"] == [{"name": "last_hidden_state", "dtype": "float32", "shape": ["batch", "sequence", 32]}]
     assert record["task"] == "feature-extraction" and record["dtype"] == "float32" and record["opset"] == 18
     assert record["check"]["max_abs_diff"] < 1e-4
     graph = OnnxModel(out)
@@ -130,7 +159,7 @@ def test_float32_graph_equals_pytorch_at_other_shapes(name, source, exports, req
     shapes = set()
     for batch in batches(tokenizer_of(model_dir), names):
         if "token_type_ids" in batch:
-            batch["token_type_ids"][:, batch["input_ids"].shape[1] // 2:] = 1  # a second segment counts
+            batch["token_type_ids"][:, batch["input_ids"].shape[1] // 2 :] = 1  # a second segment counts
         with torch.no_grad():
             expected = torch_model(**batch).last_hidden_state.numpy()
         got = graph(**batch, output_hidden_states=True)
@@ -153,8 +182,9 @@ def test_classifier_logits_equal_pytorch(exports, classifier):
     torch_model = AutoModelForSequenceClassification.from_pretrained(classifier).eval()
     graph = OnnxModel(out)
     for n in (1, 4, 7):
-        pairs = tokenizer(sample_lines("en", n, seed=n), sample_lines("de", n, seed=n + 9), padding=True,
-                          return_tensors="pt")
+        pairs = tokenizer(
+            sample_lines("en", n, seed=n), sample_lines("de", n, seed=n + 9), padding=True, return_tensors="pt"
+        )
         with torch.no_grad():
             expected = torch_model(**pairs).logits.numpy()
         np.testing.assert_allclose(graph(**pairs).logits.numpy(), expected, atol=1e-4, rtol=0)
@@ -203,17 +233,22 @@ def test_int8_graph_runs_close_to_float32(exports, bert):
 def test_export_directory(exports, st_xlmr, bert):
     out, record = exports["st"]
     # sentence-transformers files copied as they are; the graph where backend="onnx" looks; no PyTorch weights.
-    for name in ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json",
-                 "1_Pooling/config.json"):
+    for name in (
+        "modules.json",
+        "config_sentence_transformers.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ):
         assert (out / name).read_bytes() == (st_xlmr / name).read_bytes(), name
     assert (out / "2_Normalize").is_dir() and (out / "onnx" / "model.onnx").is_file()
     assert not list(out.glob("*.safetensors")) and (out / "tokenizer_config.json").is_file()
     assert json.loads((out / "onnx" / "export.json").read_text()) == {
-        k: v for k, v in record.items() if k not in ("out", "elapsed_s")}
+        k: v for k, v in record.items() if k not in ("out", "elapsed_s")
+    }
     assert set(record["versions"]) >= {"torch", "onnx", "onnxruntime", "onnxscript", "mlminilm"}
     assert record["source"]["model"] == str(st_xlmr) and record["num_layers"] == 2
     card = (out / "README.md").read_text()
-    assert "library_name: sentence-transformers" in card and "- onnx" in card and "backend=\"onnx\"" in card
+    assert "library_name: sentence-transformers" in card and "- onnx" in card and 'backend="onnx"' in card
     assert f"base_model: {st_xlmr}" in card
     assert json.loads((out / "mlminilm.json").read_text())["weights"] == "float32"
     assert "int8" in (exports["bert-int8"][0] / "README.md").read_text()
@@ -241,8 +276,9 @@ def tatoeba_dir(folder: Path) -> Path:
 
 
 def evaluate(monkeypatch, capsys, command: str, model: Path, data: Path, out: Path, *args: str) -> dict:
-    code, stdout, stderr = run_main(monkeypatch, capsys, command, "--model", str(model), "--data", str(data),
-                                    "--out", str(out), "--json", *args)
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, command, "--model", str(model), "--data", str(data), "--out", str(out), "--json", *args
+    )
     assert code == 0, stderr
     return json.loads(stdout)
 
@@ -252,10 +288,32 @@ def test_eval_tatoeba_onnx_equals_torch(name, source, layer, exports, request, t
     data = tatoeba_dir(tmp_path / "tatoeba")
     model = request.getfixturevalue(source)
     out, _ = exports[name]
-    torch_doc = evaluate(monkeypatch, capsys, "eval-tatoeba", model, data, tmp_path / "torch", *layer,
-                         "--precision", "fp32", "--batch-size", "4")
-    onnx_doc = evaluate(monkeypatch, capsys, "eval-tatoeba", out, data, tmp_path / "onnx", *layer,
-                        "--backend", "onnx", "--batch-size", "4")
+    torch_doc = evaluate(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        model,
+        data,
+        tmp_path / "torch",
+        *layer,
+        "--precision",
+        "fp32",
+        "--batch-size",
+        "4",
+    )
+    onnx_doc = evaluate(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        out,
+        data,
+        tmp_path / "onnx",
+        *layer,
+        "--backend",
+        "onnx",
+        "--batch-size",
+        "4",
+    )
     for lang in ("de", "ru", "zh"):
         for metric in ("xx_to_en", "en_to_xx", "correct_xx_to_en", "correct_en_to_xx", "examples"):
             assert onnx_doc["languages"][lang][metric] == torch_doc["languages"][lang][metric], (lang, metric)
@@ -267,11 +325,15 @@ def test_eval_tatoeba_onnx_equals_torch(name, source, layer, exports, request, t
     assert onnx_doc["embedding"]["prefix"] == ("query: " if name == "st" else "")
     assert torch_doc["backend"] == {"name": "torch", "dtype": "float32"}
     assert onnx_doc["backend"]["name"] == "onnx" and onnx_doc["backend"]["dtype"] == "float32"
-    assert onnx_doc["throughput"]["backend"] == "onnxruntime" and "backend: onnxruntime, float32 graph" in onnx_doc["summary"]
+    assert (
+        onnx_doc["throughput"]["backend"] == "onnxruntime"
+        and "backend: onnxruntime, float32 graph" in onnx_doc["summary"]
+    )
 
     # compare: one protocol whatever the backend; the rows are the reports' directories, the models their paths.
-    code, stdout, stderr = run_main(monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"),
-                                    "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"), "--json"
+    )
     assert code == 0, stderr
     comparison = json.loads(stdout)
     assert list(comparison["reports"]) == ["torch", "onnx"]
@@ -282,9 +344,22 @@ def test_eval_tatoeba_onnx_equals_torch(name, source, layer, exports, request, t
 
 def test_eval_tatoeba_int8_reports_its_dtype(exports, tmp_path, monkeypatch, capsys):
     out, _ = exports["bert-int8"]
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(out), "--data",
-                                    str(tatoeba_dir(tmp_path / "t")), "--out", str(tmp_path / "r"), "--json",
-                                    "--layer", "-1", "--backend", "onnx")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(out),
+        "--data",
+        str(tatoeba_dir(tmp_path / "t")),
+        "--out",
+        str(tmp_path / "r"),
+        "--json",
+        "--layer",
+        "-1",
+        "--backend",
+        "onnx",
+    )
     assert code == 0, stderr
     doc = json.loads(stdout)
     assert "on cpu (onnxruntime, int8 graph" in stderr  # the log says what runs the forward pass
@@ -295,10 +370,21 @@ def test_eval_tatoeba_int8_reports_its_dtype(exports, tmp_path, monkeypatch, cap
 def test_eval_xnli_onnx_equals_torch(exports, classifier, tmp_path, monkeypatch, capsys):
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de", "zh"), count=9)
     out, _ = exports["classifier"]
-    torch_doc = evaluate(monkeypatch, capsys, "eval-xnli", classifier, data, tmp_path / "torch", "--precision", "fp32",
-                         "--batch-size", "4")
-    onnx_doc = evaluate(monkeypatch, capsys, "eval-xnli", out, data, tmp_path / "onnx", "--backend", "onnx",
-                        "--batch-size", "4")
+    torch_doc = evaluate(
+        monkeypatch,
+        capsys,
+        "eval-xnli",
+        classifier,
+        data,
+        tmp_path / "torch",
+        "--precision",
+        "fp32",
+        "--batch-size",
+        "4",
+    )
+    onnx_doc = evaluate(
+        monkeypatch, capsys, "eval-xnli", out, data, tmp_path / "onnx", "--backend", "onnx", "--batch-size", "4"
+    )
     for lang in ("en", "de", "zh"):
         for key in ("accuracy", "confusion", "correct", "examples"):
             assert onnx_doc["languages"][lang][key] == torch_doc["languages"][lang][key], (lang, key)
@@ -306,8 +392,9 @@ def test_eval_xnli_onnx_equals_torch(exports, classifier, tmp_path, monkeypatch,
         assert (tmp_path / "onnx" / name).read_text() == (tmp_path / "torch" / name).read_text()
     assert onnx_doc["settings"] == torch_doc["settings"]  # the max length of the fine-tuning run, from its run.json
     assert onnx_doc["selection"] == torch_doc["selection"] and onnx_doc["backend"]["name"] == "onnx"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"),
-                                    "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "compare", str(tmp_path / "torch"), str(tmp_path / "onnx"), "--json"
+    )
     assert code == 0, stderr
     scores = json.loads(stdout)["average"]["scores"]
     assert scores["onnx"] == scores["torch"]
@@ -349,18 +436,41 @@ def test_export_refusals(bert, tmp_path, monkeypatch, capsys):
 
     qa = shutil.copytree(bert, tmp_path / "qa")
     AutoModelForQuestionAnswering.from_config(BertConfig.from_pretrained(bert)).save_pretrained(qa)
-    refused(run(qa, tmp_path / "o"), tmp_path / "o", "BertForQuestionAnswering head", "encoders and sequence-classification")
+    refused(
+        run(qa, tmp_path / "o"), tmp_path / "o", "BertForQuestionAnswering head", "encoders and sequence-classification"
+    )
 
 
 def test_missing_onnx_packages_are_one_line(bert, exports, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
     out = tmp_path / "o"
-    refused(run_main(monkeypatch, capsys, "export", "--model", str(bert), "--out", str(out)), out,
-            "needs the optional package onnxruntime", "pip install 'mlminilm[onnx]'")
+    refused(
+        run_main(monkeypatch, capsys, "export", "--model", str(bert), "--out", str(out)),
+        out,
+        "needs the optional package onnxruntime",
+        "pip install 'mlminilm[onnx]'",
+    )
     data = tatoeba_dir(tmp_path / "t")
-    refused(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(exports["bert"][0]), "--data", str(data),
-                     "--layer", "-1", "--backend", "onnx", "--out", str(out)), out,
-            "--backend onnx needs the optional package onnxruntime", "pip install 'mlminilm[onnx]'")
+    refused(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-tatoeba",
+            "--model",
+            str(exports["bert"][0]),
+            "--data",
+            str(data),
+            "--layer",
+            "-1",
+            "--backend",
+            "onnx",
+            "--out",
+            str(out),
+        ),
+        out,
+        "--backend onnx needs the optional package onnxruntime",
+        "pip install 'mlminilm[onnx]'",
+    )
 
 
 def test_eval_backend_refusals(bert, exports, tmp_path, monkeypatch, capsys):
@@ -368,25 +478,56 @@ def test_eval_backend_refusals(bert, exports, tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
 
     def tatoeba(model, *args):
-        return run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(model), "--data", str(data), "--out",
-                        str(out), *args)
+        return run_main(
+            monkeypatch, capsys, "eval-tatoeba", "--model", str(model), "--data", str(data), "--out", str(out), *args
+        )
 
     refused(tatoeba(bert, "--backend", "onnx", "--layer", "-1"), out, "no onnx/export.json", "mlminilm export --model")
     bert_export = exports["bert"][0]
-    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "2"), out, "only the last layer",
-            "not layer 2 of 4 (--layer)", "add --layer -1", "--backend torch")
+    refused(
+        tatoeba(bert_export, "--backend", "onnx", "--layer", "2"),
+        out,
+        "only the last layer",
+        "not layer 2 of 4 (--layer)",
+        "add --layer -1",
+        "--backend torch",
+    )
     # Without --layer a plain encoder is read at XTREME's layer (3 of 4), which the graph does not have.
     refused(tatoeba(bert_export, "--backend", "onnx"), out, "not layer 3 of 4 (XTREME's choice", "--layer -1")
-    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--precision", "bf16"), out,
-            "--precision bf16 needs --backend torch")
-    refused(tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--device", "cuda"), out,
-            "--device cuda needs --backend torch")
+    refused(
+        tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--precision", "bf16"),
+        out,
+        "--precision bf16 needs --backend torch",
+    )
+    refused(
+        tatoeba(bert_export, "--backend", "onnx", "--layer", "-1", "--device", "cuda"),
+        out,
+        "--device cuda needs --backend torch",
+    )
     refused(tatoeba(bert_export, "--layer", "-1"), out, "is an ONNX export", "--backend onnx")
-    refused(tatoeba(exports["classifier"][0], "--backend", "onnx", "--layer", "-1"), out,
-            "export of a sequence-classification model", "needs a feature-extraction export")
+    refused(
+        tatoeba(exports["classifier"][0], "--backend", "onnx", "--layer", "-1"),
+        out,
+        "export of a sequence-classification model",
+        "needs a feature-extraction export",
+    )
     xnli = write_xnli_dir(tmp_path / "xnli", ("en",), count=3)
-    refused(run_main(monkeypatch, capsys, "eval-xnli", "--model", str(exports["classifier"][0]), "--data", str(xnli),
-                     "--out", str(out)), out, "is an ONNX export", "--backend onnx")
+    refused(
+        run_main(
+            monkeypatch,
+            capsys,
+            "eval-xnli",
+            "--model",
+            str(exports["classifier"][0]),
+            "--data",
+            str(xnli),
+            "--out",
+            str(out),
+        ),
+        out,
+        "is an ONNX export",
+        "--backend onnx",
+    )
     # Issue 27: a damaged graph, a field of the wrong type, and a graph outside the export: one line each.
     import shutil
 
@@ -399,15 +540,28 @@ def test_eval_backend_refusals(bert, exports, tmp_path, monkeypatch, capsys):
 
     damaged = edited("damaged")
     (damaged / "onnx" / "model.onnx").write_bytes((damaged / "onnx" / "model.onnx").read_bytes()[:2000])
-    refused(tatoeba(damaged, "--backend", "onnx", "--layer", "-1"), out, "onnxruntime cannot load this graph",
-            "export the model again")
-    refused(tatoeba(edited("words", num_layers="four"), "--backend", "onnx", "--layer", "-1"), out,
-            "num_layers is 'four', not a layer count")
+    refused(
+        tatoeba(damaged, "--backend", "onnx", "--layer", "-1"),
+        out,
+        "onnxruntime cannot load this graph",
+        "export the model again",
+    )
+    refused(
+        tatoeba(edited("words", num_layers="four"), "--backend", "onnx", "--layer", "-1"),
+        out,
+        "num_layers is 'four', not a layer count",
+    )
     shutil.copyfile(bert_export / "onnx" / "model.onnx", tmp_path / "elsewhere.onnx")
-    refused(tatoeba(edited("outside", graph="../../elsewhere.onnx"), "--backend", "onnx", "--layer", "-1"), out,
-            "lies outside the export directory")
-    refused(tatoeba(edited("absolute", graph=str(tmp_path / "elsewhere.onnx")), "--backend", "onnx", "--layer",
-                    "-1"), out, "lies outside the export directory")
+    refused(
+        tatoeba(edited("outside", graph="../../elsewhere.onnx"), "--backend", "onnx", "--layer", "-1"),
+        out,
+        "lies outside the export directory",
+    )
+    refused(
+        tatoeba(edited("absolute", graph=str(tmp_path / "elsewhere.onnx")), "--backend", "onnx", "--layer", "-1"),
+        out,
+        "lies outside the export directory",
+    )
 
 
 def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsys):
@@ -448,9 +602,21 @@ def test_benchmark_smoke(tmp_path):
     from helpers import REPO
 
     out = tmp_path / "speed.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "onnx_speed.py"), "--smoke", "--work",
-                           str(tmp_path / "work"), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "onnx_speed.py"),
+            "--smoke",
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
     assert set(results["speed"]["student"]) == {"torch-fp32", "onnx-fp32", "onnx-int8"}

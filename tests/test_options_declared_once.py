@@ -130,16 +130,61 @@ def test_init_help_names_the_default_teacher_layers():
 # What defined a run before the rules were declared on the fields (the hand-written RESUME_KEYS of 0.1.0): the
 # declarations must give exactly these.
 DISTILL_RUN = {
-    "teacher", "data", "layers", "hidden", "heads", "intermediate", "init", "objective", "relation_heads",
-    "teacher_layer", "alpha", "batch_size", "grad_accum", "global_batch", "lr", "warmup", "seed", "max_steps",
-    "freeze_embeddings", "init_layers", "hidden_loss_weight", "hidden_distance", "embedding_loss_weight",
-    "relation_loss_weight", "parallel", "parallel_loss_weight", "parallel_prefix", "parallel_max_length",
-    "parallel_contrastive_weight", "parallel_temperature", "freeze_layers",
+    "teacher",
+    "data",
+    "layers",
+    "hidden",
+    "heads",
+    "intermediate",
+    "init",
+    "objective",
+    "relation_heads",
+    "teacher_layer",
+    "alpha",
+    "batch_size",
+    "grad_accum",
+    "global_batch",
+    "lr",
+    "warmup",
+    "seed",
+    "max_steps",
+    "freeze_embeddings",
+    "init_layers",
+    "hidden_loss_weight",
+    "hidden_distance",
+    "embedding_loss_weight",
+    "relation_loss_weight",
+    "parallel",
+    "parallel_loss_weight",
+    "parallel_prefix",
+    "parallel_max_length",
+    "parallel_contrastive_weight",
+    "parallel_temperature",
+    "freeze_layers",
 }
 FINETUNE_RUN = {
-    "model", "task", "train", "dev", "max_seq_len", "doc_stride", "max_query_length", "epochs", "max_steps",
-    "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed",
-    "save_every", "group_by_length", "max_grad_norm", "freeze_embeddings",
+    "model",
+    "task",
+    "train",
+    "dev",
+    "max_seq_len",
+    "doc_stride",
+    "max_query_length",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "warmup",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_eps",
+    "seed",
+    "save_every",
+    "group_by_length",
+    "max_grad_norm",
+    "freeze_embeddings",
 }
 
 
@@ -173,8 +218,16 @@ def test_a_built_command_hands_its_main_the_config(monkeypatch):
     monkeypatch.setattr(mlog, "setup", lambda **kw: None)  # this process's logging stays as the tests set it
     seen = []
     command = build(config.CompareConfig, lambda cfg, json_out: seen.append((cfg, json_out)))
-    command(reports=["a", "b"], baseline=None, metric=None, out=None, overwrite=False, json_out=True, quiet=True,
-            verbose=False)
+    command(
+        reports=["a", "b"],
+        baseline=None,
+        metric=None,
+        out=None,
+        overwrite=False,
+        json_out=True,
+        quiet=True,
+        verbose=False,
+    )
     assert seen == [(config.CompareConfig(reports=("a", "b"), quiet=True), True)]
 
 

@@ -16,10 +16,10 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from conftest import sample_lines
-from helpers import assert_error, run_main, tiny_encoder_fixture
 from taskdata import save_head_model, write_mlqa_dir, write_xnli_dir
+
+from helpers import assert_error, run_main, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -54,12 +54,21 @@ def inputs(encoder, tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory) -> di
     for name, score in (("teacher", 80.0), ("student", 60.0)):
         folder = root / name
         folder.mkdir()
-        doc = {"task": "tatoeba", "model": name, "metrics": ["mean"], "average": {"mean": score},
-               "data": {"source": str(tatoeba)}, "languages": {"de": {"mean": score, "examples": 6}}}
+        doc = {
+            "task": "tatoeba",
+            "model": name,
+            "metrics": ["mean"],
+            "average": {"mean": score},
+            "data": {"source": str(tatoeba)},
+            "languages": {"de": {"mean": score, "examples": 6}},
+        }
         (folder / "metrics.json").write_text(json.dumps(doc))
         reports.append(str(folder))
     return {
-        "encoder": str(encoder), "corpus": str(tiny_corpus_dir), "tatoeba": str(tatoeba), "reports": reports,
+        "encoder": str(encoder),
+        "corpus": str(tiny_corpus_dir),
+        "tatoeba": str(tatoeba),
+        "reports": reports,
         "xnli": str(write_xnli_dir(root / "xnli", ("en",), count=3)),
         "xnli_model": str(save_head_model(tiny_wordpiece_dir, root / "xnli-model", "xnli")),
         "mlqa": str(write_mlqa_dir(root / "mlqa", ("en",), count=2)),
@@ -69,15 +78,20 @@ def inputs(encoder, tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory) -> di
 
 def args(command: str, inputs: dict, out) -> list[str]:
     i = inputs
-    return [command, *{
-        "prepare": ["--teacher", i["encoder"], "--input", i["corpus"], "--seq-len", "32", "--workers", "1"],
-        "trim": ["--model", i["encoder"], "--corpus", i["corpus"], "--workers", "1"],
-        "export": ["--model", i["encoder"], "--format", "onnx"],
-        "eval-xnli": ["--model", i["xnli_model"], "--data", i["xnli"]],
-        "eval-mlqa": ["--model", i["qa_model"], "--data", i["mlqa"], "--langs", "en"],
-        "eval-tatoeba": ["--model", i["encoder"], "--data", i["tatoeba"]],
-        "compare": i["reports"],
-    }[command], "--out", str(out)]
+    return [
+        command,
+        *{
+            "prepare": ["--teacher", i["encoder"], "--input", i["corpus"], "--seq-len", "32", "--workers", "1"],
+            "trim": ["--model", i["encoder"], "--corpus", i["corpus"], "--workers", "1"],
+            "export": ["--model", i["encoder"], "--format", "onnx"],
+            "eval-xnli": ["--model", i["xnli_model"], "--data", i["xnli"]],
+            "eval-mlqa": ["--model", i["qa_model"], "--data", i["mlqa"], "--langs", "en"],
+            "eval-tatoeba": ["--model", i["encoder"], "--data", i["tatoeba"]],
+            "compare": i["reports"],
+        }[command],
+        "--out",
+        str(out),
+    ]
 
 
 def run(monkeypatch, capsys, command, inputs, out, *extra) -> tuple[int, str, str]:
@@ -171,8 +185,11 @@ def test_overwrite_refuses_an_output_holding_foreign_files(command, inputs, tmp_
     assert run(monkeypatch, capsys, command, inputs, out)[0] == 0
     (out / "notes.txt").write_text("mine")
     before = tree(out)
-    line = assert_error(run(monkeypatch, capsys, command, inputs, out, "--overwrite"), "notes.txt",
-                        "--overwrite replaces only what mlminilm wrote")
+    line = assert_error(
+        run(monkeypatch, capsys, command, inputs, out, "--overwrite"),
+        "notes.txt",
+        "--overwrite replaces only what mlminilm wrote",
+    )
     assert tree(out) == before, line
     (out / "notes.txt").unlink()
     folders = sorted(p for p in out.iterdir() if p.is_dir())
@@ -275,20 +292,55 @@ def test_a_run_killed_with_sigkill_leaves_nothing_once_run_again(command, inputs
 
 @pytest.fixture(scope="module")
 def training(encoder, tiny_corpus_dir, tmp_path_factory) -> dict:
-    from helpers import prepare_data
     from taskdata import write_nli_tsv
 
+    from helpers import prepare_data
+
     root = tmp_path_factory.mktemp("protocol-training")
-    return {"data": str(prepare_data(encoder, tiny_corpus_dir, root / "data")),
-            "train": str(write_nli_tsv(root / "train.tsv", "en", 8))}
+    return {
+        "data": str(prepare_data(encoder, tiny_corpus_dir, root / "data")),
+        "train": str(write_nli_tsv(root / "train.tsv", "en", 8)),
+    }
 
 
 def training_args(command: str, encoder, training: dict, out: Path) -> list[str]:
     if command == "distill":
-        return ["distill", "--teacher", str(encoder), "--data", training["data"], "--layers", "1", "--hidden", "16",
-                "--heads", "2", "--intermediate", "32", "--max-steps", "1", "--batch-size", "2", "--out", str(out)]
-    return ["finetune", "--task", "xnli", "--model", str(encoder), "--train", training["train"], "--max-steps", "1",
-            "--batch-size", "4", "--out", str(out)]
+        return [
+            "distill",
+            "--teacher",
+            str(encoder),
+            "--data",
+            training["data"],
+            "--layers",
+            "1",
+            "--hidden",
+            "16",
+            "--heads",
+            "2",
+            "--intermediate",
+            "32",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+        ]
+    return [
+        "finetune",
+        "--task",
+        "xnli",
+        "--model",
+        str(encoder),
+        "--train",
+        training["train"],
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.parametrize("command", ["distill", "finetune"])
@@ -298,8 +350,11 @@ def test_training_commands_follow_the_same_lock(command, encoder, training, tmp_
 
     out = tmp_path / "run"
     with OutputLock(out):
-        assert_error(run_main(monkeypatch, capsys, *training_args(command, encoder, training, out)),
-                     "being written by another mlminilm process", f"pid {os.getpid()}")
+        assert_error(
+            run_main(monkeypatch, capsys, *training_args(command, encoder, training, out)),
+            "being written by another mlminilm process",
+            f"pid {os.getpid()}",
+        )
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (tmp_path / ".run.lock").symlink_to(victim)
@@ -347,6 +402,11 @@ def test_a_swap_cut_short_by_sigkill_is_finished_by_the_next_command(tmp_path):
     assert not (out / OWN_FILES).exists()  # cut short: the old record is aside, the new one not yet in
     with Claim(out, "test", "a test output"):
         pass  # taking the lock is enough: the dead process's swap is finished first
-    assert tree(out) == {"a.txt": b"new", "b.txt": b"new", "notes.txt": b"mine", OWN_FILES: (out / OWN_FILES).read_bytes()}
+    assert tree(out) == {
+        "a.txt": b"new",
+        "b.txt": b"new",
+        "notes.txt": b"mine",
+        OWN_FILES: (out / OWN_FILES).read_bytes(),
+    }
     assert recorded(out) == {"a.txt", "b.txt"}
     assert leftovers(tmp_path) == []

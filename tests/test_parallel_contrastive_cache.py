@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
 from conftest import sample_lines
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
@@ -27,6 +26,7 @@ def _pairs_file(path: Path, n: int = 40) -> Path:
 
 def _ranking_by_hand(hidden, mask, b, tau, not_negative):
     """Mean-pool the real tokens, normalise, cosine / tau, cross-entropy both ways: scalar loops in float64."""
+
     def pooled(i):
         rows = [hidden[i][t] for t in range(len(hidden[i])) if mask[i][t]]
         v = [sum(r[j] for r in rows) / len(rows) for j in range(len(rows[0]))]
@@ -72,8 +72,10 @@ def test_contrastive_term_against_a_float64_loop():
         up, down = hidden.clone(), hidden.clone()
         up[i, pos, j] += step
         down[i, pos, j] -= step
-        numeric = (_ranking_by_hand(up.tolist(), mask.tolist(), b, tau, not_negative.tolist())
-                   - _ranking_by_hand(down.tolist(), mask.tolist(), b, tau, not_negative.tolist())) / (2 * step)
+        numeric = (
+            _ranking_by_hand(up.tolist(), mask.tolist(), b, tau, not_negative.tolist())
+            - _ranking_by_hand(down.tolist(), mask.tolist(), b, tau, not_negative.tolist())
+        ) / (2 * step)
         assert s_hidden.grad[i, pos, j].item() == pytest.approx(numeric, rel=1e-3, abs=1e-6)
     assert s_hidden.grad[1, 3:].abs().max().item() == 0.0  # padding gets no gradient
     assert s_hidden.grad[b + 2, 2:].abs().max().item() == 0.0
@@ -93,8 +95,18 @@ def test_contrastive_term_in_a_distill_run(st_teacher, st_data, tmp_path):  # no
     from mlminilm import distill
 
     pairs = _pairs_file(tmp_path / "en-de.tsv")
-    cfg = config(st_teacher, st_data, tmp_path / "run", hidden_loss_weight=0.0, embedding_loss_weight=0.0,
-                 relation_loss_weight=0.0, parallel=pairs, parallel_contrastive_weight=0.5, max_steps=3, save_every=3)
+    cfg = config(
+        st_teacher,
+        st_data,
+        tmp_path / "run",
+        hidden_loss_weight=0.0,
+        embedding_loss_weight=0.0,
+        relation_loss_weight=0.0,
+        parallel=pairs,
+        parallel_contrastive_weight=0.5,
+        max_steps=3,
+        save_every=3,
+    )
     distill.run(cfg)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if "loss" in r]
@@ -132,8 +144,16 @@ def test_cache_hit_equals_recomputation(st_teacher, st_data, tmp_path, caplog): 
 
     pairs = _pairs_file(tmp_path / "en-de.tsv")
     cache = tmp_path / "cache"
-    kw = dict(hidden_loss_weight=0.0, embedding_loss_weight=0.0, relation_loss_weight=0.0, parallel=pairs,
-              max_steps=4, save_every=4, target_cache=cache, precision="fp32")
+    kw = dict(
+        hidden_loss_weight=0.0,
+        embedding_loss_weight=0.0,
+        relation_loss_weight=0.0,
+        parallel=pairs,
+        max_steps=4,
+        save_every=4,
+        target_cache=cache,
+        precision="fp32",
+    )
     with caplog.at_level("INFO"):
         distill.run(config(st_teacher, st_data, tmp_path / "a", **kw))
     assert "computed" in caplog.text
@@ -156,8 +176,11 @@ def test_cache_hit_equals_recomputation(st_teacher, st_data, tmp_path, caplog): 
     assert _parts(tmp_path / "c" / "teacher-targets")
 
     def losses(run):
-        return [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()
-                if "loss" in json.loads(line)]
+        return [
+            json.loads(line)["loss"]
+            for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+            if "loss" in json.loads(line)
+        ]
 
     assert losses("b") == losses("a") and losses("c") == pytest.approx(losses("a"), rel=1e-5)
 
@@ -172,15 +195,21 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     tok = AutoTokenizer.from_pretrained(st_teacher)
     teacher = AutoModel.from_pretrained(st_teacher).eval()
     src, tgt = sample_lines("en", 12), sample_lines("de", 12, seed=1)
-    sampler = ParallelSampler(ParallelPairs(tuple(src), tuple(tgt), ("de",) * 12, 0), tok, prefix="query: ",
-                              max_length=32, seed=0)
+    sampler = ParallelSampler(
+        ParallelPairs(tuple(src), tuple(tgt), ("de",) * 12, 0), tok, prefix="query: ", max_length=32, seed=0
+    )
     head = EmbeddingHead(("mean",), True)
     plain = sampler.batch(0, 0, 6, 1, 0, 1)
     with torch.no_grad():
         direct = teacher_embedding(teacher, plain.source_ids, plain.source_mask, head)
     store = TargetStore(tmp_path, fingerprint(module_digest(teacher), head.modes, True, "query: ", 32))
-    fill(store, sampler.drawn_sources(0, 1, 6, 1, 1), lambda texts: embed_sources(
-        teacher, tok, texts, prefix="query: ", max_length=32, modes=head.modes, normalize=True, device="cpu"))
+    fill(
+        store,
+        sampler.drawn_sources(0, 1, 6, 1, 1),
+        lambda texts: embed_sources(
+            teacher, tok, texts, prefix="query: ", max_length=32, modes=head.modes, normalize=True, device="cpu"
+        ),
+    )
     sampler.target_table = store.table()
     cached = sampler.batch(0, 0, 6, 1, 0, 1)
     assert cached.source_ids.numel() == 0 and torch.equal(cached.both_ids, plain.both_ids)
@@ -252,14 +281,41 @@ def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkey
     for recipe in recipes:
         options = tomllib.loads(recipe.read_text(encoding="utf-8"))
         out = tmp_path / recipe.stem
-        code, _, err = run_main(monkeypatch, capsys, "distill", "--config", str(recipe), "--teacher", str(st_teacher),
-                                "--data", str(st_data), "--parallel", str(pairs), "--out", str(out), "--layers", "3",
-                                "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "2",
-                                "--save-every", "2", "--quiet")
+        code, _, err = run_main(
+            monkeypatch,
+            capsys,
+            "distill",
+            "--config",
+            str(recipe),
+            "--teacher",
+            str(st_teacher),
+            "--data",
+            str(st_data),
+            "--parallel",
+            str(pairs),
+            "--out",
+            str(out),
+            "--layers",
+            "3",
+            "--hidden",
+            "32",
+            "--heads",
+            "4",
+            "--intermediate",
+            "64",
+            "--max-steps",
+            "2",
+            "--save-every",
+            "2",
+            "--quiet",
+        )
         assert code == 0, err
         recorded = json.loads((out / "run.json").read_text())["config"]
-        kept = {k.replace("-", "_"): v for k, v in options.items()
-                if k not in ("teacher", "layers", "hidden", "heads", "intermediate", "max-steps", "save-every")}
+        kept = {
+            k.replace("-", "_"): v
+            for k, v in options.items()
+            if k not in ("teacher", "layers", "hidden", "heads", "intermediate", "max-steps", "save-every")
+        }
         assert {k: recorded[k] for k in kept} == kept
 
 
@@ -270,8 +326,16 @@ def test_freeze_layers_keeps_the_bottom_as_the_teacher_has_it(st_teacher, st_dat
     from mlminilm.errors import ConfigError
 
     pairs = _pairs_file(tmp_path / "en-de.tsv")
-    kw = dict(hidden_loss_weight=0.0, embedding_loss_weight=0.0, relation_loss_weight=0.0, parallel=pairs,
-              lr=3e-3, save_every=3, layers=3, init_layers="first-last")
+    kw = dict(
+        hidden_loss_weight=0.0,
+        embedding_loss_weight=0.0,
+        relation_loss_weight=0.0,
+        parallel=pairs,
+        lr=3e-3,
+        save_every=3,
+        layers=3,
+        init_layers="first-last",
+    )
     start = distill.run(config(st_teacher, st_data, tmp_path / "init", **{**kw, "max_steps": 0})).student
     result = distill.run(config(st_teacher, st_data, tmp_path / "run", max_steps=3, freeze_layers=2, **kw))
     a, b = load_file(start / "model.safetensors"), load_file(result.student / "model.safetensors")
@@ -288,8 +352,15 @@ def test_a_term_without_a_weight_is_an_error():
     from mlminilm.config import DistillConfig
     from mlminilm.distillation.objective import weighted_loss
 
-    cfg = DistillConfig(teacher="t", data=Path("d"), out=Path("o"), parallel=Path("p"), parallel_loss_weight=2.0,
-                        parallel_contrastive_weight=0.5, relation_loss_weight=3.0)
+    cfg = DistillConfig(
+        teacher="t",
+        data=Path("d"),
+        out=Path("o"),
+        parallel=Path("p"),
+        parallel_loss_weight=2.0,
+        parallel_contrastive_weight=0.5,
+        relation_loss_weight=3.0,
+    )
     one = torch.tensor(1.0)
     assert weighted_loss({"parallel": one, "contrastive": one, "attention": one, "value": one}, cfg).item() == 8.5
     with pytest.raises(KeyError, match="toy"):

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
 from conftest import sample_lines
-from helpers import assert_error, assert_usage_error, run_main
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
+
+from helpers import assert_error, assert_usage_error, run_main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,22 +37,35 @@ def test_reader_by_hand(tmp_path):
 
     folder = tmp_path / "par"
     folder.mkdir()
-    (folder / "en-de.tsv").write_text("Hello.\tHallo.\n\nCat.\tKatze.\tMieze.\nNo translation.\n\tOhne Quelle.\n"
-                                      "Dog.\t\tHund.\r\n", encoding="utf-8")
+    (folder / "en-de.tsv").write_text(
+        "Hello.\tHallo.\n\nCat.\tKatze.\tMieze.\nNo translation.\n\tOhne Quelle.\nDog.\t\tHund.\r\n", encoding="utf-8"
+    )
     with gzip.open(folder / "fr.tsv.gz", "wt", encoding="utf-8") as handle:
         handle.write("Yes.\tOui.\n")
     (folder / "notes.md").write_text("not parallel text\n")
     found = read_parallel(folder)
     assert list(zip(found.sources, found.targets, found.langs)) == [
-        ("Hello.", "Hallo.", "de"), ("Cat.", "Katze.", "de"), ("Cat.", "Mieze.", "de"), ("Dog.", "Hund.", "de"),
-        ("Yes.", "Oui.", "fr")]
+        ("Hello.", "Hallo.", "de"),
+        ("Cat.", "Katze.", "de"),
+        ("Cat.", "Mieze.", "de"),
+        ("Dog.", "Hund.", "de"),
+        ("Yes.", "Oui.", "fr"),
+    ]
     assert found.skipped == 2 and found.lang_counts() == {"de": 4, "fr": 1}
     assert read_parallel(folder / "fr.tsv.gz").sources == ("Yes.",)
 
 
-@pytest.mark.parametrize("name, lang", [("en-de.tsv", "de"), ("de.tsv.gz", "de"), ("eng_zh.txt", "zh"),
-                                        ("en-zh-Hant.tsv", "zh-Hant"), ("TED2020-en-de.tsv", "?"),
-                                        ("pairs.tsv", "?")])
+@pytest.mark.parametrize(
+    "name, lang",
+    [
+        ("en-de.tsv", "de"),
+        ("de.tsv.gz", "de"),
+        ("eng_zh.txt", "zh"),
+        ("en-zh-Hant.tsv", "zh-Hant"),
+        ("TED2020-en-de.tsv", "?"),
+        ("pairs.tsv", "?"),
+    ],
+)
 def test_file_language(name, lang):
     from mlminilm.corpus.parallel import file_lang
 
@@ -100,8 +113,10 @@ def test_draw_is_stateless_and_sliced_like_the_running_text(tiny_sentencepiece_d
     for row, text in ((0, pairs.sources[one[0]]), (4, pairs.targets[one[0]]), (3, pairs.sources[one[3]])):
         expected = tok("query: " + text, truncation=True, max_length=8)["input_ids"]
         assert batch.both_ids[row][batch.both_mask[row].bool()].tolist() == expected
-    assert batch.source_ids[0][batch.source_mask[0].bool()].tolist() == tok(
-        "query: " + pairs.sources[one[0]], truncation=True, max_length=8)["input_ids"]
+    assert (
+        batch.source_ids[0][batch.source_mask[0].bool()].tolist()
+        == tok("query: " + pairs.sources[one[0]], truncation=True, max_length=8)["input_ids"]
+    )
 
 
 # ------------------------------------------------------------------------------------------ the term
@@ -177,8 +192,9 @@ def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, t
     from mlminilm import distill
 
     pairs = _pairs_file(tmp_path / "par" / "en-de.tsv")
-    kw = dict(hidden_loss_weight=0.0, embedding_loss_weight=0.0, parallel=pairs.parent,
-              lr=3e-3, max_steps=12, save_every=12)
+    kw = dict(
+        hidden_loss_weight=0.0, embedding_loss_weight=0.0, parallel=pairs.parent, lr=3e-3, max_steps=12, save_every=12
+    )
     start = distill.run(config(st_teacher, st_data, tmp_path / "init", **{**kw, "max_steps": 0})).student
     result = distill.run(config(st_teacher, st_data, tmp_path / "both", **kw))
     a, b = load_file(start / "model.safetensors"), load_file(result.student / "model.safetensors")
@@ -210,7 +226,6 @@ def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, t
 
 def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, monkeypatch):  # noqa: F811
     from helpers import run_killed_after_checkpoint
-
     from mlminilm import distill
 
     pairs = _pairs_file(tmp_path / "en-de.tsv")
@@ -225,23 +240,117 @@ def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, 
 
 def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path):  # noqa: F811
     pairs = _pairs_file(tmp_path / "en-de.tsv")
-    base = ("distill", "--teacher", str(st_teacher), "--data", str(st_data), "--layers", "2", "--hidden", "32",
-            "--heads", "4", "--intermediate", "64", "--init", "teacher")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--parallel",
-                          str(tmp_path / "missing.tsv")), "--parallel", "does not exist")
-    assert_error(run_main(monkeypatch, capsys, "distill", "--teacher", str(st_teacher), "--data", str(st_data),
-                          "--layers", "2", "--hidden", "16", "--heads", "4", "--intermediate", "64",
-                          "--hidden-loss-weight", "0", "--embedding-loss-weight", "0", "--parallel", str(pairs),
-                          "--out", str(tmp_path / "b")), "need equal hidden sizes", "student 16, teacher 32")
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "c"), "--relation-loss-weight", "0",
-                          "--hidden-loss-weight", "0", "--embedding-loss-weight", "0"), "nothing to train")
-    assert_usage_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "d"), "--parallel", str(pairs),
-                                "--parallel-loss-weight", "-1"), "--parallel-loss-weight")
-    assert_usage_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "e"), "--parallel", str(pairs),
-                                "--parallel-max-length", "1"), "--parallel-max-length")
+    base = (
+        "distill",
+        "--teacher",
+        str(st_teacher),
+        "--data",
+        str(st_data),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--init",
+        "teacher",
+    )
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "a"), "--parallel", str(tmp_path / "missing.tsv")),
+        "--parallel",
+        "does not exist",
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "distill",
+            "--teacher",
+            str(st_teacher),
+            "--data",
+            str(st_data),
+            "--layers",
+            "2",
+            "--hidden",
+            "16",
+            "--heads",
+            "4",
+            "--intermediate",
+            "64",
+            "--hidden-loss-weight",
+            "0",
+            "--embedding-loss-weight",
+            "0",
+            "--parallel",
+            str(pairs),
+            "--out",
+            str(tmp_path / "b"),
+        ),
+        "need equal hidden sizes",
+        "student 16, teacher 32",
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            *base,
+            "--out",
+            str(tmp_path / "c"),
+            "--relation-loss-weight",
+            "0",
+            "--hidden-loss-weight",
+            "0",
+            "--embedding-loss-weight",
+            "0",
+        ),
+        "nothing to train",
+    )
+    assert_usage_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            *base,
+            "--out",
+            str(tmp_path / "d"),
+            "--parallel",
+            str(pairs),
+            "--parallel-loss-weight",
+            "-1",
+        ),
+        "--parallel-loss-weight",
+    )
+    assert_usage_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            *base,
+            "--out",
+            str(tmp_path / "e"),
+            "--parallel",
+            str(pairs),
+            "--parallel-max-length",
+            "1",
+        ),
+        "--parallel-max-length",
+    )
     # The tiny teacher has 160 positions (e5's files aside, its config's max_position_embeddings).
-    assert_error(run_main(monkeypatch, capsys, *base, "--out", str(tmp_path / "f"), "--parallel", str(pairs),
-                          "--parallel-max-length", "4000"), "--parallel-max-length 4000", "positions")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            *base,
+            "--out",
+            str(tmp_path / "f"),
+            "--parallel",
+            str(pairs),
+            "--parallel-max-length",
+            "4000",
+        ),
+        "--parallel-max-length 4000",
+        "positions",
+    )
     for name in "abcdef":
         assert not (tmp_path / name).exists()
 
@@ -252,20 +361,31 @@ def test_assist_gives_the_parallel_term_to_the_stages_whose_widths_agree(tmp_pat
     from mlminilm.models.loading import TeacherShape
 
     pairs = tmp_path / "en-de.tsv"
-    narrow = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=32, heads=4,
-                          intermediate=64, parallel=pairs, parallel_loss_weight=2.0)
+    narrow = AssistConfig(
+        teacher="t",
+        data=tmp_path,
+        out=tmp_path / "o",
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        parallel=pairs,
+        parallel_loss_weight=2.0,
+    )
     assistant, student = stage_configs(narrow, TeacherShape(12, 128, 4, 512, "bert"))
     assert assistant.parallel is None and student.parallel == pairs and student.parallel_loss_weight == 2.0
-    same = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=128, heads=4,
-                        intermediate=64, parallel=pairs)
+    same = AssistConfig(
+        teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=128, heads=4, intermediate=64, parallel=pairs
+    )
     assert [s.parallel for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [pairs, pairs]
 
 
 def test_pair_files_by_hand(tmp_path):
     from mlminilm.corpus.parallel import read_parallel, write_pair_files
 
-    counts = write_pair_files(["Hi.", "Cat.", "Hi.", "", "Dog."], {"de": ["Hallo.", "Katze.", "Hallo.", "Leer.", ""]},
-                              tmp_path)
+    counts = write_pair_files(
+        ["Hi.", "Cat.", "Hi.", "", "Dog."], {"de": ["Hallo.", "Katze.", "Hallo.", "Leer.", ""]}, tmp_path
+    )
     assert counts == {"de": 2}  # the repeated pair once, pairs with an empty side left out
     assert (tmp_path / "en-de.tsv").read_text(encoding="utf-8") == "Hi.\tHallo.\nCat.\tKatze.\n"
     assert read_parallel(tmp_path).lang_counts() == {"de": 2}
@@ -288,8 +408,9 @@ def test_opus_file_pairs_by_hand(tmp_path):
     (tmp_path / "de-fr.de-fr.fr").write_text("Chat.\n", encoding="utf-8")  # neither side en: the first is the source
     (tmp_path / "de-fr.de-fr.de").write_text("Katze.\n", encoding="utf-8")
     found = read_parallel(tmp_path)
-    assert sorted(zip(found.sources, found.targets, found.langs)) == sorted([
-        ("Hello.", "Hallo.", "de"), ("Cat.", "Katze.", "de"), ("Yes.", "Oui.", "fr"), ("Katze.", "Chat.", "fr")])
+    assert sorted(zip(found.sources, found.targets, found.langs)) == sorted(
+        [("Hello.", "Hallo.", "de"), ("Cat.", "Katze.", "de"), ("Yes.", "Oui.", "fr"), ("Katze.", "Chat.", "fr")]
+    )
     assert found.skipped == 1 and found.lang_counts() == {"de": 2, "fr": 2}
     # Either file of a pair names the pair.
     assert read_parallel(tmp_path / "TED.de-en.en").sources == ("Hello.", "Cat.")
@@ -350,9 +471,13 @@ def test_hub_parallel_sentences_layout(monkeypatch):
     from mlminilm.errors import DataError
     from mlminilm.io import hub
 
-    fake = _FakeDatasets({"en-de": [{"english": "Hello.", "non_english": "Hallo."}],
-                          "en-fr": [{"english": "Yes.", "non_english": "Oui."}, {"english": "", "non_english": "x"}],
-                          "bad": [{"text": "no columns"}]})
+    fake = _FakeDatasets(
+        {
+            "en-de": [{"english": "Hello.", "non_english": "Hallo."}],
+            "en-fr": [{"english": "Yes.", "non_english": "Oui."}, {"english": "", "non_english": "x"}],
+            "bad": [{"text": "no columns"}],
+        }
+    )
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "import_datasets", lambda: fake)
     found = read_parallel("hf:sentence-transformers/parallel-sentences-talks:en-de,en-fr")
@@ -377,10 +502,15 @@ def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
 
     xnli = tmp_path / "xnli"
     xnli.mkdir()
-    (xnli / "test-en.tsv").write_text("A cat.\tIt sleeps.\tneutral\nA cat.\tIt runs.\tcontradiction\n"
-                                      "A dog.\tIt barks.\tentailment\n", encoding="utf-8")
-    (xnli / "test-de.tsv").write_text("Eine Katze.\tSie schläft.\tneutral\nEine Katze.\tSie rennt.\tcontradiction\n"
-                                      "Ein Hund.\tEr bellt.\tentailment\n", encoding="utf-8")
+    (xnli / "test-en.tsv").write_text(
+        "A cat.\tIt sleeps.\tneutral\nA cat.\tIt runs.\tcontradiction\nA dog.\tIt barks.\tentailment\n",
+        encoding="utf-8",
+    )
+    (xnli / "test-de.tsv").write_text(
+        "Eine Katze.\tSie schläft.\tneutral\nEine Katze.\tSie rennt.\tcontradiction\n"
+        "Ein Hund.\tEr bellt.\tentailment\n",
+        encoding="utf-8",
+    )
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if x.startswith("for l in ") and "paste" in x)
     line = line.replace("ar bg de el es fr hi ru sw th tr ur vi zh", "de")
@@ -390,5 +520,6 @@ def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
     en = [r.split("\t") for r in (xnli / "test-en.tsv").read_text(encoding="utf-8").splitlines()]
     de = [r.split("\t") for r in (xnli / "test-de.tsv").read_text(encoding="utf-8").splitlines()]
     write_pair_files([f for r in en for f in r[:2]], {"de": [f for r in de for f in r[:2]]}, tmp_path / "expected")
-    assert (tmp_path / "pairs" / "en-de.tsv").read_text(encoding="utf-8") == \
-        (tmp_path / "expected" / "en-de.tsv").read_text(encoding="utf-8")
+    assert (tmp_path / "pairs" / "en-de.tsv").read_text(encoding="utf-8") == (
+        tmp_path / "expected" / "en-de.tsv"
+    ).read_text(encoding="utf-8")

@@ -178,8 +178,12 @@ def test_overwrite_replaces_the_previous_shards(tiny_wordpiece_dir, tiny_corpus_
     _prepare(tiny_wordpiece_dir, [tiny_corpus_dir / "en.txt"], out, overwrite=True, shard_sequences=1000)
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["en-00000.bin"]
     assert PreparedData.open(out).languages == ["en"]
-    assert sorted(p.name for p in out.iterdir()) == [".mlminilm-output.json", "manifest.json", "shards",
-                                                     "token_counts.npy"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".mlminilm-output.json",
+        "manifest.json",
+        "shards",
+        "token_counts.npy",
+    ]
 
 
 def test_config_validation_names_the_flags():
@@ -318,8 +322,17 @@ def test_cli_refuses_a_non_empty_output_and_writes_nothing(tiny_wordpiece_dir, t
 
 def test_cli_json_prints_only_the_result(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path):
     run = _cli(
-        "--teacher", str(tiny_wordpiece_dir), "--input", str(tiny_corpus_dir), "--out", str(tmp_path / "out"),
-        "--workers", "1", "--langs", "en,de", "--json",
+        "--teacher",
+        str(tiny_wordpiece_dir),
+        "--input",
+        str(tiny_corpus_dir),
+        "--out",
+        str(tmp_path / "out"),
+        "--workers",
+        "1",
+        "--langs",
+        "en,de",
+        "--json",
     )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)

@@ -16,7 +16,7 @@ from mlminilm.corpus.pretokenised import TextShape
 RUNNING = {
     "zh": ["北京大学是中国的一所综合性大学，位于北京市海淀区。", "我们每天早上去公园散步，她在读一本关于旧船的书。"],
     "th": ["ฉันชอบกินข้าวผัดมาก วันนี้อากาศดีมาก", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"],
-    "en": ["The city (population 5,000) lies on the river, near Rome.", "She said: \"I'm home.\" Then she left!"],
+    "en": ["The city (population 5,000) lies on the river, near Rome.", 'She said: "I\'m home." Then she left!'],
     # French spaces ; : ! ? and the inside of « »; commas and full stops stay attached, and they are the majority.
     "fr": [
         "Il a dit : « Je viens demain » ; elle a répondu, sans hésiter, qu'elle partirait à midi, après le repas.",
@@ -51,7 +51,7 @@ def test_characters_split_by_spaces_are_flagged(lang):
 def test_punctuation_split_off_every_word_is_flagged():
     lines = [
         "The city ( population 5,000 ) lies on the river , near Rome .",
-        "She said : \" I 'm home . \" Then she left !",
+        'She said : " I \'m home . " Then she left !',
     ]
     reason = _shape(lines).verdict()
     assert reason is not None and "punctuation marks have spaces on both sides" in reason

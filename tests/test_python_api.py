@@ -15,17 +15,29 @@ from helpers import REPO, distill_config
 
 # Every command of the CLI and the config it takes (commands/app.py registers the CLI names).
 EXPECTED = {
-    "prepare": "PrepareConfig", "distill": "DistillConfig", "assist": "AssistConfig",
-    "finetune": "FinetuneConfig", "eval_xnli": "EvalXnliConfig", "eval_mlqa": "EvalMlqaConfig",
-    "eval_tatoeba": "EvalTatoebaConfig", "trim": "TrimConfig", "compare": "CompareConfig", "export": "ExportConfig",
+    "prepare": "PrepareConfig",
+    "distill": "DistillConfig",
+    "assist": "AssistConfig",
+    "finetune": "FinetuneConfig",
+    "eval_xnli": "EvalXnliConfig",
+    "eval_mlqa": "EvalMlqaConfig",
+    "eval_tatoeba": "EvalTatoebaConfig",
+    "trim": "TrimConfig",
+    "compare": "CompareConfig",
+    "export": "ExportConfig",
 }
 
 
 def python(code: str) -> subprocess.CompletedProcess:
     """`code` in a fresh interpreter (fresh logging and import state), from the repository root."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          cwd=REPO, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                                                      "MLMINILM_NO_PROGRESS": "1"})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "MLMINILM_NO_PROGRESS": "1"},
+    )
 
 
 def test_every_cli_command_has_its_function_and_config():
@@ -51,8 +63,10 @@ def test_a_command_module_is_the_command_and_keeps_its_attributes():
 
 
 def test_import_mlminilm_loads_no_torch():
-    found = python("import sys, mlminilm; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-                   "('torch', 'transformers', 'mlminilm'))))".replace("json.", "__import__('json')."))
+    found = python(
+        "import sys, mlminilm; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'transformers', 'mlminilm'))))".replace("json.", "__import__('json').")
+    )
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout) == ["mlminilm", "mlminilm.version"]
 
@@ -124,15 +138,18 @@ def test_logs_show_when_nobody_configured_logging():
 
 
 def test_a_callers_own_logging_configuration_wins():
-    found = python(LOGGING_RUN.format(
-        configure="logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format='OWN %(message)s')",
-        clear=True))
+    found = python(
+        LOGGING_RUN.format(
+            configure="logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format='OWN %(message)s')",
+            clear=True,
+        )
+    )
     assert found.returncode == 0, found.stderr
     assert "handlers: 0" in found.stdout  # no handler of ours added: records go to the caller's root handler
     assert "exported" not in found.stderr  # INFO is below the caller's WARNING
 
 
-@pytest.mark.filterwarnings("ignore:install \"ipywidgets\":UserWarning")  # rich's hint, where ipywidgets is absent
+@pytest.mark.filterwarnings('ignore:install "ipywidgets":UserWarning')  # rich's hint, where ipywidgets is absent
 def test_a_notebook_gets_rich_logs_and_progress(monkeypatch):
     from rich.console import Console
     from rich.logging import RichHandler

@@ -14,7 +14,7 @@ from helpers import REPO
 def api_section() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     start = text.index("## Python API")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def resolve(dotted: str):
@@ -36,8 +36,14 @@ def test_the_python_api_example_runs(one_torch_thread):
 
     block = re.search(r"```python\n(.*?)```", api_section(), re.S).group(1)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     model = BertModel(config).eval()
     student = BertModel(BertConfig(**{**config.to_dict(), "num_hidden_layers": 1})).eval()
     input_ids = torch.randint(5, 100, (2, 12))
@@ -48,8 +54,12 @@ def test_the_python_api_example_runs(one_torch_thread):
     namespace = {
         "teacher_qkv": layer_qkv(model, input_ids, attention_mask, -1),
         "student_qkv": layer_qkv(student, input_ids, attention_mask, -1),
-        "attention_mask": attention_mask, "num_heads": 4, "relation_heads": 8,
-        "model": model, "input_ids": input_ids, "layer": -1,
+        "attention_mask": attention_mask,
+        "num_heads": 4,
+        "relation_heads": 8,
+        "model": model,
+        "input_ids": input_ids,
+        "layer": -1,
     }
     exec(compile(block, "README.md (Python API)", "exec"), namespace)  # noqa: S102 - the project's own README
     assert namespace["loss"].dim() == 0 and torch.isfinite(namespace["loss"])

@@ -14,7 +14,10 @@ def reference_logits(x, y, heads):
     x, y = x.double(), y.double()
     d = x.shape[-1] // heads
     return torch.stack(
-        [x[..., a * d:(a + 1) * d] @ y[..., a * d:(a + 1) * d].transpose(-1, -2) / math.sqrt(d) for a in range(heads)],
+        [
+            x[..., a * d : (a + 1) * d] @ y[..., a * d : (a + 1) * d].transpose(-1, -2) / math.sqrt(d)
+            for a in range(heads)
+        ],
         dim=1,
     )
 
@@ -36,7 +39,7 @@ def make(batch=2, seq=9, t_hidden=24, s_hidden=12, seed=0, dtype=torch.float32):
     t = [torch.randn(batch, seq, t_hidden, generator=g).to(dtype) for _ in range(2)]
     s = [torch.randn(batch, seq, s_hidden, generator=g).to(dtype) for _ in range(2)]
     mask = torch.ones(batch, seq, dtype=torch.long)
-    mask[1, seq - 3:] = 0  # padding in the second sequence
+    mask[1, seq - 3 :] = 0  # padding in the second sequence
     return t, s, mask
 
 
@@ -181,9 +184,28 @@ def test_relation_memory_benchmark_runs(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "distill_step.py"
     out = tmp_path / "relation.json"
-    subprocess.run([sys.executable, str(script), "--relation-memory", "--relation-batch", "2", "--relation-seq", "128",
-                    "--relation-chunk", "3", "--steps", "1", "--threads", "1", "--out", str(out)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--relation-memory",
+            "--relation-batch",
+            "2",
+            "--relation-seq",
+            "128",
+            "--relation-chunk",
+            "3",
+            "--steps",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     result = json.loads(out.read_text())
     assert result["loss_difference"] < 1e-5
     assert result["memory_ratio"] > 1

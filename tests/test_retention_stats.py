@@ -211,8 +211,7 @@ def test_bootstrap_equals_a_naive_loop_on_the_same_draws():
 def test_average_over_languages_equals_a_naive_loop(shared):
     rng = np.random.default_rng(2)
     langs = 4
-    groups = [np.repeat(np.arange(30), 3)] * langs if shared else [
-        np.repeat(np.arange(g), 3) for g in (30, 25, 40, 33)]
+    groups = [np.repeat(np.arange(30), 3)] * langs if shared else [np.repeat(np.arange(g), 3) for g in (30, 25, 40, 33)]
     students = [rng.random(len(g)) < p for g, p in zip(groups, (0.5, 0.6, 0.7, 0.55))]
     teachers = [rng.random(len(g)) < 0.8 for g in groups]
     n, seed = 200, 9

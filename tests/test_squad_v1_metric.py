@@ -107,7 +107,6 @@ def test_score_is_the_maximum_over_gold_answers_and_missing_scores_zero():
     dataset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "unused", "qas": qas}]}]}
     # q1 EM 1 F1 1; q2 ["北京大学"] vs ["北京"]: 0, 0; q3 missing: 0, 0.
     result = squad_v1.evaluate_dataset(dataset, {"q1": "cat", "q2": "北京大学"})
-    assert result == {"exact_match": pytest.approx(100 / 3), "f1": pytest.approx(100 / 3), "examples": 3,
-                      "missing": 1}
+    assert result == {"exact_match": pytest.approx(100 / 3), "f1": pytest.approx(100 / 3), "examples": 3, "missing": 1}
     with pytest.raises(DataError, match="no questions"):
         squad_v1.evaluate_dataset({"data": []}, {})

@@ -18,13 +18,28 @@ READS = ("item", "tolist", "__bool__", "__int__", "__float__", "numpy")
 
 
 def test_distill_steps_read_nothing_from_the_device_between_log_steps(
-        tiny_wordpiece_dir, tiny_corpus_dir, tmp_path, monkeypatch):
+    tiny_wordpiece_dir, tiny_corpus_dir, tmp_path, monkeypatch
+):
     teacher = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher")
     data = prepare_data(teacher, tiny_corpus_dir, tmp_path / "data")
     cfg = DistillConfig(
-        out=tmp_path / "run", teacher=str(teacher), data=data, layers=2, hidden=32, heads=4, intermediate=64,
-        max_steps=12, batch_size=8, log_every=4, save_every=6, lr=1e-3, warmup=2, max_grad_norm=1.0,
-        precision="fp32", device="cpu", quiet=True,
+        out=tmp_path / "run",
+        teacher=str(teacher),
+        data=data,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=12,
+        batch_size=8,
+        log_every=4,
+        save_every=6,
+        lr=1e-3,
+        warmup=2,
+        max_grad_norm=1.0,
+        precision="fp32",
+        device="cpu",
+        quiet=True,
     )
 
     events: list = []  # ("step", n) when step n starts; ("read", name) for every device read

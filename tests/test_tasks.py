@@ -64,7 +64,7 @@ def _xnli10_tsv(rows):
 
 
 XNLI10_ROWS = [
-    ("en", "contradiction", "He said \"hi", "He left."),
+    ("en", "contradiction", 'He said "hi', "He left."),
     ("de", "entailment", "Er ging.", "Er war weg."),
     ("en", "neutral", "It rained.", "It was cold."),
     ("de", "contradictory", "Es regnete.", "Es war trocken."),
@@ -76,7 +76,10 @@ def test_read_official_xnli_tsv_with_language_filter(tmp_path):
     everything = read_nli_file(path)
     assert everything.format == "header-tsv"
     assert [(e.lang, e.label) for e in everything.examples] == [
-        ("en", CONTRADICTION), ("de", ENTAILMENT), ("en", NEUTRAL), ("de", CONTRADICTION)
+        ("en", CONTRADICTION),
+        ("de", ENTAILMENT),
+        ("en", NEUTRAL),
+        ("de", CONTRADICTION),
     ]
     german = read_nli(path, lang="de")
     assert [(e.premise, e.hypothesis, e.label) for e in german] == [
@@ -112,17 +115,29 @@ def test_gzipped_tsv_reads_like_the_plain_file(tmp_path):
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("bad.tsv", "A\tB\tneutral\nA\tB\tneutral\nonly two\tfields\n",
-         r"bad\.tsv:3: expected 3 tab-separated fields.*found 2"),
-        ("bad.tsv", "A\tB\tneutral\nA\tB\tmaybe\n",
-         r"bad\.tsv:2: label 'maybe'.*valid: entailment, neutral, contradiction"),
-        ("bad.jsonl", '{"gold_label": "neutral", "sentence1": "A", "sentence2": "B"}\n{"gold_label": \n',
-         r"bad\.jsonl:2: not a JSON"),
+        (
+            "bad.tsv",
+            "A\tB\tneutral\nA\tB\tneutral\nonly two\tfields\n",
+            r"bad\.tsv:3: expected 3 tab-separated fields.*found 2",
+        ),
+        (
+            "bad.tsv",
+            "A\tB\tneutral\nA\tB\tmaybe\n",
+            r"bad\.tsv:2: label 'maybe'.*valid: entailment, neutral, contradiction",
+        ),
+        (
+            "bad.jsonl",
+            '{"gold_label": "neutral", "sentence1": "A", "sentence2": "B"}\n{"gold_label": \n',
+            r"bad\.jsonl:2: not a JSON",
+        ),
         ("bad.jsonl", '{"gold_label": "neutral", "sentence1": "A"}\n', r"bad\.jsonl:1: missing sentence2"),
         ("bad.jsonl", '{"gold_label": "yes", "sentence1": "A", "sentence2": "B"}\n', r"bad\.jsonl:1: label 'yes'"),
         ("empty.tsv", "\n\n", r"empty\.tsv: empty file"),
-        ("nogold.jsonl", '{"gold_label": "-", "sentence1": "A", "sentence2": "B"}\n',
-         r"all 1 rows have gold label '-'"),
+        (
+            "nogold.jsonl",
+            '{"gold_label": "-", "sentence1": "A", "sentence2": "B"}\n',
+            r"all 1 rows have gold label '-'",
+        ),
     ],
 )
 def test_bad_nli_input_names_file_and_line(tmp_path, name, text, message):
@@ -180,14 +195,26 @@ def test_find_and_load_official_xnli_layout(tmp_path):
 def test_find_xnli_files_default_is_every_split_file(tmp_path):
     # Every test-XX file (plain or .gz), XNLI's 15 or not, registered or not ("qu" is ISO 639-1, not in langs/);
     # dev files, train files and other names are not test languages.
-    for name in ("test-en.tsv", "test-ja.tsv", "test-qu.tsv", "test-zh-Hant.tsv", "dev-de.tsv", "train-en.tsv",
-                 "test-en.mt.tsv", "notes.tsv"):
+    for name in (
+        "test-en.tsv",
+        "test-ja.tsv",
+        "test-qu.tsv",
+        "test-zh-Hant.tsv",
+        "dev-de.tsv",
+        "train-en.tsv",
+        "test-en.mt.tsv",
+        "notes.tsv",
+    ):
         _write(tmp_path / name, "A\tB\tneutral\n")
     (tmp_path / "test-it.tsv.gz").write_bytes(gzip.compress(b"A\tB\tentailment\n"))
     sources = find_xnli_files(tmp_path, "test")
     assert {lang: s.path.name for lang, s in sources.items()} == {
-        "en": "test-en.tsv", "it": "test-it.tsv.gz", "ja": "test-ja.tsv", "qu": "test-qu.tsv",
-        "zh-Hant": "test-zh-Hant.tsv"}
+        "en": "test-en.tsv",
+        "it": "test-it.tsv.gz",
+        "ja": "test-ja.tsv",
+        "qu": "test-qu.tsv",
+        "zh-Hant": "test-zh-Hant.tsv",
+    }
     assert list(load_xnli_split(tmp_path, "dev")) == ["de"]
     # A file whose name cannot hold a language code stops the run, as a bad --langs code would.
     _write(tmp_path / "test-xx.tsv", "A\tB\tneutral\n")
@@ -254,8 +281,10 @@ def test_read_squad_keeps_raw_json_and_flat_examples(tmp_path):
         ({"data": [{"paragraphs": [{"context": "x"}]}]}, r"data\[0\]\.paragraphs\[0\] has no 'qas'"),
         ({"data": [{"paragraphs": [{"qas": []}]}]}, r"data\[0\]\.paragraphs\[0\] has no 'context'"),
         (_squad([{"id": "q1", "question": "?"}]), r"qas\[0\] has no 'answers'"),
-        (_squad([{"id": "q1", "question": "?", "answers": [{"text": "Paris"}]}]),
-         r"answers\[0\] has no 'answer_start'"),
+        (
+            _squad([{"id": "q1", "question": "?", "answers": [{"text": "Paris"}]}]),
+            r"answers\[0\] has no 'answer_start'",
+        ),
         (_squad([_qa("q1", "Paris", 0), _qa("q1", "France", 24)]), r"question id 'q1' appears twice"),
     ],
 )
@@ -363,8 +392,12 @@ def _long_examples():
     middle = FILLER * 3 + ANSWER + " über Schiffe. " + FILLER * 3
     contexts = [ANSWER + " über Schiffe. " + FILLER * 5, middle, FILLER * 5 + ANSWER + "."]
     return [
-        QAExample(id=f"q{n}", question="Was lesen wir?", context=context,
-                  answers=[{"text": ANSWER, "answer_start": context.index(ANSWER)}])
+        QAExample(
+            id=f"q{n}",
+            question="Was lesen wir?",
+            context=context,
+            answers=[{"text": ANSWER, "answer_start": context.index(ANSWER)}],
+        )
         for n, context in enumerate(contexts)
     ]
 
@@ -457,8 +490,11 @@ def test_postprocess_picks_the_best_valid_span_across_windows(tokenizer):
     count, length = len(features["example_id"]), SMALL["max_length"]
     start_logits = np.full((count, length), -10.0)
     end_logits = np.full((count, length), -10.0)
-    holding = [i for i, offsets in enumerate(features["offset_mapping"])
-               if _window(offsets)[0] <= answer_start and answer_end <= _window(offsets)[1]]
+    holding = [
+        i
+        for i, offsets in enumerate(features["offset_mapping"])
+        if _window(offsets)[0] <= answer_start and answer_end <= _window(offsets)[1]
+    ]
     chosen = holding[-1]
     offsets = features["offset_mapping"][chosen]
     start_logits[chosen, _token_at(offsets, answer_start, 0)] = 5.0

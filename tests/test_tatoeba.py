@@ -10,15 +10,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import sample_lines
+
 from helpers import assert_one_line_error, cli, run_main, save_tiny_teacher, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 REPORT_FILES = ("metrics.json", "metrics.csv", "metrics.md", "chart.png")
-REAL_COUNTS = {"ar": 1000, "bg": 1000, "de": 1000, "el": 1000, "es": 1000, "fr": 1000, "hi": 1000, "ru": 1000,
-               "sw": 390, "th": 548, "tr": 1000, "ur": 1000, "vi": 1000, "zh": 1000}
+REAL_COUNTS = {
+    "ar": 1000,
+    "bg": 1000,
+    "de": 1000,
+    "el": 1000,
+    "es": 1000,
+    "fr": 1000,
+    "hi": 1000,
+    "ru": 1000,
+    "sw": 390,
+    "th": 548,
+    "tr": 1000,
+    "ur": 1000,
+    "vi": 1000,
+    "zh": 1000,
+}
 
 
 # 3 layers (XTREME rule: hidden-states index 2), 160 positions (below the default max length 512).
@@ -107,8 +121,16 @@ def test_embeddings_equal_the_full_models_hidden_states(encoder):
     from mlminilm.models.loading import load_config, load_encoder
     from mlminilm.training.runtime import setup_runtime
 
-    spec = resolve_spec(str(encoder), load_config(str(encoder)), None, layer=None, pooling="auto", prefix=None,
-                        max_length=None, default_max_length=TATOEBA_MAX_LENGTH)
+    spec = resolve_spec(
+        str(encoder),
+        load_config(str(encoder)),
+        None,
+        layer=None,
+        pooling="auto",
+        prefix=None,
+        max_length=None,
+        default_max_length=TATOEBA_MAX_LENGTH,
+    )
     assert (spec.layer, spec.num_layers, spec.pooling, spec.prefix, spec.max_length) == (2, 3, ("mean",), "", 160)
     assert "layers // 2 + 1 = 2 of 3" in spec.describe() and "position limit" in spec.rules["max_length"]
     tokenizer = AutoTokenizer.from_pretrained(encoder)
@@ -138,16 +160,24 @@ def test_sentence_transformers_setup(encoder, tmp_path):
     model = tmp_path / "st"
     shutil.copytree(encoder, model)
     assert read_sentence_transformers(str(model)) is None  # a plain encoder
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
     (model / "modules.json").write_text(json.dumps(modules))
     (model / "1_Pooling").mkdir()
-    legacy = {"word_embedding_dimension": 16, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
-              "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
+    legacy = {
+        "word_embedding_dimension": 16,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
     (model / "1_Pooling" / "config.json").write_text(json.dumps(legacy))
-    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: ",
-                                                                                      "document": "passage: "}}))
+    (model / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "query: ", "document": "passage: "}})
+    )
     st = read_sentence_transformers(str(model))
     assert (st.pooling, st.normalize, st.not_applied, st.query_prompt) == (("mean",), True, (), "query: ")
     config = load_config(str(model))
@@ -196,7 +226,13 @@ def test_iso639_3_lookup():
     # Languages beyond the first 21, with Tatoeba codes that are not the ISO 639-2 ones.
     assert [to_iso639_3(c) for c in ("ja", "fa", "ms", "lv", "nb", "yue")] == ["jpn", "pes", "zsm", "lvs", "nob", "yue"]
     assert [from_iso639_3(c) for c in ("jpn", "pes", "zsm", "lvs", "nob", "ber")] == [
-        "ja", "fa", "ms", "lv", "nb", "ber"]
+        "ja",
+        "fa",
+        "ms",
+        "lv",
+        "nb",
+        "ber",
+    ]
     # CC-100's variants share their language's code; a Tatoeba file means the language itself.
     assert (to_iso639_3("hi_rom"), from_iso639_3("hin"), from_iso639_3("cmn")) == ("hin", "hi", "zh")
     with pytest.raises(DataError, match="unknown language 'xx'; known: af, am"):
@@ -258,8 +294,22 @@ def test_cli_report_known_answer(encoder, tmp_path, monkeypatch, capsys):
         lines = known_answer_lines(lang)
         write_pair(data, iso, lines, lines)
     out = tmp_path / "report"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--out", str(out), "--batch-size", "1", "--precision", "fp32", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(encoder),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--batch-size",
+        "1",
+        "--precision",
+        "fp32",
+        "--json",
+    )
     assert code == 0, stderr
     printed = json.loads(stdout)  # --json: the document and nothing else on stdout
     for name in REPORT_FILES:
@@ -276,10 +326,20 @@ def test_cli_report_known_answer(encoder, tmp_path, monkeypatch, capsys):
         assert (out / "predictions" / f"test-{lang}.tsv").read_text().split() == ["0", "1", "2", "3", "4", "0"]
         assert (out / "predictions" / f"test-{lang}.en_to_xx.tsv").read_text().split()[-1] == "0"
     assert doc["languages"]["zh"]["iso639_3"] == "cmn" and doc["languages"]["zh"]["files"]["eng"].endswith(".eng")
-    assert doc["average"] == {"xx_to_en": pytest.approx(500 / 6), "en_to_xx": pytest.approx(500 / 6),
-                              "mean": pytest.approx(500 / 6), "examples": 18}
+    assert doc["average"] == {
+        "xx_to_en": pytest.approx(500 / 6),
+        "en_to_xx": pytest.approx(500 / 6),
+        "mean": pytest.approx(500 / 6),
+        "examples": 18,
+    }
     emb = doc["embedding"]
-    assert (emb["layer"], emb["num_layers"], emb["pooling"], emb["prefix"], emb["max_length"]) == (2, 3, ["mean"], "", 160)
+    assert (emb["layer"], emb["num_layers"], emb["pooling"], emb["prefix"], emb["max_length"]) == (
+        2,
+        3,
+        ["mean"],
+        "",
+        160,
+    )
     assert "layers // 2 + 1" in emb["layer_rule"] and emb["weights_dtype"] == "float32"
     assert "layer 2 of 3" in doc["protocol"] and doc["throughput"]["sentences_per_s"] > 0
     assert doc["throughput"]["precision"] == "float32" and set(doc["data"]["files"]) == {"de", "sw", "zh"}
@@ -287,8 +347,23 @@ def test_cli_report_known_answer(encoder, tmp_path, monkeypatch, capsys):
     assert csv_lines[0] == "language,name,examples,xx_to_en,en_to_xx,mean" and csv_lines[-1].startswith("average,")
     assert "| zh | Chinese | 6 | 83.33 | 83.33 | 83.33 |" in (out / "metrics.md").read_text()
     # The table on stdout, one language, a prefix and a layer of one's own.
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--langs", "zh", "--layer", "-1", "--prefix", "query: ", "--precision", "fp32")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(encoder),
+        "--data",
+        str(data),
+        "--langs",
+        "zh",
+        "--layer",
+        "-1",
+        "--prefix",
+        "query: ",
+        "--precision",
+        "fp32",
+    )
     assert code == 0, stderr
     assert "Tatoeba" in stdout and "Chinese" in stdout and "xx->en" in stdout
     assert "layer 3 of 3 (--layer)" in stdout and "prefix 'query: ' (--prefix)" in stdout
@@ -304,8 +379,20 @@ def test_cli_every_language_of_the_folder(encoder, tmp_path, monkeypatch, capsys
         lines = known_answer_lines(("fr", "ru", "el", "ar", "hi", "de")[i])
         write_pair(data, iso, lines, lines)
     out = tmp_path / "report"
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--out", str(out), "--precision", "fp32", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(encoder),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--precision",
+        "fp32",
+        "--json",
+    )
     assert code == 0, stderr
     doc = json.loads(stdout)
     assert list(doc["languages"]) == sorted(codes.values()) == ["ast", "it", "ja", "kab", "pt", "qya"]
@@ -322,8 +409,20 @@ def test_cli_every_language_of_the_folder(encoder, tmp_path, monkeypatch, capsys
 
     # --langs: registered codes beyond the first 21 (ast: no ISO 639-1 code, so the file code is the project code)
     # and an unregistered file code, in the order given.
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--langs", "qya,pt,ast", "--precision", "fp32", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(encoder),
+        "--data",
+        str(data),
+        "--langs",
+        "qya,pt,ast",
+        "--precision",
+        "fp32",
+        "--json",
+    )
     assert code == 0, stderr
     assert list(json.loads(stdout)["languages"]) == ["qya", "pt", "ast"]
     assert sum("not in the language registry" in line for line in stderr.splitlines()) == 1
@@ -334,8 +433,9 @@ def test_cli_codes_that_name_no_tatoeba_file(encoder, tmp_path, monkeypatch, cap
     write_pair(data, "que", ["Napaykullayki"], ["Hello"])
 
     def error_line(langs: str) -> str:
-        code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data",
-                                        str(data), "--langs", langs)
+        code, stdout, stderr = run_main(
+            monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data), "--langs", langs
+        )
         errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
         assert code == 1 and len(errors) == 1 and not stdout and "Traceback" not in stderr, (code, stdout, stderr)
         return errors[0]
@@ -345,8 +445,20 @@ def test_cli_codes_that_name_no_tatoeba_file(encoder, tmp_path, monkeypatch, cap
     # CC-100's romanized Hindi is not what Tatoeba's hin files hold.
     assert "hi_rom is CC-100's Hindi (romanized), a variant of hi" in error_line("hi_rom")
     # Where the file is there, the same languages work: the file code as the project code.
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--langs", "que,hi", "--precision", "fp32", "--json")
+    code, stdout, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-tatoeba",
+        "--model",
+        str(encoder),
+        "--data",
+        str(data),
+        "--langs",
+        "que,hi",
+        "--precision",
+        "fp32",
+        "--json",
+    )
     assert code == 0, stderr
     assert list(json.loads(stdout)["languages"]) == ["que", "hi"]
 
@@ -354,27 +466,35 @@ def test_cli_codes_that_name_no_tatoeba_file(encoder, tmp_path, monkeypatch, cap
 def test_cli_unknown_language(encoder, tmp_path):
     """The real entry point in a fresh interpreter: exit 1 and one `Error:` line (caught before torch loads)."""
     data = write_pair(tmp_path / "t", "deu", ["Hallo!"], ["Hello!"])
-    assert_one_line_error(cli("eval-tatoeba", "--model", str(encoder), "--data", str(data), "--langs", "de,xx"),
-                          "unknown language 'xx'", "not an ISO 639-1 or 639-3 code", "known: af, am")
+    assert_one_line_error(
+        cli("eval-tatoeba", "--model", str(encoder), "--data", str(data), "--langs", "de,xx"),
+        "unknown language 'xx'",
+        "not an ISO 639-1 or 639-3 code",
+        "known: af, am",
+    )
 
 
 def test_cli_errors(encoder, tmp_path, monkeypatch, capsys):
     data = write_pair(tmp_path / "t", "deu", ["Hallo!"], ["Hello!"])
 
     def error_line(*args: str) -> str:
-        code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data",
-                                        str(data), *args)
+        code, stdout, stderr = run_main(
+            monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data), *args
+        )
         errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
         assert code == 1 and len(errors) == 1 and not stdout, (code, stdout, stderr)
         return errors[0]
 
     assert "use de for deu" in error_line("--langs", "deu")
-    code, stdout, stderr = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data),
-                                    "--pooling", "sum")
+    code, stdout, stderr = run_main(
+        monkeypatch, capsys, "eval-tatoeba", "--model", str(encoder), "--data", str(data), "--pooling", "sum"
+    )
     assert code == 2 and "'--pooling'" in stderr and "'auto', 'mean', 'cls', 'max'" in stderr  # a usage error
     write_pair(data, "fra", ["Salut.", "Non."], ["Hi."])
     line = error_line("--layer", "9", "--out", str(tmp_path / "o"))  # data and model problems at once
-    assert "tatoeba.fra-eng.fra has 2 lines but tatoeba.fra-eng.eng has 1" in line and "--layer 9 is out of range" in line
+    assert (
+        "tatoeba.fra-eng.fra has 2 lines but tatoeba.fra-eng.eng has 1" in line and "--layer 9 is out of range" in line
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -390,10 +510,19 @@ def test_real_tatoeba_14_languages(shared_data, tiny_sentencepiece_dir, tmp_path
     sets, unregistered = load_tatoeba(shared_data / "tatoeba")
     assert {lang: len(s) for lang, s in sets.items()} == REAL_COUNTS and unregistered == []
     assert all(len(s.english) == len(s.source) for s in sets.values())
-    model = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "m", kind="xlmr", layers=1, hidden=16, heads=2,
-                              intermediate=32)
-    doc = tatoeba.run(EvalTatoebaConfig(model=str(model), data=str(shared_data / "tatoeba"), langs=("sw", "th"),
-                                        batch_size=256, precision="fp32", out=tmp_path / "report"))
+    model = save_tiny_teacher(
+        tiny_sentencepiece_dir, tmp_path / "m", kind="xlmr", layers=1, hidden=16, heads=2, intermediate=32
+    )
+    doc = tatoeba.run(
+        EvalTatoebaConfig(
+            model=str(model),
+            data=str(shared_data / "tatoeba"),
+            langs=("sw", "th"),
+            batch_size=256,
+            precision="fp32",
+            out=tmp_path / "report",
+        )
+    )
     assert {k: v["examples"] for k, v in doc["languages"].items()} == {"sw": 390, "th": 548}
     assert doc["average"]["examples"] == 938 and (tmp_path / "report" / "chart.png").is_file()
     assert len((tmp_path / "report" / "predictions" / "test-th.tsv").read_text().split()) == 548

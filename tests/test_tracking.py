@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from helpers import assert_error, assert_usage_error, distill_config, run_killed_after_checkpoint, run_main
-from helpers import tiny_encoder_fixture
 from taskdata import write_nli_tsv
+
+from helpers import (
+    assert_error,
+    assert_usage_error,
+    distill_config,
+    run_killed_after_checkpoint,
+    run_main,
+    tiny_encoder_fixture,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -53,7 +59,9 @@ def approx(value):
 def tatoeba_dir(folder: Path, make_lines) -> Path:
     folder.mkdir()
     for iso, lang in (("deu", "de"), ("ara", "ar")):
-        (folder / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(make_lines(lang, 10, seed=4)) + "\n", encoding="utf-8")
+        (folder / f"tatoeba.{iso}-eng.{iso}").write_text(
+            "\n".join(make_lines(lang, 10, seed=4)) + "\n", encoding="utf-8"
+        )
         (folder / f"tatoeba.{iso}-eng.eng").write_text("\n".join(make_lines("en", 10, seed=4)) + "\n", encoding="utf-8")
     return folder
 
@@ -64,12 +72,26 @@ def tatoeba_dir(folder: Path, make_lines) -> Path:
 def test_scalars_are_the_numbers_of_a_record_by_key():
     from mlminilm.training.tracking import scalars
 
-    record = {"step": 4, "loss": 1.5, "attention": 0.25, "lr": 1e-3, "loss_scale": 1024, "note": "x",
-              "flag": True, "language_mix": {"de": 0.5, "zh": 0.5},
-              "probe_tatoeba": {"de": {"xx_to_en": 40.0, "pairs": 10}}}
+    record = {
+        "step": 4,
+        "loss": 1.5,
+        "attention": 0.25,
+        "lr": 1e-3,
+        "loss_scale": 1024,
+        "note": "x",
+        "flag": True,
+        "language_mix": {"de": 0.5, "zh": 0.5},
+        "probe_tatoeba": {"de": {"xx_to_en": 40.0, "pairs": 10}},
+    }
     assert dict(scalars(record)) == {
-        "loss": 1.5, "attention": 0.25, "lr": 1e-3, "loss_scale": 1024.0, "language_mix/de": 0.5,
-        "language_mix/zh": 0.5, "probe_tatoeba/de/xx_to_en": 40.0, "probe_tatoeba/de/pairs": 10.0,
+        "loss": 1.5,
+        "attention": 0.25,
+        "lr": 1e-3,
+        "loss_scale": 1024.0,
+        "language_mix/de": 0.5,
+        "language_mix/zh": 0.5,
+        "probe_tatoeba/de/xx_to_en": 40.0,
+        "probe_tatoeba/de/pairs": 10.0,
     }
 
 
@@ -124,8 +146,16 @@ def test_assist_stages_report_where_assist_does(tmp_path):
     from mlminilm.config import AssistConfig
     from mlminilm.models.loading import TeacherShape
 
-    cfg = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", layers=2, hidden=32, heads=4,
-                       intermediate=64, report_to="tensorboard")
+    cfg = AssistConfig(
+        teacher="t",
+        data=tmp_path,
+        out=tmp_path / "o",
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        report_to="tensorboard",
+    )
     stages = stage_configs(cfg, TeacherShape(12, 128, 4, 512, "bert"))
     assert [s.report_to for s in stages] == ["tensorboard", "tensorboard"]
     assert [s.out for s in stages] == [tmp_path / "o" / "assistant-run", tmp_path / "o" / "student-run"]
@@ -138,8 +168,16 @@ def test_tensorboard_holds_what_metrics_jsonl_holds(wp_teacher, wp_data, tmp_pat
     from mlminilm import distill
 
     out = tmp_path / "run"
-    distill.run(distill_config(wp_teacher, wp_data, out, report_to="tensorboard",
-                               probe_tatoeba=tatoeba_dir(tmp_path / "tatoeba", make_lines), probe_every=3))
+    distill.run(
+        distill_config(
+            wp_teacher,
+            wp_data,
+            out,
+            report_to="tensorboard",
+            probe_tatoeba=tatoeba_dir(tmp_path / "tatoeba", make_lines),
+            probe_every=3,
+        )
+    )
     records = read_metrics(out)
     assert (out / "tb").is_dir() and all(p.name.startswith("events.out.tfevents.") for p in (out / "tb").iterdir())
     acc = accumulator(out / "tb")
@@ -151,24 +189,27 @@ def test_tensorboard_holds_what_metrics_jsonl_holds(wp_teacher, wp_data, tmp_pat
         assert scalar_steps(acc, tag) == {r["step"]: approx(r[tag]) for r in train}, tag
     for lang in train[0]["language_mix"]:
         assert scalar_steps(acc, f"language_mix/{lang}") == {
-            r["step"]: approx(r["language_mix"].get(lang, 0.0)) for r in train if lang in r["language_mix"]}
+            r["step"]: approx(r["language_mix"].get(lang, 0.0)) for r in train if lang in r["language_mix"]
+        }
     probes = [r for r in records if "probe_tatoeba_xx_to_en" in r]
     assert [r["step"] for r in probes] == [0, 3, 6]
     for tag in ("probe_tatoeba_xx_to_en", "probe_tatoeba_en_to_xx", "train_s"):
         assert scalar_steps(acc, tag) == {r["step"]: approx(r[tag]) for r in probes}, tag
     for lang in ("de", "ar"):
         assert scalar_steps(acc, f"probe_tatoeba/{lang}/xx_to_en") == {
-            r["step"]: approx(r["probe_tatoeba"][lang]["xx_to_en"]) for r in probes}
+            r["step"]: approx(r["probe_tatoeba"][lang]["xx_to_en"]) for r in probes
+        }
     # The run record as text, once, at the start: exactly run.json.
-    (step, text), = texts(acc, "run_record")
+    ((step, text),) = texts(acc, "run_record")
     assert step == 0
     assert json.loads("\n".join(line[4:] for line in text.splitlines())) == json.loads((out / "run.json").read_text())
     assert json.loads((out / "run.json").read_text())["config"]["report_to"] == "tensorboard"
 
 
 def test_resumed_run_shows_each_step_once(wp_teacher, wp_data, tmp_path, monkeypatch):
-    from mlminilm import distill
     from dataclasses import replace
+
+    from mlminilm import distill
 
     cut = distill_config(wp_teacher, wp_data, tmp_path / "cut", report_to="tensorboard")  # checkpoints at 2, 4, 6
     run_killed_after_checkpoint(monkeypatch, 3, distill.run, cut)  # dies after logging step 3
@@ -189,31 +230,106 @@ def test_resumed_run_shows_each_step_once(wp_teacher, wp_data, tmp_path, monkeyp
 
 def test_report_to_none_writes_no_event_files(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    code, _, err = run_main(monkeypatch, capsys, "distill", "--teacher", str(wp_teacher), "--data", str(wp_data),
-                            "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate",
-                            "64", "--max-steps", "2", "--batch-size", "4", "--log-every", "1", "--report-to", "none")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "distill",
+        "--teacher",
+        str(wp_teacher),
+        "--data",
+        str(wp_data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--log-every",
+        "1",
+        "--report-to",
+        "none",
+    )
     assert code == 0, err
     assert not (out / "tb").exists() and [r["step"] for r in read_metrics(out)] == [1, 2]
     assert json.loads((out / "run.json").read_text())["config"]["report_to"] == "none"
 
 
-def test_missing_tensorboard_is_one_error_before_any_work(wp_teacher, wp_data, wp_encoder, tmp_path, monkeypatch,
-                                                         capsys):
+def test_missing_tensorboard_is_one_error_before_any_work(
+    wp_teacher, wp_data, wp_encoder, tmp_path, monkeypatch, capsys
+):
     # Whether or not tensorboard is installed here: its import fails as it does without the package.
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     out = tmp_path / "run"
-    line = assert_error(run_main(monkeypatch, capsys, "distill", "--teacher", str(wp_teacher), "--data", str(wp_data),
-                                 "--out", str(out), "--report-to", "tensorboard"),
-                        "--report-to tensorboard", "pip install 'mlminilm[tensorboard]'")
+    line = assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "distill",
+            "--teacher",
+            str(wp_teacher),
+            "--data",
+            str(wp_data),
+            "--out",
+            str(out),
+            "--report-to",
+            "tensorboard",
+        ),
+        "--report-to tensorboard",
+        "pip install 'mlminilm[tensorboard]'",
+    )
     assert "not installed" in line
     assert not out.exists() and list(tmp_path.iterdir()) == []
     train = write_nli_tsv(tmp_path / "train.tsv", "en", 6)
-    assert_error(run_main(monkeypatch, capsys, "finetune", "--task", "xnli", "--model", str(wp_encoder), "--train",
-                          str(train), "--out", str(out), "--report-to", "tensorboard"), "mlminilm[tensorboard]")
-    assert_error(run_main(monkeypatch, capsys, "assist", "--teacher", str(wp_teacher), "--data", str(wp_data),
-                          "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-                          "--report-to", "tensorboard"),
-                 "mlminilm[tensorboard]")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "finetune",
+            "--task",
+            "xnli",
+            "--model",
+            str(wp_encoder),
+            "--train",
+            str(train),
+            "--out",
+            str(out),
+            "--report-to",
+            "tensorboard",
+        ),
+        "mlminilm[tensorboard]",
+    )
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "assist",
+            "--teacher",
+            str(wp_teacher),
+            "--data",
+            str(wp_data),
+            "--out",
+            str(out),
+            "--layers",
+            "2",
+            "--hidden",
+            "32",
+            "--heads",
+            "4",
+            "--intermediate",
+            "64",
+            "--report-to",
+            "tensorboard",
+        ),
+        "mlminilm[tensorboard]",
+    )
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
     # The Python API says the same where the sink is made.
     from mlminilm.errors import ConfigError
@@ -233,9 +349,22 @@ def test_finetune_dev_metric_in_tensorboard(wp_encoder, tmp_path):
     train = write_nli_tsv(tmp_path / "train-en.tsv", "en", 32)
     dev = write_nli_tsv(tmp_path / "dev-en.tsv", "en", 12, seed=5)
     out = tmp_path / "ft"
-    finetune.run(FinetuneConfig(task="xnli", model=str(wp_encoder), train=str(train), dev=str(dev), out=out,
-                                max_steps=4, save_every=2, batch_size=8, log_every=1, lr=1e-3, max_seq_len=48,
-                                report_to="tensorboard"))
+    finetune.run(
+        FinetuneConfig(
+            task="xnli",
+            model=str(wp_encoder),
+            train=str(train),
+            dev=str(dev),
+            out=out,
+            max_steps=4,
+            save_every=2,
+            batch_size=8,
+            log_every=1,
+            lr=1e-3,
+            max_seq_len=48,
+            report_to="tensorboard",
+        )
+    )
     records = read_metrics(out)
     acc = accumulator(out / "tb")
     scored = [r for r in records if "dev_accuracy" in r]
@@ -245,7 +374,7 @@ def test_finetune_dev_metric_in_tensorboard(wp_encoder, tmp_path):
     train_records = [r for r in records if "loss" in r]
     for tag in ("loss", "lr", "tokens_per_s"):
         assert scalar_steps(acc, tag) == {r["step"]: approx(r[tag]) for r in train_records}, tag
-    (_, text), = texts(acc, "run_record")
+    ((_, text),) = texts(acc, "run_record")
     assert json.loads("\n".join(l[4:] for l in text.splitlines()))["command"] == "finetune"
     # The model directory at OUT's root is still a plain Hugging Face directory beside tb/.
     assert (out / "model.safetensors").exists() and (out / "selection.json").exists()

@@ -58,8 +58,19 @@ def _one_step(tmp_path, max_grad_norm: float, grads: list[tuple[float, float]]) 
     from mlminilm.config import TrainConfig
 
     tmp_path.mkdir()
-    cfg = TrainConfig(out=tmp_path, max_steps=1, grad_accum=len(grads), save_every=1, log_every=1, lr=1.0,
-                      warmup=0, max_grad_norm=max_grad_norm, device="cpu", precision="fp32", quiet=True)
+    cfg = TrainConfig(
+        out=tmp_path,
+        max_steps=1,
+        grad_accum=len(grads),
+        save_every=1,
+        log_every=1,
+        lr=1.0,
+        warmup=0,
+        max_grad_norm=max_grad_norm,
+        device="cpu",
+        precision="fp32",
+        quiet=True,
+    )
     rt = training.setup_runtime("cpu", "fp32")
     model = _Linear()
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -68,8 +79,17 @@ def _one_step(tmp_path, max_grad_norm: float, grads: list[tuple[float, float]]) 
     def compute(step, micro):
         return training.StepOutput(loss=(model.w * torch.tensor(grads[micro])).sum(), tokens=1)
 
-    training.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=optimizer, scheduler=scheduler,
-                     compute=compute, out=tmp_path, metrics=training.MetricsLog(tmp_path / "metrics.jsonl"))
+    training.train_loop(
+        cfg=cfg,
+        rt=rt,
+        model=model,
+        raw_model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        compute=compute,
+        out=tmp_path,
+        metrics=training.MetricsLog(tmp_path / "metrics.jsonl"),
+    )
     return model.w.detach().tolist()
 
 

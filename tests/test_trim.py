@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import sample_lines
+
 from helpers import assert_one_line_error, cli, prepare_data, save_tiny_teacher
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -24,8 +24,9 @@ def teachers(tiny_wordpiece_dir, tiny_sentencepiece_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("trim-teachers")
     return {
         "wordpiece": save_tiny_teacher(tiny_wordpiece_dir, root / "bert", layers=2, hidden=32, intermediate=64),
-        "unigram": save_tiny_teacher(tiny_sentencepiece_dir, root / "xlmr", kind="xlmr", layers=2, hidden=32,
-                                     intermediate=64),
+        "unigram": save_tiny_teacher(
+            tiny_sentencepiece_dir, root / "xlmr", kind="xlmr", layers=2, hidden=32, intermediate=64
+        ),
     }
 
 
@@ -97,11 +98,26 @@ def test_prepare_and_distill_accept_a_trimmed_teacher(teachers, tiny_corpus_dir,
 
     trimmed = trim(teachers["unigram"], tmp_path / "trimmed", corpus=tiny_corpus_dir).out
     data = prepare_data(trimmed, tiny_corpus_dir, tmp_path / "data")
-    result = distill.run(DistillConfig(
-        teacher=str(trimmed), data=data, out=tmp_path / "run", layers=1, hidden=32, heads=4, intermediate=64,
-        init="teacher", max_steps=2, batch_size=2, save_every=2, warmup=0.0))
-    assert json.loads((result.student / "config.json").read_text())["vocab_size"] == json.loads(
-        (trimmed / "config.json").read_text())["vocab_size"]
+    result = distill.run(
+        DistillConfig(
+            teacher=str(trimmed),
+            data=data,
+            out=tmp_path / "run",
+            layers=1,
+            hidden=32,
+            heads=4,
+            intermediate=64,
+            init="teacher",
+            max_steps=2,
+            batch_size=2,
+            save_every=2,
+            warmup=0.0,
+        )
+    )
+    assert (
+        json.loads((result.student / "config.json").read_text())["vocab_size"]
+        == json.loads((trimmed / "config.json").read_text())["vocab_size"]
+    )
 
 
 def test_coverage_and_max_vocab_keep_the_most_frequent(teachers, tiny_corpus_dir, tmp_path):
@@ -123,9 +139,18 @@ def test_fine_tuned_classifier_keeps_its_head_and_logits(tiny_sentencepiece_dir,
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_sentencepiece_dir)
     config = XLMRobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=160, pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
-        type_vocab_size=1, num_labels=3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=160,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=0,
+        eos_token_id=2,
+        type_vocab_size=1,
+        num_labels=3,
+        id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
         label2id={"entailment": 0, "neutral": 1, "contradiction": 2},
     )
     torch.manual_seed(0)
@@ -157,8 +182,15 @@ def test_masked_lm_output_layer_is_subset(tied, tiny_wordpiece_dir, tiny_corpus_
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_wordpiece_dir)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=160, tie_word_embeddings=tied)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=160,
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     model = BertForMaskedLM(config).eval()
     with torch.no_grad():  # a bias that is not zero, so a wrong subset would show
@@ -217,8 +249,22 @@ def test_dropped_pieces_fall_back_to_the_best_split_over_kept_pieces(tmp_path):
 
 def test_cli_trims_and_reports_json(teachers, tiny_corpus_dir, tmp_path):
     out = tmp_path / "trimmed"
-    proc = cli("trim", "--model", str(teachers["wordpiece"]), "--corpus", str(tiny_corpus_dir), "--langs", "en,de",
-               "--min-count", "2", "--workers", "1", "--out", str(out), "--json")
+    proc = cli(
+        "trim",
+        "--model",
+        str(teachers["wordpiece"]),
+        "--corpus",
+        str(tiny_corpus_dir),
+        "--langs",
+        "en,de",
+        "--min-count",
+        "2",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["vocab_size"]["after"] < doc["vocab_size"]["before"] and "old_ids" not in doc
@@ -257,8 +303,14 @@ def test_weights_the_model_files_lack_are_not_invented(tiny_wordpiece_dir, tiny_
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_wordpiece_dir)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=160)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=160,
+    )
     BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path / "nopool")
     tokenizer.save_pretrained(tmp_path / "nopool")
     result = trim(tmp_path / "nopool", tmp_path / "trimmed", corpus=tiny_corpus_dir)
@@ -280,8 +332,11 @@ def test_real_xlmr_tokenizer_keeps_the_counted_text(shared_data):
     from mlminilm.vocab.tokenizer import required_ids, tokenizer_document, trim_document
 
     tokenizer = AutoTokenizer.from_pretrained(shared_data / "tokenizers" / "xlm-roberta")
-    lines = [line for lang in ("de", "zh", "hi") for line in
-             (shared_data / "corpus" / "ud" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()[:300]]
+    lines = [
+        line
+        for lang in ("de", "zh", "hi")
+        for line in (shared_data / "corpus" / "ud" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()[:300]
+    ]
     ids = tokenizer(lines)["input_ids"]
     counts = np.bincount(np.concatenate([np.asarray(i) for i in ids]), minlength=len(tokenizer))
     doc = tokenizer_document(tokenizer, "xlm-roberta")
@@ -293,6 +348,7 @@ def test_real_xlmr_tokenizer_keeps_the_counted_text(shared_data):
 
 
 # --- Per-language rules, single characters, the fill, the held-out check (issue 17, part 2) ------------------------
+
 
 def _table():
     """A hand-made count table over ids 0-9 (0 is the special token): en is large, sw small."""
@@ -344,8 +400,9 @@ def test_fill_takes_each_languages_next_ids_after_the_count_rules():
     per_language, pooled = _table()
     rankings = {"en": [8, 9, 7], "sw": [9, 1, 8]}
     # Top 1 (en: 1; sw: 5), then 2 more each: en 2, 3; sw 6, 7.
-    chosen = select_ids(pooled, {0}, per_language=per_language, per_lang_top_k=1, coverage=None, fill=2,
-                        fill_rankings=rankings)
+    chosen = select_ids(
+        pooled, {0}, per_language=per_language, per_lang_top_k=1, coverage=None, fill=2, fill_rankings=rankings
+    )
     assert chosen.old_ids.tolist() == [0, 1, 2, 3, 5, 6, 7] and chosen.added["script_fill"] == 4
     # Every counted id kept (the default pooled rule): en's next are 8, 9; sw's 9 (kept by en), then 8.
     chosen = select_ids(pooled, {0}, per_language=per_language, fill=2, fill_rankings=rankings)
@@ -439,8 +496,11 @@ def test_script_chars_keep_every_single_character_of_the_languages_scripts(teach
     before = AutoTokenizer.from_pretrained(teacher)
     with_chars = trim(teacher, tmp_path / "chars", corpus=tiny_corpus_dir).record
     without = trim(teacher, tmp_path / "plain", corpus=tiny_corpus_dir, script_chars=False).record
-    singles = {i: p.removeprefix("▁") for i, p in enumerate(before.convert_ids_to_tokens(range(len(before))))
-               if len(p.removeprefix("▁")) == 1 and i not in with_chars["special_ids"]}
+    singles = {
+        i: p.removeprefix("▁")
+        for i, p in enumerate(before.convert_ids_to_tokens(range(len(before))))
+        if len(p.removeprefix("▁")) == 1 and i not in with_chars["special_ids"]
+    }
     wanted = {i for i, ch in singles.items() if _script(ch) in ("Latin", "Arabic", "Han", "Common")}
     other = {i for i, ch in singles.items() if _script(ch) in ("Cyrillic", "Greek", "Devanagari")}
     assert wanted and other
@@ -510,27 +570,47 @@ def test_cli_per_language_options_and_bad_input(teachers, tiny_corpus_dir, tmp_p
     check.mkdir()
     (check / "de.txt").write_text("\n".join(sample_lines("de", 6)) + "\n", encoding="utf-8")
     corpus = ("--corpus", str(tiny_corpus_dir), "--workers", "1")
-    code, out, err = run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, "--per-lang-top-k", "8",
-                              "--script-fill", "3", "--check", str(check), "--out", str(tmp_path / "ok"), "--json")
+    code, out, err = run_main(
+        monkeypatch,
+        capsys,
+        "trim",
+        "--model",
+        unigram,
+        *corpus,
+        "--per-lang-top-k",
+        "8",
+        "--script-fill",
+        "3",
+        "--check",
+        str(check),
+        "--out",
+        str(tmp_path / "ok"),
+        "--json",
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["options"]["per_lang_top_k"] == 8 and doc["options"]["coverage"] is None
     assert doc["languages"]["de"]["held_out"]["sentences"] == 6 and doc["rules"]["added"]["script_fill"] > 0
     (check / "ru.txt").write_text("\n".join(sample_lines("ru", 4)) + "\n", encoding="utf-8")  # not counted
-    code, out, err = run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, "--check", str(check),
-                              "--out", str(tmp_path / "line"))
+    code, out, err = run_main(
+        monkeypatch, capsys, "trim", "--model", unigram, *corpus, "--check", str(check), "--out", str(tmp_path / "line")
+    )
     assert code == 0, err
     share = json.loads((tmp_path / "line" / "trim.json").read_text())["languages"]["de"]["held_out"]["equal_share"]
-    assert out.strip().endswith(f"held-out sentences tokenised as before: mean {100 * share:.1f}%, lowest "
-                                f"{100 * share:.1f}% (de)"), out  # the counted languages only: ru is left out
+    assert out.strip().endswith(
+        f"held-out sentences tokenised as before: mean {100 * share:.1f}%, lowest {100 * share:.1f}% (de)"
+    ), out  # the counted languages only: ru is left out
     assert "ru: 0 of 4 held-out sentences (0.0%) tokenise as before (not counted)" in err, err
 
     pooled_only = prepare_data(teachers["unigram"], tiny_corpus_dir, tmp_path / "pooled-only")
     for shard in (pooled_only / "shards").iterdir():
         shard.unlink()
     bad = [
-        (("--model", unigram, "--data", str(pooled_only), "--per-lang-top-k", "5"),
-         "--per-lang-top-k needs per-language counts", "holds only pooled counts"),
+        (
+            ("--model", unigram, "--data", str(pooled_only), "--per-lang-top-k", "5"),
+            "--per-lang-top-k needs per-language counts",
+            "holds only pooled counts",
+        ),
         (("--model", unigram, *corpus, "--check", str(tmp_path / "absent")), "--check", "does not exist"),
         (("--model", unigram, *corpus, "--check", str(tmp_path)), "holds no <lang>.txt file"),
     ]
@@ -541,22 +621,48 @@ def test_cli_per_language_options_and_bad_input(teachers, tiny_corpus_dir, tmp_p
     # Bad option values are usage errors (exit 2) naming the option, as the README's exit-code table says.
     from helpers import assert_usage_error
 
-    for option, value in (("--per-lang-top-k", "0"), ("--per-lang-top-k", "-3"), ("--script-fill", "-1"),
-                          ("--coverage", "0"), ("--coverage", "1.5"), ("--coverage", "nan"), ("--min-count", "0"),
-                          ("--max-vocab", "0"), ("--workers", "-1")):
+    for option, value in (
+        ("--per-lang-top-k", "0"),
+        ("--per-lang-top-k", "-3"),
+        ("--script-fill", "-1"),
+        ("--coverage", "0"),
+        ("--coverage", "1.5"),
+        ("--coverage", "nan"),
+        ("--min-count", "0"),
+        ("--max-vocab", "0"),
+        ("--workers", "-1"),
+    ):
         out_dir = tmp_path / "bad-value"
-        assert_usage_error(run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, option, value,
-                                    "--out", str(out_dir)), option)
+        assert_usage_error(
+            run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, option, value, "--out", str(out_dir)),
+            option,
+        )
         assert not out_dir.exists(), option
     # --check file names are language codes, like --langs.
     wrong = tmp_path / "wrong-check"
     wrong.mkdir()
     (wrong / "notes.txt").write_text("hello\n", encoding="utf-8")
-    assert_error(run_main(monkeypatch, capsys, "trim", "--model", unigram, *corpus, "--check", str(wrong),
-                          "--out", str(tmp_path / "bad-check")), "--check", "'notes'", "not an ISO 639")
+    assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "trim",
+            "--model",
+            unigram,
+            *corpus,
+            "--check",
+            str(wrong),
+            "--out",
+            str(tmp_path / "bad-check"),
+        ),
+        "--check",
+        "'notes'",
+        "not an ISO 639",
+    )
     assert not (tmp_path / "bad-check").exists()
     assert not list(tmp_path.glob(".tmp-*"))
     # The pooled counts alone still trim by the pooled rules (a warning says the per-language figures are absent).
-    code, out, err = run_main(monkeypatch, capsys, "trim", "--model", unigram, "--data", str(pooled_only), "--out",
-                              str(tmp_path / "pooled"))
+    code, out, err = run_main(
+        monkeypatch, capsys, "trim", "--model", unigram, "--data", str(pooled_only), "--out", str(tmp_path / "pooled")
+    )
     assert code == 0 and "only its pooled counts are known" in err, err

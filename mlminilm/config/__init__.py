@@ -10,72 +10,72 @@ precision, the helpers), `training` (what distill, assist and finetune share), `
 importable from `mlminilm.config`.
 """
 
+from mlminilm.config.common import (  # noqa: F401
+    AUTO,
+    COMPILE_MODES,
+    DEVICES,
+    PRECISIONS,
+    default,
+)
+from mlminilm.config.compare import (  # noqa: F401
+    CompareConfig,
+)
+from mlminilm.config.distill import (  # noqa: F401
+    DEFAULT_INIT_LAYERS,
+    HIDDEN_DISTANCES,
+    INIT_LAYER_RULES,
+    INITS,
+    OBJECTIVES,
+    OUTPUT_TERMS_WEIGHT,
+    AssistConfig,
+    DistillConfig,
+    StudentShape,
+    init_layers_problems,
+    parse_init_layers,
+)
+from mlminilm.config.evaluation import (  # noqa: F401
+    EVAL_BACKENDS,
+    EVAL_SPLITS,
+    QA_SCORERS,
+    TATOEBA_MAX_LENGTH,
+    TATOEBA_POOLINGS,
+    EvalConfig,
+    EvalMlqaConfig,
+    EvalTatoebaConfig,
+    EvalXnliConfig,
+)
+from mlminilm.config.export import (  # noqa: F401
+    EXPORT_FORMATS,
+    ONNX_OPSET,
+    QUANTIZATIONS,
+    ExportConfig,
+)
+from mlminilm.config.finetune import (  # noqa: F401
+    QA_DOC_STRIDE,
+    QA_MAX_ANSWER_LENGTH,
+    QA_MAX_QUERY_LENGTH,
+    QA_N_BEST,
+    TASK_DEFAULTS,
+    TASKS,
+    FinetuneConfig,
+    TaskDefaults,
+)
 from mlminilm.config.options import (  # noqa: F401
     option,
-    setting,
-    redeclare,
     option_fields,
-    resume_keys,
-    resume_changeable,
+    redeclare,
     replay_skips,
+    resume_changeable,
+    resume_keys,
+    setting,
 )
-from mlminilm.config.common import (  # noqa: F401
-    PRECISIONS,
-    DEVICES,
-    COMPILE_MODES,
-    AUTO,
-    default,
+from mlminilm.config.prepare import (  # noqa: F401
+    PrepareConfig,
 )
 from mlminilm.config.training import (  # noqa: F401
     REPORT_TO,
     TrainConfig,
 )
-from mlminilm.config.distill import (  # noqa: F401
-    OBJECTIVES,
-    INITS,
-    INIT_LAYER_RULES,
-    DEFAULT_INIT_LAYERS,
-    HIDDEN_DISTANCES,
-    OUTPUT_TERMS_WEIGHT,
-    StudentShape,
-    DistillConfig,
-    parse_init_layers,
-    init_layers_problems,
-    AssistConfig,
-)
-from mlminilm.config.prepare import (  # noqa: F401
-    PrepareConfig,
-)
-from mlminilm.config.finetune import (  # noqa: F401
-    TASKS,
-    TaskDefaults,
-    TASK_DEFAULTS,
-    QA_DOC_STRIDE,
-    QA_MAX_QUERY_LENGTH,
-    QA_N_BEST,
-    QA_MAX_ANSWER_LENGTH,
-    FinetuneConfig,
-)
-from mlminilm.config.evaluation import (  # noqa: F401
-    QA_SCORERS,
-    EVAL_SPLITS,
-    EVAL_BACKENDS,
-    EvalConfig,
-    EvalXnliConfig,
-    EvalMlqaConfig,
-    TATOEBA_MAX_LENGTH,
-    TATOEBA_POOLINGS,
-    EvalTatoebaConfig,
-)
 from mlminilm.config.trim import (  # noqa: F401
     TrimConfig,
-)
-from mlminilm.config.compare import (  # noqa: F401
-    CompareConfig,
-)
-from mlminilm.config.export import (  # noqa: F401
-    EXPORT_FORMATS,
-    QUANTIZATIONS,
-    ONNX_OPSET,
-    ExportConfig,
 )

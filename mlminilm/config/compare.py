@@ -20,28 +20,44 @@ class CompareConfig:
     Tatoeba). `out` None: the comparison on the terminal only, nothing written."""
 
     reports: tuple[str, ...] = option(
-        (), argument=True, required=True, repeat=EACH, cli_type=Path, metavar="REPORT_DIR", show_default=False,
+        (),
+        argument=True,
+        required=True,
+        repeat=EACH,
+        cli_type=Path,
+        metavar="REPORT_DIR",
+        show_default=False,
         help="Two or more evaluation reports of the same data and protocol: the --out directories of eval-xnli, "
-        "eval-mlqa or eval-tatoeba, or their metrics.json files. Each is named by its directory's name.")
+        "eval-mlqa or eval-tatoeba, or their metrics.json files. Each is named by its directory's name.",
+    )
     baseline: str | None = option(
-        None, metavar="NAME",
+        None,
+        metavar="NAME",
         help="The report the others are divided by: its name (its directory's name, as in the table) or its model "
-        "as the report records it (the path, or its last component). Default: the first report.")
+        "as the report records it (the path, or its last component). Default: the first report.",
+    )
     metric: str | None = option(
-        None, metavar="NAME",
+        None,
+        metavar="NAME",
         help="The figure of the table, CSV, Markdown and chart, one of the reports' metrics (accuracy; exact_match, "
         "f1; xx_to_en, en_to_xx, mean). Default: accuracy, F1 for QA, xx_to_en for Tatoeba. metrics.json holds "
-        "every metric.")
-    out: Path | None = option(None, replay=False, help="Write the comparison here: metrics.json/.csv/.md, chart.png "
-                              "(must be empty unless --overwrite).")
+        "every metric.",
+    )
+    out: Path | None = option(
+        None,
+        replay=False,
+        help="Write the comparison here: metrics.json/.csv/.md, chart.png (must be empty unless --overwrite).",
+    )
     overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
     quiet: bool = quiet_option()
 
     def __post_init__(self) -> None:
         p: list[str] = []
         if len(self.reports) < 2:
-            p.append(f"give at least two reports to compare (got {len(self.reports)}), e.g. "
-                     f"`mlminilm compare reports/teacher reports/student`")
+            p.append(
+                f"give at least two reports to compare (got {len(self.reports)}), e.g. "
+                f"`mlminilm compare reports/teacher reports/student`"
+            )
         if self.baseline is not None and not self.baseline.strip():
             p.append("--baseline must name a report (its directory name or its model)")
         if self.metric is not None and not self.metric.strip():

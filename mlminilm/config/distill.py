@@ -45,128 +45,200 @@ class StudentShape:
 
 @dataclass(frozen=True)
 class DistillConfig(TrainConfig):
-    teacher: str = option("", required=True, resume=FIXED,
-                          help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory.")
+    teacher: str = option(
+        "", required=True, resume=FIXED, help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory."
+    )
     data: Path = option(Path("data"), help="Output directory of `mlminilm prepare`.", resume=FIXED)
     layers: int = option(6, min=1, help="Student layers.", resume=FIXED)
     hidden: int = option(384, min=1, help="Student hidden size.", resume=FIXED)
     heads: int = option(12, min=1, help="Student attention heads (minilm: must equal the teacher's).", resume=FIXED)
     intermediate: int = option(1536, min=1, help="Student FFN size.", resume=FIXED)
-    init: str = option("random", choices=INITS, resume=FIXED,
-                       help=f"random, or teacher (the student starts from the teacher layers --init-layers picks, "
-                       f"by default {DEFAULT_INIT_LAYERS}; widths must match).")
-    objective: str = option("minilm", choices=OBJECTIVES, resume=FIXED,
-                            help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).")
-    relation_heads: int = option(48, min=1, resume=FIXED,
-                                 help="minilm-v2: relation heads (must divide both hidden sizes).")
+    init: str = option(
+        "random",
+        choices=INITS,
+        resume=FIXED,
+        help=f"random, or teacher (the student starts from the teacher layers --init-layers picks, "
+        f"by default {DEFAULT_INIT_LAYERS}; widths must match).",
+    )
+    objective: str = option(
+        "minilm",
+        choices=OBJECTIVES,
+        resume=FIXED,
+        help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).",
+    )
+    relation_heads: int = option(
+        48, min=1, resume=FIXED, help="minilm-v2: relation heads (must divide both hidden sizes)."
+    )
     # 0-based, -1 = last
     teacher_layer: int = option(-1, help="Teacher layer to distil, 0-based; -1 = last.", resume=FIXED)
-    alpha: float = option(0.3, check="alpha", resume=FIXED,
-                          help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha.")
+    alpha: float = option(
+        0.3, check="alpha", resume=FIXED, help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha."
+    )
     # None: the teacher's hidden/attention dropout
     dropout: float | None = option(None, check="dropout", help="Student dropout in [0, 1) (default: the teacher's).")
-    max_steps: int = redeclare(TrainConfig, "max_steps", min=0, help="Optimizer steps; 0 exports the initialised "
-                               "student untrained (to evaluate a starting point, e.g. with eval-tatoeba, before "
-                               "spending compute).")
+    max_steps: int = redeclare(
+        TrainConfig,
+        "max_steps",
+        min=0,
+        help="Optimizer steps; 0 exports the initialised "
+        "student untrained (to evaluate a starting point, e.g. with eval-tatoeba, before "
+        "spending compute).",
+    )
     # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
     # with --global-batch kept by accumulation (mlminilm/training/batch_size.py).
     batch_size: int | str = redeclare(
-        TrainConfig, "batch_size", min=None, check="batch-size", metavar="N|auto", show_default=True, cli_type=str,
+        TrainConfig,
+        "batch_size",
+        min=None,
+        check="batch-size",
+        metavar="N|auto",
+        show_default=True,
+        cli_type=str,
         help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU "
-        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.")
+        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.",
+    )
     # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
     # --batch-size it sets the accumulation; --batch-size auto needs it.
     global_batch: int | None = option(
-        None, min=1, resume=FIXED,
+        None,
+        min=1,
+        resume=FIXED,
         help="Sequences per optimizer step over all processes (sets the accumulation; needed by --batch-size auto). "
-        "Default: batch size x --grad-accum x processes.")
+        "Default: batch size x --grad-accum x processes.",
+    )
     # torch.compile the student's forward and the loss: auto = on CUDA
-    compile: str = option("auto", choices=COMPILE_MODES, help="torch.compile the student, the teacher's capture and "
-                          "the loss: auto (on for CUDA), on or off.")
+    compile: str = option(
+        "auto",
+        choices=COMPILE_MODES,
+        help="torch.compile the student, the teacher's capture and the loss: auto (on for CUDA), on or off.",
+    )
     # DataLoader worker processes; None: corpus.loader.default_workers
-    data_workers: int | None = option(None, min=0, help="DataLoader worker processes reading the shards (default: 0 "
-                                      "on CPU, up to 4 per GPU process).")
+    data_workers: int | None = option(
+        None, min=0, help="DataLoader worker processes reading the shards (default: 0 on CPU, up to 4 per GPU process)."
+    )
     # With --init teacher: "every" (every k-th layer, ending at the last), "first" (the bottom k layers),
     # "first-last" (the bottom k-1 layers and the last), or an explicit 0-based list "0,1,2,3,4,5";
     # None = DEFAULT_INIT_LAYERS.
     init_layers: str | None = option(
-        None, metavar="first|every|first-last|LIST", resume=FIXED,
+        None,
+        metavar="first|every|first-last|LIST",
+        resume=FIXED,
         help="With --init teacher, the teacher layers the student starts from: first (the bottom k layers), every "
         "(every k-th layer, ending at the last), first-last (the bottom k-1 and the last) or a 0-based list such as "
-        "0,1,2,3,4,5. Default: " + DEFAULT_INIT_LAYERS + " (measured in docs/RETENTION.md).")
-    # Output terms beside the relation losses (mlminilm/distillation/losses.py); 0 = off. They reach every student parameter
-    # below the output, so with either on the whole top layer trains (not only its Q/K/V). None = auto:
+        "0,1,2,3,4,5. Default: " + DEFAULT_INIT_LAYERS + " (measured in docs/RETENTION.md).",
+    )
+    # Output terms beside the relation losses (mlminilm/distillation/losses.py); 0 = off. They reach every student
+    # parameter below the output, so with either on the whole top layer trains (not only its Q/K/V). None = auto:
     # OUTPUT_TERMS_WEIGHT for a sentence-transformers teacher of the student's width, else 0 (pure MiniLM).
     # The last hidden states, per real token:
     hidden_loss_weight: float | None = option(
-        None, check="non-negative", show_default="auto", resume=FIXED,
+        None,
+        check="non-negative",
+        show_default="auto",
+        resume=FIXED,
         help="Weight of a term on the last hidden states per real token (--hidden-distance); 0 = off. Needs the "
         "teacher's hidden size; trains the whole top layer. Default auto: 1 for a sentence-transformers teacher of "
-        "the student's width (e5, all-MiniLM), else 0.")
-    hidden_distance: str = option("cosine", choices=HIDDEN_DISTANCES, resume=FIXED,
-                                  help="The hidden-state term's distance: cosine (1 - cos) or mse.")
+        "the student's width (e5, all-MiniLM), else 0.",
+    )
+    hidden_distance: str = option(
+        "cosine",
+        choices=HIDDEN_DISTANCES,
+        resume=FIXED,
+        help="The hidden-state term's distance: cosine (1 - cos) or mse.",
+    )
     # The sentence embedding through the teacher's Pooling (+ Normalize):
     embedding_loss_weight: float | None = option(
-        None, check="non-negative", show_default="auto", resume=FIXED,
+        None,
+        check="non-negative",
+        show_default="auto",
+        resume=FIXED,
         help="Weight of the squared distance between sentence embeddings through the teacher's own Pooling (+ "
         "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
-        "teacher of the student's width. Default auto: as --hidden-loss-weight.")
+        "teacher of the student's width. Default auto: as --hidden-loss-weight.",
+    )
     # Relation terms (MiniLM attention + value, or MiniLMv2 Q-Q/K-K/V-V) weigh this much; 0 = off (then only the
     # output and parallel terms train the student).
     relation_loss_weight: float = option(
-        1.0, check="non-negative", resume=FIXED,
+        1.0,
+        check="non-negative",
+        resume=FIXED,
         help="Weight of the MiniLM relation terms (attention + value, or MiniLMv2's Q-Q/K-K/V-V); 0 = off, then only "
-        "the output and parallel terms train the student.")
+        "the output and parallel terms train the student.",
+    )
     # Cross-lingual embedding term (mlminilm/corpus/parallel.py): on pairs (a sentence, its translation), the
     # student's sentence embeddings of both are pulled to the teacher's embedding of the sentence.
     parallel: Path | None = option(
-        None, metavar="FILE|DIR", resume=FIXED,
+        None,
+        metavar="FILE|DIR",
+        resume=FIXED,
         help="Parallel sentences (each line: a sentence in the teacher's language, a tab, one or more tab-separated "
         "translations; .tsv/.txt, optionally .gz; a directory of them): turns on the cross-lingual embedding term, "
         "the student's embeddings of a sentence and of its translation pulled to the teacher's embedding of the "
-        "sentence. Needs the teacher's hidden size; trains the whole student.")
-    parallel_loss_weight: float = option(1.0, check="non-negative", resume=FIXED,
-                                         help="Weight of the parallel term (with --parallel).")
+        "sentence. Needs the teacher's hidden size; trains the whole student.",
+    )
+    parallel_loss_weight: float = option(
+        1.0, check="non-negative", resume=FIXED, help="Weight of the parallel term (with --parallel)."
+    )
     # Put before every parallel sentence; None: the teacher's sentence-transformers "query" prompt (e5: "query: "),
     # as eval-tatoeba embeds, else nothing.
     parallel_prefix: str | None = option(
-        None, show_default="the teacher's query prompt", resume=FIXED,
+        None,
+        show_default="the teacher's query prompt",
+        resume=FIXED,
         help="Text put before every parallel sentence. Default: the teacher's sentence-transformers 'query' prompt "
-        '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.')
-    parallel_max_length: int = option(128, min=2, resume=FIXED,
-                                      help="Parallel sentences are cut to this many tokens.")
+        '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.',
+    )
+    parallel_max_length: int = option(128, min=2, resume=FIXED, help="Parallel sentences are cut to this many tokens.")
     # In-batch translation ranking on the same pairs (losses.translation_ranking): weight (0 = off) and the
     # softmax temperature over cosine similarities.
     parallel_contrastive_weight: float = option(
-        0.0, check="non-negative", resume=FIXED,
+        0.0,
+        check="non-negative",
+        resume=FIXED,
         help="Weight of in-batch translation ranking on the parallel pairs (each sentence must rank its own "
-        "translation first among the batch's, both directions, cosine over --parallel-temperature); 0 = off.")
+        "translation first among the batch's, both directions, cosine over --parallel-temperature); 0 = off.",
+    )
     parallel_temperature: float = option(
-        0.05, check="positive", resume=FIXED,
-        help="Softmax temperature of the contrastive term (cosine similarity / temperature).")
+        0.05,
+        check="positive",
+        resume=FIXED,
+        help="Softmax temperature of the contrastive term (cosine similarity / temperature).",
+    )
     # With --init teacher: the embeddings and this many bottom student layers keep the teacher's weights (frozen).
     freeze_layers: int = option(
-        0, min=0, resume=FIXED,
+        0,
+        min=0,
+        resume=FIXED,
         help="With --init teacher: keep the embeddings and this many bottom student layers as the teacher has them "
-        "(frozen); no backward pass runs below the first trained layer.")
+        "(frozen); no backward pass runs below the first trained layer.",
+    )
     # Where the teacher's embeddings of the parallel sources are kept (distillation/targets.py);
     # None: OUT/teacher-targets.
     target_cache: Path | None = option(
-        None, metavar="DIR", show_default="OUT/teacher-targets",
+        None,
+        metavar="DIR",
+        show_default="OUT/teacher-targets",
         help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
-        "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.")
+        "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.",
+    )
     # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
     probe_tatoeba: Path | None = option(
-        None, metavar="DIR",
+        None,
+        metavar="DIR",
         help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every "
-        "steps and at the end, in metrics.jsonl and the log (never used for selection).")
+        "steps and at the end, in metrics.jsonl and the log (never used for selection).",
+    )
     # empty: every language found in probe_tatoeba
-    probe_langs: tuple[str, ...] = option((), repeat=COMMA, help="Probe only these languages (project codes, "
-                                          "comma-separated or repeated; default: all found).")
+    probe_langs: tuple[str, ...] = option(
+        (),
+        repeat=COMMA,
+        help="Probe only these languages (project codes, comma-separated or repeated; default: all found).",
+    )
     probe_every: int = option(100, min=1, help="Steps between probes.")
     # at most this many pairs per language (the first ones); None = all
-    probe_pairs: int | None = option(None, min=1, help="Probe at most this many pairs per language (the first ones; "
-                                     "default: all).")
+    probe_pairs: int | None = option(
+        None, min=1, help="Probe at most this many pairs per language (the first ones; default: all)."
+    )
 
     AUTO_BATCH = True
     ZERO_STEPS = True
@@ -208,13 +280,17 @@ class DistillConfig(TrainConfig):
             if self.init != "teacher":
                 p.append("--init-layers needs --init teacher (it says which teacher layers the student starts from)")
             p += init_layers_problems(self.init_layers, self.layers)
-        for flag, weight in (("--hidden-loss-weight", self.hidden_loss_weight),
-                             ("--embedding-loss-weight", self.embedding_loss_weight)):
+        for flag, weight in (
+            ("--hidden-loss-weight", self.hidden_loss_weight),
+            ("--embedding-loss-weight", self.embedding_loss_weight),
+        ):
             if weight is not None and not (weight >= 0 and math.isfinite(weight)):
                 p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
-        for flag, weight in (("--relation-loss-weight", self.relation_loss_weight),
-                             ("--parallel-loss-weight", self.parallel_loss_weight),
-                             ("--parallel-contrastive-weight", self.parallel_contrastive_weight)):
+        for flag, weight in (
+            ("--relation-loss-weight", self.relation_loss_weight),
+            ("--parallel-loss-weight", self.parallel_loss_weight),
+            ("--parallel-contrastive-weight", self.parallel_contrastive_weight),
+        ):
             if not (weight >= 0 and math.isfinite(weight)):
                 p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
         if not (self.parallel_temperature > 0 and math.isfinite(self.parallel_temperature)):
@@ -222,14 +298,21 @@ class DistillConfig(TrainConfig):
         if self.freeze_layers and self.init != "teacher":
             p.append("--freeze-layers needs --init teacher: randomly initialised layers must be trained")
         if not 0 <= self.freeze_layers < self.layers:
-            p.append(f"--freeze-layers must be at least 0 and less than --layers {self.layers} "
-                     f"(got {self.freeze_layers})")
+            p.append(
+                f"--freeze-layers must be at least 0 and less than --layers {self.layers} (got {self.freeze_layers})"
+            )
         if self.parallel_max_length < 2:
             p.append(f"--parallel-max-length must be at least 2 (got {self.parallel_max_length})")
-        if self.parallel is None and self.relation_loss_weight == 0 and self.hidden_loss_weight == 0 \
-                and self.embedding_loss_weight == 0:
-            p.append("--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
-                     "give --parallel FILE")
+        if (
+            self.parallel is None
+            and self.relation_loss_weight == 0
+            and self.hidden_loss_weight == 0
+            and self.embedding_loss_weight == 0
+        ):
+            p.append(
+                "--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
+                "give --parallel FILE"
+            )
         check_choice(p, self.hidden_distance, HIDDEN_DISTANCES, "--hidden-distance")
         if self.probe_every < 1:
             p.append(f"--probe-every must be at least 1 (got {self.probe_every})")
@@ -243,9 +326,7 @@ class DistillConfig(TrainConfig):
             if self.relation_heads < 1:
                 p.append(f"--relation-heads must be at least 1 (got {self.relation_heads})")
             elif self.hidden % self.relation_heads:
-                p.append(
-                    f"--relation-heads ({self.relation_heads}) must divide the student's --hidden ({self.hidden})"
-                )
+                p.append(f"--relation-heads ({self.relation_heads}) must divide the student's --hidden ({self.hidden})")
         if not 0 < self.alpha <= 1:  # also false for NaN
             p.append(f"--alpha must be in (0, 1] (got {self.alpha})")
         if self.dropout is not None and not 0 <= self.dropout < 1:
@@ -264,7 +345,7 @@ class DistillConfig(TrainConfig):
 
 
 def parse_init_layers(value: str) -> str | list[int]:
-    """"every", "first", or the 0-based layer list of "0,1,2" (ValueError when it is neither)."""
+    """ "every", "first", or the 0-based layer list of "0,1,2" (ValueError when it is neither)."""
     value = value.strip()
     if value in INIT_LAYER_RULES:
         return value
@@ -277,8 +358,11 @@ def init_layers_problems(value: str, layers: int) -> list[str]:
     try:
         rule = parse_init_layers(value)
     except ValueError:
-        return [f"--init-layers must be every, first, first-last, or a comma-separated list of 0-based teacher layers such as "
-                f"0,1,2,3,4,5 (got {value!r})"]
+        return [
+            "--init-layers must be every, first, first-last, or a comma-separated list of 0-based teacher layers "
+            "such as "
+            f"0,1,2,3,4,5 (got {value!r})"
+        ]
     if isinstance(rule, str):
         return []
     if len(rule) != layers:
@@ -300,9 +384,11 @@ class AssistConfig(DistillConfig):
     max_steps: int = redeclare(DistillConfig, "max_steps", cli=False)
     freeze_embeddings: bool = redeclare(DistillConfig, "freeze_embeddings", cli=False)
     warmup: float = redeclare(
-        DistillConfig, "warmup",
+        DistillConfig,
+        "warmup",
         help="Linear warmup of each stage: a fraction of its steps (--assistant-steps, --student-steps) if below 1, "
-        "else steps. With --resume it may change.")
+        "else steps. With --resume it may change.",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

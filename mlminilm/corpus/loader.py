@@ -55,8 +55,18 @@ class MicroBatches(Dataset):
     """Map-style: item i is micro-batch divmod(i, accum) of process `rank` of `world`; CPU tensors only, so
     workers never touch CUDA (safe under fork after CUDA is initialised, and under spawn)."""
 
-    def __init__(self, data: PreparedData, sampler: BatchSampler, *, batch_size: int, accum: int, rank: int,
-                 world: int, pad_id: int | None, max_steps: int):
+    def __init__(
+        self,
+        data: PreparedData,
+        sampler: BatchSampler,
+        *,
+        batch_size: int,
+        accum: int,
+        rank: int,
+        world: int,
+        pad_id: int | None,
+        max_steps: int,
+    ):
         self.data, self.sampler = data, sampler
         self.batch_size, self.accum, self.rank, self.world = batch_size, accum, rank, world
         self.pad_id, self.max_steps = pad_id, max_steps
@@ -75,10 +85,12 @@ class MicroBatches(Dataset):
         tokens = int(real.sum()) if real is not None else ids.size
         padded = tokens < ids.size
         return MicroBatch(
-            step=step, micro=micro,
+            step=step,
+            micro=micro,
             input_ids=torch.from_numpy(ids.astype(np.int64)),
             attention_mask=torch.from_numpy(real.astype(np.int64)) if padded else None,
-            padded=padded, tokens=tokens,
+            padded=padded,
+            tokens=tokens,
             langs={langs[l]: n for l, n in sorted(Counter(lang_idx.tolist()).items())},
         )
 
@@ -112,17 +124,35 @@ class MicroBatchLoader:
         self.close()
 
 
-def make_loader(data: PreparedData, sampler: BatchSampler, *, batch_size: int, accum: int, rank: int, world: int,
-                pad_id: int | None, start_step: int, max_steps: int, workers: int, pin_memory: bool,
-                prefetch_factor: int = 2, multiprocessing_context: str | None = None) -> MicroBatchLoader:
+def make_loader(
+    data: PreparedData,
+    sampler: BatchSampler,
+    *,
+    batch_size: int,
+    accum: int,
+    rank: int,
+    world: int,
+    pad_id: int | None,
+    start_step: int,
+    max_steps: int,
+    workers: int,
+    pin_memory: bool,
+    prefetch_factor: int = 2,
+    multiprocessing_context: str | None = None,
+) -> MicroBatchLoader:
     """Micro-batches of steps start_step..max_steps-1 in order. `workers` = 0 builds them in this process at
     `next()`; > 0 builds up to workers x prefetch_factor ahead. `multiprocessing_context` (e.g. "spawn")
     overrides the platform's default start method."""
-    dataset = MicroBatches(data, sampler, batch_size=batch_size, accum=accum, rank=rank, world=world,
-                           pad_id=pad_id, max_steps=max_steps)
+    dataset = MicroBatches(
+        data, sampler, batch_size=batch_size, accum=accum, rank=rank, world=world, pad_id=pad_id, max_steps=max_steps
+    )
     order = range(min(start_step, max_steps) * accum, max_steps * accum)
     loader = DataLoader(
-        dataset, batch_size=None, sampler=order, num_workers=workers, pin_memory=pin_memory,
+        dataset,
+        batch_size=None,
+        sampler=order,
+        num_workers=workers,
+        pin_memory=pin_memory,
         prefetch_factor=prefetch_factor if workers > 0 else None,
         persistent_workers=False,  # one pass per run: workers end with it
         multiprocessing_context=multiprocessing_context if workers > 0 else None,

@@ -23,8 +23,9 @@ PAD_MULTIPLE = 16
 STREAM = 7
 
 
-def write_pair_files(sources: list[str], translations: dict[str, list[str]], out: Path,
-                     source_lang: str = "en") -> dict[str, int]:
+def write_pair_files(
+    sources: list[str], translations: dict[str, list[str]], out: Path, source_lang: str = "en"
+) -> dict[str, int]:
     """Write line-aligned texts as `--parallel` files: OUT/<source_lang>-<lang>.tsv, each distinct (sentence,
     translation) pair once, pairs with an empty side (or a tab inside) left out. Returns the pairs per language;
     ValueError when a translation does not have the source's number of lines."""
@@ -33,8 +34,9 @@ def write_pair_files(sources: list[str], translations: dict[str, list[str]], out
     for lang, lines in translations.items():
         if len(lines) != len(sources):
             raise ValueError(f"{lang} has {len(lines)} lines, {source_lang} {len(sources)}: they do not line up")
-        pairs = dict.fromkeys(f"{a.strip()}\t{b.strip()}" for a, b in zip(sources, lines)
-                              if a.strip() and b.strip() and "\t" not in a + b)
+        pairs = dict.fromkeys(
+            f"{a.strip()}\t{b.strip()}" for a, b in zip(sources, lines) if a.strip() and b.strip() and "\t" not in a + b
+        )
         (out / f"{source_lang}-{lang}.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
         counts[lang] = len(pairs)
     return counts
@@ -60,12 +62,20 @@ class ParallelBatch:
         def move(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
-        return ParallelBatch(move(self.source_ids), move(self.source_mask), move(self.both_ids), move(self.both_mask),
-                             self.langs, move(self.not_negative), move(self.targets))
+        return ParallelBatch(
+            move(self.source_ids),
+            move(self.source_mask),
+            move(self.both_ids),
+            move(self.both_mask),
+            self.langs,
+            move(self.not_negative),
+            move(self.targets),
+        )
 
 
 def shared_sides(sources: list[str], targets: list[str]) -> torch.Tensor:
     """[B, B] bool: True where pairs i != j have the same source or the same translation."""
+
     def same(texts: list[str]) -> np.ndarray:
         ids = np.array([{t: k for k, t in enumerate(dict.fromkeys(texts))}[t] for t in texts])
         return ids[:, None] == ids[None, :]
@@ -102,9 +112,15 @@ class ParallelSampler:
 
     def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         multiple = PAD_MULTIPLE if self.max_length % PAD_MULTIPLE == 0 else None  # never past max_length
-        enc = self.tokenizer([self.prefix + t for t in texts], padding=True, truncation=True,
-                             max_length=self.max_length, pad_to_multiple_of=multiple, return_tensors="pt",
-                             return_token_type_ids=False)
+        enc = self.tokenizer(
+            [self.prefix + t for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            pad_to_multiple_of=multiple,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
         return enc["input_ids"], enc["attention_mask"]
 
     def batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> ParallelBatch:
@@ -115,7 +131,8 @@ class ParallelSampler:
         langs = dict(Counter(self.pairs.langs[i] for i in picked))
         if self.target_table is not None:
             empty = torch.zeros(len(picked), 0, dtype=torch.long)
-            return ParallelBatch(empty, empty, both_ids, both_mask, langs, shared_sides(sources, targets),
-                                 self.target_table(sources))
+            return ParallelBatch(
+                empty, empty, both_ids, both_mask, langs, shared_sides(sources, targets), self.target_table(sources)
+            )
         source_ids, source_mask = self._encode(sources)
         return ParallelBatch(source_ids, source_mask, both_ids, both_mask, langs, shared_sides(sources, targets))

@@ -41,8 +41,10 @@ HUB_COLUMNS = ("english", "non_english")
 MAX_SENTENCE_CHARS = 10_000
 SOURCE_LANG = "en"
 # An OPUS file of a pair: NAME.<a>-<b>.<side>[.gz]
-_OPUS = re.compile(r"^(?P<stem>.+)\.(?P<a>[a-z]{2,3}(?:_[A-Za-z]+)?)-(?P<b>[a-z]{2,3}(?:_[A-Za-z]+)?)"
-                   r"\.(?P<side>[a-z]{2,3}(?:_[A-Za-z]+)?)(?P<gz>\.gz)?$")
+_OPUS = re.compile(
+    r"^(?P<stem>.+)\.(?P<a>[a-z]{2,3}(?:_[A-Za-z]+)?)-(?P<b>[a-z]{2,3}(?:_[A-Za-z]+)?)"
+    r"\.(?P<side>[a-z]{2,3}(?:_[A-Za-z]+)?)(?P<gz>\.gz)?$"
+)
 # Control characters (C0 and C1 but tab and newline, which the formats use) never belong in a sentence.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
 
@@ -101,8 +103,9 @@ def _lines(path: Path) -> Iterator[str]:
             for line in handle:
                 yield line.rstrip("\r\n")
     except (UnicodeDecodeError, OSError, EOFError) as exc:
-        raise DataError(f"--parallel {path} cannot be read as UTF-8 text{' (gzip)' if path.suffix == '.gz' else ''}: "
-                        f"{exc}") from None
+        raise DataError(
+            f"--parallel {path} cannot be read as UTF-8 text{' (gzip)' if path.suffix == '.gz' else ''}: {exc}"
+        ) from None
 
 
 class _Collector:
@@ -146,8 +149,10 @@ def _read_opus(sides: tuple[str, str, Path, Path], into: _Collector) -> None:
     _, lang, source_file, target_file = sides
     for path in (source_file, target_file):
         if not path.is_file():
-            raise DataError(f"--parallel: {path.name} has no partner file {path} (OPUS file pairs: NAME.de-en.de "
-                            "and NAME.de-en.en, line i of one translating line i of the other)")
+            raise DataError(
+                f"--parallel: {path.name} has no partner file {path} (OPUS file pairs: NAME.de-en.de "
+                "and NAME.de-en.en, line i of one translating line i of the other)"
+            )
     number = 0
     sources, targets = _lines(source_file), _lines(target_file)
     while True:
@@ -155,8 +160,10 @@ def _read_opus(sides: tuple[str, str, Path, Path], into: _Collector) -> None:
         if source is None or target is None:
             if source is not None or target is not None:
                 longer = source_file if source is not None else target_file
-                raise DataError(f"--parallel: {source_file.name} and {target_file.name} do not line up: {longer.name} "
-                                f"has more than {number} lines; line-aligned files need equal line counts")
+                raise DataError(
+                    f"--parallel: {source_file.name} and {target_file.name} do not line up: {longer.name} "
+                    f"has more than {number} lines; line-aligned files need equal line counts"
+                )
             return
         number += 1
         if source.strip() or target.strip():
@@ -166,18 +173,23 @@ def _read_opus(sides: tuple[str, str, Path, Path], into: _Collector) -> None:
 def _read_hub(spec: str, into: _Collector) -> None:
     from mlminilm.io import hub
 
-    dataset, _, configs = spec[len(HUB_PREFIX):].partition(":")
+    dataset, _, configs = spec[len(HUB_PREFIX) :].partition(":")
     instead = "download the pairs and pass a TSV file or OPUS file pair"
     if not dataset:
-        raise DataError(f"--parallel {spec}: name a dataset, e.g. "
-                        "hf:sentence-transformers/parallel-sentences-talks:en-de")
+        raise DataError(
+            f"--parallel {spec}: name a dataset, e.g. hf:sentence-transformers/parallel-sentences-talks:en-de"
+        )
     datasets = hub.import_datasets()
     if datasets is None:
-        raise DataError(f"cannot stream Hub dataset {dataset} for --parallel ({hub.MISSING_DATASETS}): "
-                        f"{hub.HUB_EXTRA}, or {instead}")
+        raise DataError(
+            f"cannot stream Hub dataset {dataset} for --parallel ({hub.MISSING_DATASETS}): "
+            f"{hub.HUB_EXTRA}, or {instead}"
+        )
     if hub.offline():
-        raise DataError(f"cannot stream Hub dataset {dataset} for --parallel (HF_HUB_OFFLINE=1 is set and streaming "
-                        f"needs the network); unset it, or {instead}")
+        raise DataError(
+            f"cannot stream Hub dataset {dataset} for --parallel (HF_HUB_OFFLINE=1 is set and streaming "
+            f"needs the network); unset it, or {instead}"
+        )
     for config in configs.split(",") if configs else [None]:
         lang = config.split("-", 1)[1] if config and re.fullmatch(r"[a-z]{2,3}-[a-z]{2,3}(?:[-_]\w+)?", config) else "?"
         try:
@@ -185,17 +197,21 @@ def _read_hub(spec: str, into: _Collector) -> None:
             for number, row in enumerate(rows, 1):
                 missing = [c for c in HUB_COLUMNS if not isinstance(row.get(c), str)]
                 if missing:
-                    raise DataError(f"--parallel {spec}: row {number} has no string column {', '.join(missing)} "
-                                    f"(columns: {', '.join(row)}); the parallel-sentences layout has "
-                                    f"{' and '.join(HUB_COLUMNS)}")
+                    raise DataError(
+                        f"--parallel {spec}: row {number} has no string column {', '.join(missing)} "
+                        f"(columns: {', '.join(row)}); the parallel-sentences layout has "
+                        f"{' and '.join(HUB_COLUMNS)}"
+                    )
                 into.add(row["english"], [row["non_english"]], lang)
         except DataError:
             raise
         except Exception as exc:  # noqa: BLE001 - offline, unknown name, auth: one remedy
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DataError(f"cannot stream Hub dataset {dataset}{f':{config}' if config else ''} for --parallel "
-                            f"({reason}); check the network and the name ({hub.unreachable_hint()}), "
-                            f"or {instead}") from None
+            raise DataError(
+                f"cannot stream Hub dataset {dataset}{f':{config}' if config else ''} for --parallel "
+                f"({reason}); check the network and the name ({hub.unreachable_hint()}), "
+                f"or {instead}"
+            ) from None
 
 
 def _sources_of(path: Path) -> list[object]:
@@ -207,9 +223,11 @@ def _sources_of(path: Path) -> list[object]:
         if sides is not None:
             return [sides]
         if not path.name.endswith(SUFFIXES):
-            raise DataError(f"--parallel {path}: not a parallel-text file (TSV: "
-                            f"{', '.join('*' + s for s in SUFFIXES)}; "
-                            "OPUS pairs: NAME.de-en.de + NAME.de-en.en)")
+            raise DataError(
+                f"--parallel {path}: not a parallel-text file (TSV: "
+                f"{', '.join('*' + s for s in SUFFIXES)}; "
+                "OPUS pairs: NAME.de-en.de + NAME.de-en.en)"
+            )
         return [path]
     found: list[object] = []
     pairs_seen = set()
@@ -222,8 +240,10 @@ def _sources_of(path: Path) -> list[object]:
         elif p.name.endswith(SUFFIXES):
             found.append(p)
     if not found:
-        raise DataError(f"--parallel {path} holds no parallel-text files ({', '.join('*' + s for s in SUFFIXES)}, "
-                        "or OPUS file pairs NAME.de-en.de + NAME.de-en.en)")
+        raise DataError(
+            f"--parallel {path} holds no parallel-text files ({', '.join('*' + s for s in SUFFIXES)}, "
+            "or OPUS file pairs NAME.de-en.de + NAME.de-en.en)"
+        )
     return found
 
 
@@ -252,10 +272,16 @@ def read_parallel(spec) -> ParallelPairs:
                 _read_tsv(source, into)
     found = into.pairs()
     if not found.sources:
-        raise DataError(f"--parallel {spec} holds no sentence pairs (each line: a sentence, a tab, its translation"
-                        f"{f'; {found.skipped} line(s) had no translation' if found.skipped else ''})")
+        raise DataError(
+            f"--parallel {spec} holds no sentence pairs (each line: a sentence, a tab, its translation"
+            f"{f'; {found.skipped} line(s) had no translation' if found.skipped else ''})"
+        )
     _check_langs(found.langs, spec)
     if found.cut:
-        log.warning("--parallel %s: %d sentence(s) longer than %d characters cut to that length", spec, found.cut,
-                    MAX_SENTENCE_CHARS)
+        log.warning(
+            "--parallel %s: %d sentence(s) longer than %d characters cut to that length",
+            spec,
+            found.cut,
+            MAX_SENTENCE_CHARS,
+        )
     return found

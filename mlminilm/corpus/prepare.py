@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import PrepareConfig
 from mlminilm.corpus import readers
@@ -30,6 +29,7 @@ from mlminilm.corpus.pretokenised import TextShape
 from mlminilm.corpus.shards import SHARDS_DIR, ShardWriter
 from mlminilm.corpus.workers import TokenizerPool
 from mlminilm.errors import ConfigError, MlminilmError, Problems
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -132,7 +132,9 @@ def _check_out(claim, overwrite: bool, inputs: list) -> None:
     if claim.out.exists() and not claim.out.is_dir():
         raise ConfigError(f"--out {out} is a file; name a directory")
     refuse_overlap(claim.out, inputs)
-    claim.check(overwrite, f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another")
+    claim.check(
+        overwrite, f"--out {out} is not empty; pass --overwrite to replace its prepared data, or choose another"
+    )
 
 
 def _load_tokenizer(teacher: str):
@@ -148,7 +150,11 @@ def _load_tokenizer(teacher: str):
         from mlminilm.io import hub
 
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        where = "check the path" if Path(teacher).exists() else f"or a hub id with the network on ({hub.unreachable_hint()})"
+        where = (
+            "check the path"
+            if Path(teacher).exists()
+            else f"or a hub id with the network on ({hub.unreachable_hint()})"
+        )
         raise ConfigError(
             f"cannot load a tokenizer from --teacher {teacher} ({reason}); pass a local model or tokenizer "
             f"directory, {where}"
@@ -187,7 +193,9 @@ def _judge_shape(lang: str, shape: TextShape, stats: LanguageStats) -> None:
     if stats.pretokenised:
         log.warning(
             "%s: the text looks pre-tokenised (%s); distil on running text (e.g. XNLI sentences, MLQA or TyDiQA "
-            "contexts), not word-split fragments such as wikiann", lang, stats.pretokenised,
+            "contexts), not word-split fragments such as wikiann",
+            lang,
+            stats.pretokenised,
         )
 
 
@@ -220,7 +228,11 @@ class _PackedWriter:
         s.shards = self.shards.close()
         log.info(
             "%s: %s documents, %s tokens, %s sequences in %d shard(s)",
-            self.shards.lang, f"{s.documents:,}", f"{s.tokens:,}", f"{s.sequences:,}", len(s.shards),
+            self.shards.lang,
+            f"{s.documents:,}",
+            f"{s.tokens:,}",
+            f"{s.sequences:,}",
+            len(s.shards),
         )
         self.shards = None
 

@@ -88,7 +88,9 @@ class HubSource:
         instead = "download the text and pass it as --input LANG=PATH"
         datasets = hub.import_datasets()
         if datasets is None:
-            raise DataError(f"cannot stream Hub dataset {self.name} ({hub.MISSING_DATASETS}): {hub.HUB_EXTRA}, or {instead}")
+            raise DataError(
+                f"cannot stream Hub dataset {self.name} ({hub.MISSING_DATASETS}): {hub.HUB_EXTRA}, or {instead}"
+            )
         if hub.offline():  # streaming always asks the Hub: fail before any request is tried
             raise DataError(
                 f"cannot stream Hub dataset {self.name} (HF_HUB_OFFLINE=1 is set and streaming needs the network); "
@@ -195,8 +197,10 @@ def resolve_inputs(specs: tuple[str, ...], wanted: tuple[str, ...], text_field: 
         problems.append(str(exc))
     missing = sorted(set(wanted) - set(by_lang))
     if missing and not problems:
-        problems.append(f"--langs {','.join(missing)}: no input holds these languages "
-                        f"(the inputs hold: {', '.join(sorted(found)) or 'no language files'})")
+        problems.append(
+            f"--langs {','.join(missing)}: no input holds these languages "
+            f"(the inputs hold: {', '.join(sorted(found)) or 'no language files'})"
+        )
     if not problems:
         for sources in by_lang.values():
             for source in sources:

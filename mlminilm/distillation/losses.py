@@ -85,16 +85,18 @@ def _token_mean(per_token: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return ((per_token * m).sum(1) / m.sum(1).clamp(min=1.0)).mean()
 
 
-def hidden_cosine(teacher_hidden: torch.Tensor, student_hidden: torch.Tensor,
-                  attention_mask: torch.Tensor | None) -> torch.Tensor:
+def hidden_cosine(
+    teacher_hidden: torch.Tensor, student_hidden: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     """1 - cos(h_T, h_S) of each real token's last hidden state, averaged over tokens then sequences."""
     t, s = teacher_hidden.float(), student_hidden.float()
     cos = torch.nn.functional.cosine_similarity(s, t, dim=-1, eps=1e-8)
     return _token_mean(1.0 - cos, attention_mask)
 
 
-def hidden_mse(teacher_hidden: torch.Tensor, student_hidden: torch.Tensor,
-               attention_mask: torch.Tensor | None) -> torch.Tensor:
+def hidden_mse(
+    teacher_hidden: torch.Tensor, student_hidden: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
     """Mean squared error over the hidden dimension of each real token (TinyBERT's hidden-state loss, no
     projection), averaged over tokens then sequences."""
     t, s = teacher_hidden.float(), student_hidden.float()
@@ -109,8 +111,9 @@ def embedding_mse(teacher_embedding: torch.Tensor, student_embedding: torch.Tens
     return (s - t).pow(2).sum(-1).mean()
 
 
-def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None, modes: tuple[str, ...],
-                       normalize: bool) -> torch.Tensor:
+def sentence_embedding(
+    hidden: torch.Tensor, attention_mask: torch.Tensor | None, modes: tuple[str, ...], normalize: bool
+) -> torch.Tensor:
     """The sentence-transformers embedding of a model's last hidden states: its Pooling modes, then Normalize."""
     from mlminilm.models.pooling import pool
 
@@ -118,8 +121,9 @@ def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None
     return torch.nn.functional.normalize(vectors, dim=-1, eps=1e-12) if normalize else vectors
 
 
-def translation_ranking(sources: torch.Tensor, translations: torch.Tensor, temperature: float,
-                        not_negative: torch.Tensor | None = None) -> torch.Tensor:
+def translation_ranking(
+    sources: torch.Tensor, translations: torch.Tensor, temperature: float, not_negative: torch.Tensor | None = None
+) -> torch.Tensor:
     """In-batch translation ranking (the contrastive loss LaBSE and LEALLA train on, without their margin): each
     source embedding [B, H] must rank its own translation first among the batch's B translations by cosine
     similarity over `temperature`, and each translation its own source (cross-entropy, both directions averaged).

@@ -10,7 +10,6 @@ from torch import nn
 
 from mlminilm.config import DistillConfig
 from mlminilm.distillation.capture import layer_qkv, qkv_and_output
-from mlminilm.models.layers import base_model
 from mlminilm.distillation.losses import embedding_mse, sentence_embedding, translation_ranking
 from mlminilm.distillation.terms import (  # noqa: F401 (weighted_loss, uses_running_text: this module's names too)
     TERMS,
@@ -21,6 +20,7 @@ from mlminilm.distillation.terms import (  # noqa: F401 (weighted_loss, uses_run
     uses_running_text,
     weighted_loss,
 )
+from mlminilm.models.layers import base_model
 
 
 class StudentQKV(nn.Module):
@@ -63,8 +63,14 @@ class EmbeddingHead:
 RELATION_TERMS = tuple(t.name for t in TERMS.values() if t.weight == "relation_loss_weight")
 
 
-def parallel_terms(target: torch.Tensor, s_hidden: torch.Tensor, both_mask: torch.Tensor, head: EmbeddingHead,
-                   cfg: DistillConfig, not_negative: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def parallel_terms(
+    target: torch.Tensor,
+    s_hidden: torch.Tensor,
+    both_mask: torch.Tensor,
+    head: EmbeddingHead,
+    cfg: DistillConfig,
+    not_negative: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """The terms on parallel pairs, from the teacher's embedding of the B sources (`target`, [B, H], no gradient)
     and the student's last hidden states of the sources then the translations (`s_hidden`, [2B, T, H]):
 
@@ -88,9 +94,16 @@ def teacher_embedding(teacher: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     return sentence_embedding(last_hidden(teacher, ids, mask), mask, head.modes, head.normalize)
 
 
-def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Module, input_ids: torch.Tensor,
-                  mask: torch.Tensor | None, cfg: DistillConfig, head: EmbeddingHead | None = None,
-                  pairs=None) -> dict[str, torch.Tensor]:
+def distill_terms(
+    teacher: nn.Module,
+    teacher_layer: int,
+    student_forward: nn.Module,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor | None,
+    cfg: DistillConfig,
+    head: EmbeddingHead | None = None,
+    pairs=None,
+) -> dict[str, torch.Tensor]:
     """The loss terms of one micro-batch (every row of terms.TERMS that is on): the teacher's Q/K/V (no gradient)
     against the student's, and with an output term on, the last hidden states and the sentence embedding
     (`head`); with `pairs` (a corpus.parallel.ParallelBatch), the pairs terms.
@@ -114,8 +127,11 @@ def distill_terms(teacher: nn.Module, teacher_layer: int, student_forward: nn.Mo
         else:
             t_qkv = layer_qkv(teacher, input_ids, mask, teacher_layer)
         if pairs is not None:  # the teacher's embeddings of the sources: from the target cache, or computed here
-            t_pairs = pairs.targets if pairs.targets is not None else teacher_embedding(
-                teacher, pairs.source_ids, pairs.source_mask, head)
+            t_pairs = (
+                pairs.targets
+                if pairs.targets is not None
+                else teacher_embedding(teacher, pairs.source_ids, pairs.source_mask, head)
+            )
     s_pairs = None
     if pairs is not None:
         found, s_pairs = student_forward(input_ids, mask, pairs.both_ids, pairs.both_mask)

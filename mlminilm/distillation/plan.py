@@ -73,8 +73,9 @@ def teacher_layer(cfg: DistillConfig, depth: int) -> int:
     return cfg.teacher_layer + depth if cfg.teacher_layer < 0 else cfg.teacher_layer
 
 
-def resolve_output_terms(cfg: DistillConfig, teacher_config, sentence: SentenceTransformerSetup | None
-                         ) -> DistillConfig:
+def resolve_output_terms(
+    cfg: DistillConfig, teacher_config, sentence: SentenceTransformerSetup | None
+) -> DistillConfig:
     """The config with --hidden-loss-weight / --embedding-loss-weight auto (None) decided: OUTPUT_TERMS_WEIGHT for
     a sentence-transformers teacher of the student's width (what its users use it for is its embedding), else 0,
     the pure MiniLM objective. Explicit weights are kept as given (and checked later)."""
@@ -88,8 +89,11 @@ def resolve_output_terms(cfg: DistillConfig, teacher_config, sentence: SentenceT
         embedding_loss_weight=weight if cfg.embedding_loss_weight is None else cfg.embedding_loss_weight,
     )
     if on:
-        log.info("output terms on (auto: a sentence-transformers teacher of the student's width): hidden %g, "
-                 "embedding %g", resolved.hidden_loss_weight, resolved.embedding_loss_weight)
+        log.info(
+            "output terms on (auto: a sentence-transformers teacher of the student's width): hidden %g, embedding %g",
+            resolved.hidden_loss_weight,
+            resolved.embedding_loss_weight,
+        )
     return resolved
 
 
@@ -106,15 +110,22 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     if st is None:
         raise ConfigError(
             f"--embedding-loss-weight needs a sentence-transformers teacher (modules.json with a Pooling module); "
-            f"teacher '{cfg.teacher}' has none: use --hidden-loss-weight instead, or set --embedding-loss-weight 0")
+            f"teacher '{cfg.teacher}' has none: use --hidden-loss-weight instead, or set --embedding-loss-weight 0"
+        )
     bad = [m for m in st.pooling if m not in POOLING_MODES]
     if bad:
-        raise ConfigError(f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding and parallel "
-                          f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
-                          "leave out --parallel")
+        raise ConfigError(
+            f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding and parallel "
+            f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
+            "leave out --parallel"
+        )
     if st.not_applied:
-        log.warning("teacher %s has %s after its pooling: the embedding term compares the pooled (and normalised) "
-                    "vectors before them", cfg.teacher, ", ".join(st.not_applied))
+        log.warning(
+            "teacher %s has %s after its pooling: the embedding term compares the pooled (and normalised) "
+            "vectors before them",
+            cfg.teacher,
+            ", ".join(st.not_applied),
+        )
     return EmbeddingHead(tuple(st.pooling), st.normalize)
 
 
@@ -131,8 +142,11 @@ def objective_summary(plan: DistillPlan) -> str:
     cfg, head = plan.cfg, plan.head
     parts = []
     if cfg.relation_loss_weight > 0:
-        relations = ("MiniLM attention + value relations" if cfg.objective == "minilm"
-                     else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads")
+        relations = (
+            "MiniLM attention + value relations"
+            if cfg.objective == "minilm"
+            else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"
+        )
         parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
     if cfg.hidden_loss_weight:
         parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
@@ -140,11 +154,15 @@ def objective_summary(plan: DistillPlan) -> str:
     if cfg.embedding_loss_weight and head is not None:
         parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
     if cfg.parallel_term and head is not None and cfg.parallel_loss_weight > 0:
-        parts.append(f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
-                     f"teacher's sentence; {how}; prefix {plan.prefix!r})")
+        parts.append(
+            f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
+            f"teacher's sentence; {how}; prefix {plan.prefix!r})"
+        )
     if cfg.parallel_term and head is not None and cfg.parallel_contrastive_weight > 0:
-        parts.append(f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
-                     f"temperature {cfg.parallel_temperature:g}; {how})")
+        parts.append(
+            f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
+            f"temperature {cfg.parallel_temperature:g}; {how})"
+        )
     return " + ".join(parts)
 
 
@@ -160,8 +178,9 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
         "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
         "init": cfg.init,
-        "init_layers": (f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None
-                        else None),
+        "init_layers": (
+            f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None else None
+        ),
         "data": str(cfg.data),
         "languages": ", ".join(data.languages),
         "alpha": cfg.alpha,

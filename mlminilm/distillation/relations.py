@@ -134,7 +134,9 @@ class _RowKL(torch.autograd.Function):
         return None, difference * grad_row.unsqueeze(-1), None
 
 
-def relation_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def relation_kl(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Batch mean of 1/(heads |x|) sum_heads sum_real_queries KL(softmax(teacher) || softmax(student)).
 
     Logits: [batch, heads, seq, seq]; attention_mask: [batch, seq] with 1 for real tokens. Padded keys get
@@ -243,16 +245,24 @@ class _ChunkedRelationKL(torch.autograd.Function):
             grad = (grad_x + grad_y) if want_x else None
             return None, None, merge_heads(grad).to(sx.dtype) if grad is not None else None, None, None, None, None
         return (
-            None, None,
+            None,
+            None,
             merge_heads(grad_x).to(sx.dtype) if want_x else None,
             merge_heads(grad_y).to(sy.dtype) if want_y else None,
-            None, None, None,
+            None,
+            None,
+            None,
         )
 
 
 def relation_loss(
-    teacher_x: torch.Tensor, teacher_y: torch.Tensor, student_x: torch.Tensor, student_y: torch.Tensor,
-    attention_mask: torch.Tensor, heads: int, chunk: int | None = None,
+    teacher_x: torch.Tensor,
+    teacher_y: torch.Tensor,
+    student_x: torch.Tensor,
+    student_y: torch.Tensor,
+    attention_mask: torch.Tensor,
+    heads: int,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """relation_kl(relation_logits(teacher_x, teacher_y), relation_logits(student_x, student_y)) without
     materialising the [batch, heads, seq, seq] logits: `chunk` heads at a time (default: `auto_chunk`).

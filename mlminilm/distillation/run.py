@@ -25,8 +25,14 @@ from mlminilm.corpus.sampling import BatchSampler
 from mlminilm.distillation.objective import EmbeddingHead, StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
 from mlminilm.distillation.terms import logged, uses_running_text, weighted_loss
-from mlminilm.models.student import (build_student, freeze_bottom_layers, freeze_unused, freeze_word_embeddings,
-                                     init_from_teacher, student_config)
+from mlminilm.models.student import (
+    build_student,
+    freeze_bottom_layers,
+    freeze_unused,
+    freeze_word_embeddings,
+    init_from_teacher,
+    student_config,
+)
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
@@ -79,8 +85,11 @@ class Models:
 def execute(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks) -> DistillResult:
     """The run of `plan` on `rt`: load, train, export (or export the initialised student with --max-steps 0)."""
     cfg = plan.cfg
-    record = training.run_record(cfg, rt, {"teacher_model_type": plan.teacher_config.model_type,
-                                           "data_manifest": plan.data.manifest.get("tokenizer")})
+    record = training.run_record(
+        cfg,
+        rt,
+        {"teacher_model_type": plan.teacher_config.model_type, "data_manifest": plan.data.manifest.get("tokenizer")},
+    )
     if cfg.resume:
         training.check_resume_compatible(where.out, record, where.resume_keys, write=rt.is_main)
     models = _load_models(plan, rt, hooks, record)
@@ -95,8 +104,7 @@ def _load_models(plan: DistillPlan, rt: training.Runtime, hooks: Hooks, record: 
     cfg = plan.cfg
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
     # layer, or whole when an output term needs its last hidden states.
-    teacher, _ = hooks.load_teacher(cfg.teacher, -1 if plan.trains_output else cfg.teacher_layer, rt.dtype,
-                                    rt.device)
+    teacher, _ = hooks.load_teacher(cfg.teacher, -1 if plan.trains_output else cfg.teacher_layer, rt.dtype, rt.device)
     s_config = student_config(plan.teacher_config, cfg.shape, cfg.dropout)
     student = build_student(s_config, cfg.seed)
     picked = None
@@ -111,8 +119,15 @@ def _load_models(plan: DistillPlan, rt: training.Runtime, hooks: Hooks, record: 
     summary = objective_summary(plan)
     log.info(
         "teacher %s: distilling layer %d (%s); student %dx%d, %d heads, %.1fM trainable parameters (%.1fM unused "
-        "by the loss, frozen)", cfg.teacher, plan.teacher_layer, summary, cfg.layers, cfg.hidden,
-        cfg.heads, sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6, frozen / 1e6,
+        "by the loss, frozen)",
+        cfg.teacher,
+        plan.teacher_layer,
+        summary,
+        cfg.layers,
+        cfg.hidden,
+        cfg.heads,
+        sum(p.numel() for p in student.parameters() if p.requires_grad) / 1e6,
+        frozen / 1e6,
     )
     probe = None
     if hooks.make_probe is not None and rt.is_main:
@@ -122,8 +137,11 @@ def _load_models(plan: DistillPlan, rt: training.Runtime, hooks: Hooks, record: 
     record["init_layers"] = picked
     record["objective"] = summary
     if pairs is not None:
-        record["parallel_pairs"] = {"pairs": len(pairs.pairs), "skipped_lines": pairs.pairs.skipped,
-                                    "languages": pairs.pairs.lang_counts()}
+        record["parallel_pairs"] = {
+            "pairs": len(pairs.pairs),
+            "skipped_lines": pairs.pairs.skipped,
+            "languages": pairs.pairs.lang_counts(),
+        }
     return Models(teacher, student, picked, probe, pairs, record)
 
 
@@ -131,14 +149,20 @@ def sampler_of_pairs(plan: DistillPlan) -> ParallelSampler:
     """The parallel term's pairs and their per-step draw (logged: how many, in which languages)."""
     cfg, found = plan.cfg, plan.pairs
     langs = ", ".join(f"{k} {v:,}" for k, v in found.lang_counts().items())
-    log.info("parallel term: %s pairs from %s (%s), prefix %r%s", f"{len(found):,}", cfg.parallel, langs, plan.prefix,
-             f"; {found.skipped} line(s) without a translation skipped" if found.skipped else "")
-    return ParallelSampler(found, plan.tokenizer, prefix=plan.prefix, max_length=cfg.parallel_max_length,
-                           seed=cfg.seed)
+    log.info(
+        "parallel term: %s pairs from %s (%s), prefix %r%s",
+        f"{len(found):,}",
+        cfg.parallel,
+        langs,
+        plan.prefix,
+        f"; {found.skipped} line(s) without a translation skipped" if found.skipped else "",
+    )
+    return ParallelSampler(found, plan.tokenizer, prefix=plan.prefix, max_length=cfg.parallel_max_length, seed=cfg.seed)
 
 
-def resolve_batch(plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module,
-                  distill_terms: Callable) -> BatchPlan:
+def resolve_batch(
+    plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
+) -> BatchPlan:
     """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
     distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
     cfg = plan.cfg
@@ -186,8 +210,14 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
     forward = StudentQKV(models.student, outputs=plan.reads_output)
     batch = resolve_batch(plan, rt, models.teacher, forward, hooks.distill_terms)
     if batch.how != "given":
-        log.info("batch: %d sequences per step = %d per micro-batch x %d accumulation x %d process(es) (%s)",
-                 batch.global_batch, batch.micro_batch, batch.grad_accum, rt.world, batch.how)
+        log.info(
+            "batch: %d sequences per step = %d per micro-batch x %d accumulation x %d process(es) (%s)",
+            batch.global_batch,
+            batch.micro_batch,
+            batch.grad_accum,
+            rt.world,
+            batch.how,
+        )
     run_cfg = replace(cfg, batch_size=batch.micro_batch, grad_accum=batch.grad_accum, global_batch=None)
     compiled = cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda")
     models.record["batch"] = batch.to_dict()
@@ -208,15 +238,34 @@ def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, 
     workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
     running_text = uses_running_text(cfg)
     # With only the parallel term on, the running text is not read at all.
-    loader = contextlib.nullcontext() if not running_text else make_loader(
-        plan.data, sampler, batch_size=batch.micro_batch, accum=batch.grad_accum, rank=rt.rank, world=rt.world,
-        pad_id=plan.data.tokenizer.get("pad_token_id"), start_step=start, max_steps=cfg.max_steps, workers=workers,
-        pin_memory=default_pin_memory(rt.device.type),
+    loader = (
+        contextlib.nullcontext()
+        if not running_text
+        else make_loader(
+            plan.data,
+            sampler,
+            batch_size=batch.micro_batch,
+            accum=batch.grad_accum,
+            rank=rt.rank,
+            world=rt.world,
+            pad_id=plan.data.tokenizer.get("pad_token_id"),
+            start_step=start,
+            max_steps=cfg.max_steps,
+            workers=workers,
+            pin_memory=default_pin_memory(rt.device.type),
+        )
     )
-    step = _Step(plan, rt, models, state.model, batch, iter(loader) if running_text else None,
-                 # Compiled: the student's forward, the teacher's capture and the loss as graphs (static shapes:
-                 # packed sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
-                 torch.compile(hooks.distill_terms, dynamic=False) if compiled else hooks.distill_terms)
+    step = _Step(
+        plan,
+        rt,
+        models,
+        state.model,
+        batch,
+        iter(loader) if running_text else None,
+        # Compiled: the student's forward, the teacher's capture and the loss as graphs (static shapes:
+        # packed sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
+        torch.compile(hooks.distill_terms, dynamic=False) if compiled else hooks.distill_terms,
+    )
     if start >= cfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
 
@@ -231,28 +280,50 @@ def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, 
     t0 = time.perf_counter()
     with loader:
         result = training.run_steps(
-            training.Steps(run_cfg, rt, state.model, models.student, state.optimizer, state.scheduler, step.compute,
-                           start, state.scaler),
-            training.Reporting(where.out, state.metrics, description=f"distill {where.title}", on_log=step.on_log,
-                               checkpoint_state=lambda at: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
-                               probe=run_probe if cfg.probe_tatoeba is not None else None,
-                               probe_every=cfg.probe_every),
+            training.Steps(
+                run_cfg,
+                rt,
+                state.model,
+                models.student,
+                state.optimizer,
+                state.scheduler,
+                step.compute,
+                start,
+                state.scaler,
+            ),
+            training.Reporting(
+                where.out,
+                state.metrics,
+                description=f"distill {where.title}",
+                on_log=step.on_log,
+                checkpoint_state=lambda at: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
+                probe=run_probe if cfg.probe_tatoeba is not None else None,
+                probe_every=cfg.probe_every,
+            ),
         )
     mix = step.mix()
     if rt.is_main:
         if mix:
             log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
         card = card_info(plan, where.title, models.picked)
-        card.update({
-            "batch": f"{batch.micro_batch} x {batch.grad_accum} accumulation x {rt.world} processes",
-            "final_loss": result.last_loss,
-        })
+        card.update(
+            {
+                "batch": f"{batch.micro_batch} x {batch.grad_accum} accumulation x {rt.world} processes",
+                "final_loss": result.last_loss,
+            }
+        )
         hooks.export_model(models.student, plan.tokenizer, where.export_dir, card, sentence_teacher=cfg.teacher)
         log.info("student exported to %s", where.export_dir)
     rt.barrier()
     return DistillResult(
-        where.out, where.export_dir, cfg.max_steps, result.first_loss, result.last_loss, result.tokens_per_s,
-        time.perf_counter() - t0, mix,
+        where.out,
+        where.export_dir,
+        cfg.max_steps,
+        result.first_loss,
+        result.last_loss,
+        result.tokens_per_s,
+        time.perf_counter() - t0,
+        mix,
     )
 
 
@@ -260,8 +331,16 @@ class _Step:
     """One micro-batch of the running text and the pairs through the terms (`compute`), and the language mix
     of the logged steps (`on_log`)."""
 
-    def __init__(self, plan: DistillPlan, rt: training.Runtime, models: Models, model: nn.Module,
-                 batch: BatchPlan, batches, terms_fn: Callable):
+    def __init__(
+        self,
+        plan: DistillPlan,
+        rt: training.Runtime,
+        models: Models,
+        model: nn.Module,
+        batch: BatchPlan,
+        batches,
+        terms_fn: Callable,
+    ):
         self.plan, self.rt, self.models, self.model, self.batch = plan, rt, models, model, batch
         self.batches, self.terms_fn = batches, terms_fn
         self.mix_total: Counter = Counter()
@@ -283,8 +362,16 @@ class _Step:
             pair_batch = pair_batch.to(rt.device, non_blocking=True)
         # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
         # so no step reads the device to find out, and unpadded steps skip every masking pass.
-        parts = self.terms_fn(self.models.teacher, plan.teacher_layer, self.model, batch and batch.input_ids,
-                              batch and batch.attention_mask, plan.cfg, plan.head, pair_batch)
+        parts = self.terms_fn(
+            self.models.teacher,
+            plan.teacher_layer,
+            self.model,
+            batch and batch.input_ids,
+            batch and batch.attention_mask,
+            plan.cfg,
+            plan.head,
+            pair_batch,
+        )
         loss = weighted_loss(parts, plan.cfg)
         return training.StepOutput(loss, logged(parts), tokens, info)
 
@@ -301,17 +388,35 @@ class _Step:
         return {k: round(v / total, 4) for k, v in sorted(self.mix_total.items())}
 
 
-def fill_target_cache(pairs: ParallelSampler, teacher: nn.Module, head: EmbeddingHead, cfg: DistillConfig,
-                      rt: training.Runtime, out: Path, start: int, plan: BatchPlan) -> None:
+def fill_target_cache(
+    pairs: ParallelSampler,
+    teacher: nn.Module,
+    head: EmbeddingHead,
+    cfg: DistillConfig,
+    rt: training.Runtime,
+    out: Path,
+    start: int,
+    plan: BatchPlan,
+) -> None:
     """The teacher's embedding of every source sentence steps [start, max_steps) will draw, from the cache or
     computed once now (rank 0; the other ranks read what it wrote), so that no step runs the teacher on pairs."""
     from mlminilm.distillation import targets
 
     root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
     texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
-    pairs.target_table = targets.prepare(root, teacher, pairs.tokenizer, texts, head.modes, head.normalize,
-                                         prefix=pairs.prefix, max_length=pairs.max_length, device=rt.device,
-                                         is_main=rt.is_main, barrier=rt.barrier)
+    pairs.target_table = targets.prepare(
+        root,
+        teacher,
+        pairs.tokenizer,
+        texts,
+        head.modes,
+        head.normalize,
+        prefix=pairs.prefix,
+        max_length=pairs.max_length,
+        device=rt.device,
+        is_main=rt.is_main,
+        barrier=rt.barrier,
+    )
 
 
 def _write_run_record(out: Path, record: dict, rt: training.Runtime) -> None:
@@ -328,13 +433,18 @@ def _run_probe(probe, student: nn.Module, rt: training.Runtime, step: int) -> di
     if probe is None:
         return None
     found = probe(student, rt)
-    log.info("probe at step %d: Tatoeba xx->en %.2f (%s)", step, found["probe_tatoeba_xx_to_en"],
-             ", ".join(f"{k} {v['xx_to_en']:.1f}" for k, v in found["probe_tatoeba"].items()))
+    log.info(
+        "probe at step %d: Tatoeba xx->en %.2f (%s)",
+        step,
+        found["probe_tatoeba_xx_to_en"],
+        ", ".join(f"{k} {v['xx_to_en']:.1f}" for k, v in found["probe_tatoeba"].items()),
+    )
     return found
 
 
-def _export_initialised(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks,
-                        models: Models) -> DistillResult:
+def _export_initialised(
+    plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, models: Models
+) -> DistillResult:
     """--max-steps 0: the initialised student, exported untrained (to evaluate a starting point before spending
     compute), with its run record, and the step-0 probe when one is asked for."""
     t0 = time.perf_counter()
@@ -345,8 +455,14 @@ def _export_initialised(plan: DistillPlan, rt: training.Runtime, where: Where, h
             if found:
                 metrics.write({"step": 0, **found, "train_s": 0.0})
         card = card_info(plan, where.title, models.picked)
-        hooks.export_model(models.student, plan.tokenizer, where.export_dir, card, sentence_teacher=plan.cfg.teacher,
-                           summary="Initialised only (--max-steps 0): no distillation step was taken.")
+        hooks.export_model(
+            models.student,
+            plan.tokenizer,
+            where.export_dir,
+            card,
+            sentence_teacher=plan.cfg.teacher,
+            summary="Initialised only (--max-steps 0): no distillation step was taken.",
+        )
         log.info("initialised student (no training) exported to %s", where.export_dir)
     rt.barrier()
     return DistillResult(where.out, where.export_dir, 0, None, None, 0.0, time.perf_counter() - t0, {})

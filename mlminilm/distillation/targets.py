@@ -57,8 +57,14 @@ def module_digest(module: nn.Module) -> str:
 
 def fingerprint(teacher_digest: str, modes: tuple[str, ...], normalize: bool, prefix: str, max_length: int) -> dict:
     """What decides a target besides its text; `id` names the cache subdirectory."""
-    facts = {"format": FORMAT, "teacher": teacher_digest, "pooling": list(modes), "normalize": normalize,
-             "prefix": prefix, "max_length": max_length}
+    facts = {
+        "format": FORMAT,
+        "teacher": teacher_digest,
+        "pooling": list(modes),
+        "normalize": normalize,
+        "prefix": prefix,
+        "max_length": max_length,
+    }
     facts["id"] = hashlib.blake2b(json.dumps(facts, sort_keys=True).encode(), digest_size=12).hexdigest()
     return facts
 
@@ -91,9 +97,15 @@ class TargetStore:
                 with safe_open(str(part), framework="np") as f:
                     digest = (f.metadata() or {}).get("digest")
                     keys, vectors = f.get_tensor("keys"), f.get_tensor("vectors")
-                ok = (digest == _part_digest(keys, vectors) and keys.ndim == 2 and keys.shape[1] == KEY_BYTES
-                      and vectors.ndim == 2 and len(keys) == len(vectors) and vectors.dtype == np.float32
-                      and (self.dim is None or vectors.shape[1] == self.dim))
+                ok = (
+                    digest == _part_digest(keys, vectors)
+                    and keys.ndim == 2
+                    and keys.shape[1] == KEY_BYTES
+                    and vectors.ndim == 2
+                    and len(keys) == len(vectors)
+                    and vectors.dtype == np.float32
+                    and (self.dim is None or vectors.shape[1] == self.dim)
+                )
             except Exception:  # safetensors raises its own error types for a truncated or garbled file
                 ok = False
             if not ok:
@@ -153,8 +165,17 @@ class TargetTable:
 
 
 @torch.no_grad()
-def embed_sources(teacher: nn.Module, tokenizer, texts: list[str], *, prefix: str, max_length: int,
-                  modes: tuple[str, ...], normalize: bool, device) -> np.ndarray:
+def embed_sources(
+    teacher: nn.Module,
+    tokenizer,
+    texts: list[str],
+    *,
+    prefix: str,
+    max_length: int,
+    modes: tuple[str, ...],
+    normalize: bool,
+    device,
+) -> np.ndarray:
     """The teacher's sentence embedding of each text, float32 [n, H], in batches of similar length, autocast off
     (as the training step computes it)."""
     from mlminilm.distillation.objective import last_hidden
@@ -163,9 +184,15 @@ def embed_sources(teacher: nn.Module, tokenizer, texts: list[str], *, prefix: st
     out: np.ndarray | None = None
     with torch.autocast(torch.device(device).type, enabled=False):
         for start in range(0, len(order), FILL_BATCH):
-            picked = order[start:start + FILL_BATCH]
-            enc = tokenizer([prefix + texts[i] for i in picked], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt", return_token_type_ids=False)
+            picked = order[start : start + FILL_BATCH]
+            enc = tokenizer(
+                [prefix + texts[i] for i in picked],
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+                return_token_type_ids=False,
+            )
             ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
             vectors = sentence_embedding(last_hidden(teacher, ids, mask), mask, modes, normalize).float().cpu().numpy()
             if out is None:
@@ -179,15 +206,27 @@ def fill(store: TargetStore, texts: list[str], embed, progress=None) -> int:
     time. Returns how many were computed."""
     todo = store.missing(texts)
     for start in range(0, len(todo), PART_SIZE):
-        chunk = todo[start:start + PART_SIZE]
+        chunk = todo[start : start + PART_SIZE]
         store.write(chunk, embed(chunk))
         if progress is not None:
             progress(min(start + PART_SIZE, len(todo)), len(todo))
     return len(todo)
 
 
-def prepare(root: Path, teacher: nn.Module, tokenizer, texts: list[str], modes: tuple[str, ...], normalize: bool, *,
-            prefix: str, max_length: int, device, is_main: bool = True, barrier=lambda: None) -> TargetTable:
+def prepare(
+    root: Path,
+    teacher: nn.Module,
+    tokenizer,
+    texts: list[str],
+    modes: tuple[str, ...],
+    normalize: bool,
+    *,
+    prefix: str,
+    max_length: int,
+    device,
+    is_main: bool = True,
+    barrier=lambda: None,
+) -> TargetTable:
     """The table of the teacher's embeddings of `texts` under `root`: what the store lacks is computed by the main
     process (logged, with progress), the others wait at `barrier` and read what it wrote."""
     store = TargetStore(root, fingerprint(module_digest(teacher), modes, normalize, prefix, max_length))
@@ -196,16 +235,29 @@ def prepare(root: Path, teacher: nn.Module, tokenizer, texts: list[str], modes: 
         t0 = time.perf_counter()
 
         def embed(chunk: list[str]) -> np.ndarray:
-            return embed_sources(teacher, tokenizer, chunk, prefix=prefix, max_length=max_length, modes=modes,
-                                 normalize=normalize, device=device)
+            return embed_sources(
+                teacher,
+                tokenizer,
+                chunk,
+                prefix=prefix,
+                max_length=max_length,
+                modes=modes,
+                normalize=normalize,
+                device=device,
+            )
 
         def progress(done: int, total: int) -> None:
             log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
 
         computed = fill(store, texts, embed, progress)
         distinct = len(set(texts))
-        log.info("teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
-                 f"{distinct:,}", f"{distinct - computed:,}", f"{computed:,}", store.dir)
+        log.info(
+            "teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
+            f"{distinct:,}",
+            f"{distinct - computed:,}",
+            f"{computed:,}",
+            store.dir,
+        )
     barrier()
     if not is_main:
         store.load()

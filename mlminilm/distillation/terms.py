@@ -19,7 +19,6 @@ from typing import Callable
 
 import torch
 
-from mlminilm.errors import ConfigError
 from mlminilm.distillation.losses import (
     embedding_mse,
     hidden_cosine,
@@ -29,6 +28,7 @@ from mlminilm.distillation.losses import (
     sentence_embedding,
     translation_ranking,
 )
+from mlminilm.errors import ConfigError
 
 # What a term reads (LossTerm.reads): each is computed only when its input is there.
 CAPTURE = "teacher capture"  # Q, K, V of the distilled layer (the running text)
@@ -85,6 +85,7 @@ class LossTerm:
 
 def _relations(t: StepTensors) -> dict[str, torch.Tensor]:
     """MiniLM's (attention, value) or MiniLMv2's (qq, kk, vv) terms, computed together once per micro-batch."""
+
     def make():
         cfg = t.cfg
         if cfg.objective == "minilm":
@@ -93,8 +94,10 @@ def _relations(t: StepTensors) -> dict[str, torch.Tensor]:
             found = minilm_v2_terms(t.t_qkv, t.s_qkv, t.mask, cfg.relation_heads)
         unknown = sorted(set(found) - set(TERMS))
         if unknown:
-            raise KeyError(f"loss term(s) {', '.join(unknown)} are not in the loss-term table "
-                           "(mlminilm/distillation/terms.py TERMS)")
+            raise KeyError(
+                f"loss term(s) {', '.join(unknown)} are not in the loss-term table "
+                "(mlminilm/distillation/terms.py TERMS)"
+            )
         return found
 
     return t.once("relations", make)
@@ -120,8 +123,9 @@ def _embedding(t: StepTensors) -> torch.Tensor:
 
 def pair_embeddings(t: StepTensors) -> torch.Tensor:
     """The student's sentence embeddings of the sources then the translations ([2B, H]), once per micro-batch."""
-    return t.once("pair_embeddings", lambda: sentence_embedding(t.s_pairs, t.pairs.both_mask, t.head.modes,
-                                                                t.head.normalize))
+    return t.once(
+        "pair_embeddings", lambda: sentence_embedding(t.s_pairs, t.pairs.both_mask, t.head.modes, t.head.normalize)
+    )
 
 
 def _parallel(t: StepTensors) -> torch.Tensor:
@@ -143,24 +147,27 @@ def _v2(cfg) -> bool:
 
 
 # The table. Its order is the order a step computes and sums the terms in (a seeded run's losses depend on it).
-TERMS: dict[str, LossTerm] = {term.name: term for term in (
-    # sentence-transformers' multilingual distillation (Reimers & Gurevych 2020): the student's embeddings of a
-    # sentence and its translation against the teacher's embedding of the sentence
-    LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel),
-    # in-batch translation ranking of the student's source and translation embeddings, both directions
-    LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive),
-    # MiniLM v1: attention distributions and value relations of the distilled layer
-    LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), applies=_v1),
-    LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), applies=_v1),
-    # MiniLMv2: Q-Q, K-K, V-V relations over --relation-heads
-    LossTerm("qq", "relation_loss_weight", CAPTURE, _relation("qq"), applies=_v2),
-    LossTerm("kk", "relation_loss_weight", CAPTURE, _relation("kk"), applies=_v2),
-    LossTerm("vv", "relation_loss_weight", CAPTURE, _relation("vv"), applies=_v2),
-    # the last hidden states, per real token (--hidden-distance)
-    LossTerm("hidden", "hidden_loss_weight", OUTPUT, _hidden),
-    # the sentence embedding through the teacher's Pooling (+ Normalize)
-    LossTerm("embedding", "embedding_loss_weight", OUTPUT, _embedding),
-)}
+TERMS: dict[str, LossTerm] = {
+    term.name: term
+    for term in (
+        # sentence-transformers' multilingual distillation (Reimers & Gurevych 2020): the student's embeddings of a
+        # sentence and its translation against the teacher's embedding of the sentence
+        LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel),
+        # in-batch translation ranking of the student's source and translation embeddings, both directions
+        LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive),
+        # MiniLM v1: attention distributions and value relations of the distilled layer
+        LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), applies=_v1),
+        LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), applies=_v1),
+        # MiniLMv2: Q-Q, K-K, V-V relations over --relation-heads
+        LossTerm("qq", "relation_loss_weight", CAPTURE, _relation("qq"), applies=_v2),
+        LossTerm("kk", "relation_loss_weight", CAPTURE, _relation("kk"), applies=_v2),
+        LossTerm("vv", "relation_loss_weight", CAPTURE, _relation("vv"), applies=_v2),
+        # the last hidden states, per real token (--hidden-distance)
+        LossTerm("hidden", "hidden_loss_weight", OUTPUT, _hidden),
+        # the sentence embedding through the teacher's Pooling (+ Normalize)
+        LossTerm("embedding", "embedding_loss_weight", OUTPUT, _embedding),
+    )
+}
 
 
 # ------------------------------------------------------------------------------------------ the table's use
@@ -200,8 +207,10 @@ def weighted_loss(parts: dict[str, torch.Tensor], cfg) -> torch.Tensor:
     weights = term_weights(cfg)
     unknown = sorted(set(parts) - set(weights))
     if unknown:
-        raise KeyError(f"loss term(s) {', '.join(unknown)} have no weight: they are not in the loss-term table "
-                       "(mlminilm/distillation/terms.py TERMS)")
+        raise KeyError(
+            f"loss term(s) {', '.join(unknown)} have no weight: they are not in the loss-term table "
+            "(mlminilm/distillation/terms.py TERMS)"
+        )
     return sum(weights[name] * value for name, value in parts.items())
 
 
@@ -220,12 +229,17 @@ def check_table(cfg) -> None:
     """At start-up: every row's weight is a field of the config, and every loss-weight field weighs a row (a
     field without one would be an option that silently does nothing; a row without one, a term at no weight)."""
     fields = {f.name for f in dataclasses.fields(cfg)}
-    problems = [f"loss term {t.name!r} is weighed by {t.weight!r}, which {type(cfg).__name__} has no field for"
-                for t in TERMS.values() if t.weight not in fields]
+    problems = [
+        f"loss term {t.name!r} is weighed by {t.weight!r}, which {type(cfg).__name__} has no field for"
+        for t in TERMS.values()
+        if t.weight not in fields
+    ]
     used = {t.weight for t in TERMS.values()}
-    problems += [f"{name!r} weighs no loss term: add the term to the loss-term table "
-                 "(mlminilm/distillation/terms.py TERMS)"
-                 for name in sorted(fields) if name.endswith("_loss_weight") and name not in used]
+    problems += [
+        f"{name!r} weighs no loss term: add the term to the loss-term table (mlminilm/distillation/terms.py TERMS)"
+        for name in sorted(fields)
+        if name.endswith("_loss_weight") and name not in used
+    ]
     keys = [t.logged_as for t in TERMS.values()]
     problems += [f"loss terms share the metrics key {k!r}" for k in sorted({k for k in keys if keys.count(k) > 1})]
     if problems:

@@ -47,14 +47,17 @@ def record(export: ExportRecord | None, rt) -> dict:
     """The report's `backend`: what ran the forward pass, in which dtype."""
     if export is None:
         return {"name": "torch", "dtype": str(rt.dtype).replace("torch.", "")}
-    from mlminilm.models.onnx_runtime import versions
-
     import torch
 
+    from mlminilm.models.onnx_runtime import versions
+
     return {
-        "name": "onnx", "dtype": export.dtype, "graph": export.doc.get("graph"), "opset": export.doc.get("opset"),
+        "name": "onnx",
+        "dtype": export.dtype,
+        "graph": export.doc.get("graph"),
+        "opset": export.doc.get("opset"),
         "runtime": f"onnxruntime {versions().get('onnxruntime')} (CPUExecutionProvider, "
-                   f"{torch.get_num_threads()} threads)",
+        f"{torch.get_num_threads()} threads)",
         "exported_from": (export.doc.get("source") or {}).get("model"),
         "quantization": export.doc.get("quantization"),
     }

@@ -33,7 +33,9 @@ def check_head(model: str, task: str):
             f"run `mlminilm finetune --task {task} --model {model} ...` first and evaluate its output"
         )
     if task == "qa" and config.num_labels != 2:
-        raise ConfigError(f"model {model}: a question-answering head has 2 outputs (start, end), this one {config.num_labels}")
+        raise ConfigError(
+            f"model {model}: a question-answering head has 2 outputs (start, end), this one {config.num_labels}"
+        )
     return config
 
 
@@ -85,8 +87,12 @@ def throughput_record(examples: int, elapsed: float, rt, batch_size: int, **rate
     `<name>_per_s`, the time, what ran it and how."""
     per_s = {f"{name}_per_s": count / max(elapsed, 1e-9) for name, count in rates.items()}
     return {
-        "examples_per_s": examples / max(elapsed, 1e-9), **per_s, "elapsed_s": elapsed,
-        "device": device_name(rt), "precision": str(rt.dtype).replace("torch.", ""), "batch_size": batch_size,
+        "examples_per_s": examples / max(elapsed, 1e-9),
+        **per_s,
+        "elapsed_s": elapsed,
+        "device": device_name(rt),
+        "precision": str(rt.dtype).replace("torch.", ""),
+        "batch_size": batch_size,
     }
 
 
@@ -134,7 +140,6 @@ def to_device(batch: dict, device) -> dict:
 # ------------------------------------------------------------------------------------ report directories
 
 
-
 from mlminilm.io.outputs import current_claim  # noqa: E402
 
 
@@ -175,8 +180,12 @@ class ReportDir:
             raise CheckpointError(f"--out {out} exists and is not a directory")
         # {flag: path}, or (flag, path) pairs where one flag names several inputs
         refuse_overlap(claim.out, protect)
-        claim.check(overwrite, f"--out {out} exists and is not empty; add --overwrite to replace it",
-                    error=CheckpointError, is_file=f"--out {out} exists and is not a directory")
+        claim.check(
+            overwrite,
+            f"--out {out} exists and is not empty; add --overwrite to replace it",
+            error=CheckpointError,
+            is_file=f"--out {out} exists and is not a directory",
+        )
         return cls(out, overwrite, claim)
 
     def write(self, fill) -> Path | None:

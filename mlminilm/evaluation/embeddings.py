@@ -24,6 +24,7 @@ from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
 log = mlog.get(__name__)
 
+
 def default_layer(num_layers: int) -> int:
     """XTREME's layer for base encoders as a hidden-states index: layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6,
     1 of 1); never the embedding output, never past the last layer."""
@@ -45,22 +46,40 @@ class EmbeddingSpec:
 
     def describe(self) -> str:
         prefix = repr(self.prefix) if self.prefix else "none"
-        return (f"layer {self.layer} of {self.num_layers} ({self.rules['layer']}), {'+'.join(self.pooling)} pooling "
-                f"({self.rules['pooling']}), prefix {prefix} ({self.rules['prefix']}), max length {self.max_length}")
+        return (
+            f"layer {self.layer} of {self.num_layers} ({self.rules['layer']}), {'+'.join(self.pooling)} pooling "
+            f"({self.rules['pooling']}), prefix {prefix} ({self.rules['prefix']}), max length {self.max_length}"
+        )
 
     def record(self) -> dict:
         return {
-            "layer": self.layer, "num_layers": self.num_layers, "layer_rule": self.rules["layer"],
-            "pooling": list(self.pooling), "pooling_rule": self.rules["pooling"],
-            "prefix": self.prefix, "prefix_rule": self.rules["prefix"], "max_length": self.max_length,
-            "max_length_rule": self.rules["max_length"], "skip_prompt_tokens": self.skip_prompt_tokens,
+            "layer": self.layer,
+            "num_layers": self.num_layers,
+            "layer_rule": self.rules["layer"],
+            "pooling": list(self.pooling),
+            "pooling_rule": self.rules["pooling"],
+            "prefix": self.prefix,
+            "prefix_rule": self.rules["prefix"],
+            "max_length": self.max_length,
+            "max_length_rule": self.rules["max_length"],
+            "skip_prompt_tokens": self.skip_prompt_tokens,
             "sentence_transformers": self.rules.get("sentence_transformers"),
-            "weights": self.weights, "weights_dtype": "float32",
+            "weights": self.weights,
+            "weights_dtype": "float32",
         }
 
 
-def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, layer: int | None, pooling: str,
-                 prefix: str | None, max_length: int | None, default_max_length: int) -> EmbeddingSpec:
+def resolve_spec(
+    model: str,
+    config,
+    st: SentenceTransformerSetup | None,
+    *,
+    layer: int | None,
+    pooling: str,
+    prefix: str | None,
+    max_length: int | None,
+    default_max_length: int,
+) -> EmbeddingSpec:
     """Each choice from the options, else the model's sentence-transformers setup, else XTREME's rule.
     ConfigErrors for a layer out of range, an unsupported pooling mode or a length past the positions."""
     n = int(config.num_hidden_layers)
@@ -69,8 +88,10 @@ def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, lay
     if layer is not None:
         index = layer + n + 1 if layer < 0 else layer
         if not 0 <= index <= n:
-            problems.append(f"--layer {layer} is out of range for model {model} with {n} layers "
-                            f"(0 = the embedding output, 1..{n} = the output of that layer, -1 = the last)")
+            problems.append(
+                f"--layer {layer} is out of range for model {model} with {n} layers "
+                f"(0 = the embedding output, 1..{n} = the output of that layer, -1 = the last)"
+            )
         rules["layer"] = "--layer"
     elif st is not None:
         index, rules["layer"] = n, "last layer: the model's sentence-transformers setup"
@@ -83,8 +104,10 @@ def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, lay
         modes, rules["pooling"] = st.pooling, "the model's sentence-transformers Pooling module"
         bad = [m for m in modes if m not in POOLING_MODES]
         if bad:
-            problems.append(f"model {model} pools with {'+'.join(bad)}, which eval-tatoeba does not implement; "
-                            f"choose one with --pooling {'|'.join(('mean', 'cls', 'max'))}")
+            problems.append(
+                f"model {model} pools with {'+'.join(bad)}, which eval-tatoeba does not implement; "
+                f"choose one with --pooling {'|'.join(('mean', 'cls', 'max'))}"
+            )
     else:
         modes, rules["pooling"] = ("mean",), "mean over real tokens (XTREME)"
     if prefix is not None:
@@ -97,8 +120,10 @@ def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, lay
     if max_length is not None:
         length, rules["max_length"] = max_length, "--max-length"
         if limit is not None and max_length > limit:
-            problems.append(f"--max-length {max_length} is longer than model {model} allows ({limit} positions); "
-                            f"use --max-length {limit} or less")
+            problems.append(
+                f"--max-length {max_length} is longer than model {model} allows ({limit} positions); "
+                f"use --max-length {limit} or less"
+            )
     elif limit is not None and limit < default_max_length:
         length, rules["max_length"] = limit, f"the model's position limit (below the default {default_max_length})"
     else:
@@ -108,12 +133,20 @@ def resolve_spec(model: str, config, st: SentenceTransformerSetup | None, *, lay
     weights = model
     if st is not None:
         rules["sentence_transformers"] = {
-            "pooling": list(st.pooling), "normalize": st.normalize, "include_prompt": st.include_prompt,
-            "query_prompt": st.query_prompt, "max_seq_length": st.max_seq_length, "not_applied": list(st.not_applied),
+            "pooling": list(st.pooling),
+            "normalize": st.normalize,
+            "include_prompt": st.include_prompt,
+            "query_prompt": st.query_prompt,
+            "max_seq_length": st.max_seq_length,
+            "not_applied": list(st.not_applied),
         }
         if st.not_applied:
-            log.warning("model %s has %s after pooling, which eval-tatoeba does not apply: its embeddings differ "
-                        "from the model's own encode()", model, ", ".join(st.not_applied))
+            log.warning(
+                "model %s has %s after pooling, which eval-tatoeba does not apply: its embeddings differ "
+                "from the model's own encode()",
+                model,
+                ", ".join(st.not_applied),
+            )
         if st.transformer_path and os.path.isdir(model):
             weights = str(Path(model) / st.transformer_path)
     return EmbeddingSpec(weights, index, n, tuple(modes), text, length, rules=rules)
@@ -155,8 +188,16 @@ def truncate_at(model, layer: int):
     return model
 
 
-def embed(model, rows: dict[str, list], spec: EmbeddingSpec, *, batch_size: int, rt, pad_id: int,
-          on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+def embed(
+    model,
+    rows: dict[str, list],
+    spec: EmbeddingSpec,
+    *,
+    batch_size: int,
+    rt,
+    pad_id: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.ndarray:
     """One float32 vector per encoded sentence, in input order; batches sorted by length."""
     import torch
 
@@ -164,7 +205,7 @@ def embed(model, rows: dict[str, list], spec: EmbeddingSpec, *, batch_size: int,
     vectors: np.ndarray | None = None
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
-            index = order[start: start + batch_size]
+            index = order[start : start + batch_size]
             batch = to_device(pad_batch(rows, index, pad_id), rt.device)
             with rt.autocast():
                 hidden = model(**batch, output_hidden_states=True).hidden_states[spec.layer]

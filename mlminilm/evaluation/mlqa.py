@@ -19,20 +19,36 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import QA_DOC_STRIDE, QA_MAX_QUERY_LENGTH, TASK_DEFAULTS, EvalMlqaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import (
-    ReportDir, card_to_update, claims_report, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
-    throughput_record, to_device, write_json,
+    ReportDir,
+    card_to_update,
+    check_head,
+    check_length,
+    claims_report,
+    length_order,
+    pad_batch,
+    read_selection,
+    run_settings,
+    throughput_record,
+    to_device,
+    write_json,
 )
 from mlminilm.metrics import mlqa as mlqa_scorer
 from mlminilm.metrics import squad_v1
 from mlminilm.tasks.qa_features import postprocess_predictions, prepare_eval_features
 from mlminilm.tasks.squad import (
-    QAExample, QAFile, find_mlqa_files, find_tydiqa_files, find_xquad_files, qa_file_info, read_squad,
+    QAExample,
+    QAFile,
+    find_mlqa_files,
+    find_tydiqa_files,
+    find_xquad_files,
+    qa_file_info,
+    read_squad,
 )
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -46,11 +62,16 @@ PREDICTIONS_PROTOCOL = (
 )
 # --scorer: name -> (title, what it does). Both take the maximum over the gold answers.
 SCORERS = {
-    "mlqa": ("MLQA", "official MLQA scorer (mlqa_evaluation_v1: max over gold answers, normalised with the "
-                     "context language)"),
-    "squad": ("SQuAD v1.1", "SQuAD v1.1 scorer (evaluate-v1.1, as XTREME scores XQuAD and TyDiQA-GoldP: max over "
-                            "gold answers; lower-case, ASCII punctuation and English articles removed, whitespace "
-                            "tokens, no language rules)"),
+    "mlqa": (
+        "MLQA",
+        "official MLQA scorer (mlqa_evaluation_v1: max over gold answers, normalised with the context language)",
+    ),
+    "squad": (
+        "SQuAD v1.1",
+        "SQuAD v1.1 scorer (evaluate-v1.1, as XTREME scores XQuAD and TyDiQA-GoldP: max over "
+        "gold answers; lower-case, ASCII punctuation and English articles removed, whitespace "
+        "tokens, no language rules)",
+    ),
 }
 _BENCHMARK_FILES = {"mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "squad-format": "SQuAD-format"}
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -67,7 +88,11 @@ def find_qa_files(
     path = Path(data)
     if path.is_file():
         info = qa_file_info(path, lang)
-        key = info.context_lang if info.context_lang == info.question_lang else f"{info.context_lang}-{info.question_lang}"
+        key = (
+            info.context_lang
+            if info.context_lang == info.question_lang
+            else f"{info.context_lang}-{info.question_lang}"
+        )
         return _benchmark_of(path.name), {key: info}
     if lang is not None:
         raise ConfigError("--lang names the language of a single --data file; for a directory use --langs")
@@ -140,7 +165,9 @@ def read_predictions(path: Path) -> dict[str, str]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: not a JSON prediction file ({exc})") from None
     if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
-        raise DataError(f"{path}: not an official prediction file: expected one JSON object {{question_id: answer_text}}")
+        raise DataError(
+            f"{path}: not an official prediction file: expected one JSON object {{question_id: answer_text}}"
+        )
     return obj
 
 
@@ -148,8 +175,17 @@ def read_predictions(path: Path) -> dict[str, str]:
 
 
 def predict_answers(
-    model, tokenizer, examples: Sequence[QAExample], *, max_seq_len: int, doc_stride: int, max_query_length: int,
-    batch_size: int, rt, n_best: int = 20, max_answer_length: int = 30,
+    model,
+    tokenizer,
+    examples: Sequence[QAExample],
+    *,
+    max_seq_len: int,
+    doc_stride: int,
+    max_query_length: int,
+    batch_size: int,
+    rt,
+    n_best: int = 20,
+    max_answer_length: int = 30,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, str], int]:
     """({question id: answer text}, number of features): every window through the model, batches sorted by
@@ -157,7 +193,11 @@ def predict_answers(
     import torch
 
     features = prepare_eval_features(
-        examples, tokenizer, max_length=max_seq_len, doc_stride=doc_stride, max_query_length=max_query_length,
+        examples,
+        tokenizer,
+        max_length=max_seq_len,
+        doc_stride=doc_stride,
+        max_query_length=max_query_length,
         pad_to_max_length=False,
     )
     rows = {k: features[k] for k in _INPUT_KEYS if k in features}
@@ -181,7 +221,9 @@ def predict_answers(
             if on_batch is not None:
                 on_batch(min(first + batch_size, count), count)
     model.train(was_training)
-    answers = postprocess_predictions(examples, features, starts, ends, n_best=n_best, max_answer_length=max_answer_length)
+    answers = postprocess_predictions(
+        examples, features, starts, ends, n_best=n_best, max_answer_length=max_answer_length
+    )
     return answers, count
 
 
@@ -224,8 +266,9 @@ def run(cfg: EvalMlqaConfig) -> dict:
     """Score every requested file (running `cfg.model`, or reading `cfg.predictions`); returns the metrics
     document, and writes the report and the predictions into `cfg.out` when given."""
 
-    report_dir = ReportDir.open(cfg.out, cfg.overwrite,
-                                protect={"--model": cfg.model, "--data": cfg.data, "--predictions": cfg.predictions})
+    report_dir = ReportDir.open(
+        cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data, "--predictions": cfg.predictions}
+    )
     card = card_to_update(cfg)
     problems: list[str] = []
     data_problem = False
@@ -235,7 +278,9 @@ def run(cfg: EvalMlqaConfig) -> dict:
         if resolve_scorer(cfg.scorer, benchmark)["name"] == "mlqa":  # its rules exist, before any model runs
             mlqa_scorer.require_rules(info.context_lang for info in files.values())
         datasets = {key: read_squad(info.path) for key, info in files.items()}
-        unlabelled = [key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)]
+        unlabelled = [
+            key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)
+        ]
         if unlabelled:
             raise DataError(
                 f"every gold answer is empty in {', '.join(prediction_name(files[k].path) for k in unlabelled)} "
@@ -258,7 +303,9 @@ def run(cfg: EvalMlqaConfig) -> dict:
             except MlminilmError as exc:
                 problems.append(str(exc))
         if missing_files:
-            shown = ", ".join(missing_files[:5]) + (f" and {len(missing_files) - 5} more" if len(missing_files) > 5 else "")
+            shown = ", ".join(missing_files[:5]) + (
+                f" and {len(missing_files) - 5} more" if len(missing_files) > 5 else ""
+            )
             problems.append(f"--predictions {cfg.predictions}: no prediction file {shown} (named like the data files)")
         data_problem = data_problem or bool(problems)
     else:
@@ -282,14 +329,23 @@ def run(cfg: EvalMlqaConfig) -> dict:
         known = {e.id for e in datasets[key].examples}
         scores["unknown_ids"] = sum(1 for qid in predictions[key] if qid not in known)
         if scores["missing"]:
-            log.warning("%s: %d of %d questions have no prediction in %s; they score 0", key, scores["missing"],
-                        scores["examples"], prediction_name(info.path))
+            log.warning(
+                "%s: %d of %d questions have no prediction in %s; they score 0",
+                key,
+                scores["missing"],
+                scores["examples"],
+                prediction_name(info.path),
+            )
         languages[key] = {
-            **scores, **languages.get(key, {}),
-            "context_lang": info.context_lang, "question_lang": info.question_lang, "file": str(info.path),
+            **scores,
+            **languages.get(key, {}),
+            "context_lang": info.context_lang,
+            "question_lang": info.question_lang,
+            "file": str(info.path),
         }
-        log.info("%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"],
-                 f"{scores['examples']:,}")
+        log.info(
+            "%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"], f"{scores['examples']:,}"
+        )
     doc = _document(cfg, benchmark, scorer, files, languages, settings, throughput, time.perf_counter() - t_all)
 
     def write_predictions(pred_dir: Path) -> None:
@@ -321,9 +377,16 @@ def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
                 bar.update(task, completed=completed, rate=f"{rate:,.1f} questions/s")
 
             answers, features = predict_answers(
-                model, tokenizer, examples, batch_size=cfg.batch_size, rt=rt, on_batch=advance,
-                max_seq_len=settings["max_seq_len"], doc_stride=settings["doc_stride"],
-                max_query_length=settings["max_query_length"], n_best=settings["n_best"],
+                model,
+                tokenizer,
+                examples,
+                batch_size=cfg.batch_size,
+                rt=rt,
+                on_batch=advance,
+                max_seq_len=settings["max_seq_len"],
+                doc_stride=settings["doc_stride"],
+                max_query_length=settings["max_query_length"],
+                n_best=settings["n_best"],
                 max_answer_length=settings["max_answer_length"],
             )
             elapsed = time.perf_counter() - t_file
@@ -341,9 +404,16 @@ def _document(cfg, benchmark, scorer, files, languages, settings, throughput, el
         "task": benchmark,
         "split": cfg.split,
         "scorer": scorer,
-        "protocol": (PREDICTIONS_PROTOCOL.format(scorer=scorer["description"]) if cfg.predictions is not None
-                     else PROTOCOL.format(benchmark=_BENCHMARK_FILES.get(benchmark, benchmark), split=cfg.split,
-                                          unit=unit, scorer=scorer["description"])),
+        "protocol": (
+            PREDICTIONS_PROTOCOL.format(scorer=scorer["description"])
+            if cfg.predictions is not None
+            else PROTOCOL.format(
+                benchmark=_BENCHMARK_FILES.get(benchmark, benchmark),
+                split=cfg.split,
+                unit=unit,
+                scorer=scorer["description"],
+            )
+        ),
         "model": cfg.model or None,
         "predictions_from": str(cfg.predictions) if cfg.predictions is not None else None,
         "selection": read_selection(cfg.model) if cfg.model else None,

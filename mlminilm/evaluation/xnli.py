@@ -12,17 +12,26 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TASK_DEFAULTS, EvalXnliConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import (
-    ReportDir, card_to_update, claims_report, check_head, check_length, length_order, pad_batch, read_selection, run_settings,
-    throughput_record, to_device,
+    ReportDir,
+    card_to_update,
+    check_head,
+    check_length,
+    claims_report,
+    length_order,
+    pad_batch,
+    read_selection,
+    run_settings,
+    throughput_record,
+    to_device,
 )
 from mlminilm.langs import warn_unregistered
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -35,8 +44,10 @@ PROTOCOL = (
 def encode_pairs(tokenizer, examples: Sequence[NLIExample], max_seq_len: int) -> dict[str, list]:
     """Premise/hypothesis pairs as unpadded token lists (longest_first truncation to `max_seq_len`)."""
     encoded = tokenizer(
-        [e.premise for e in examples], [e.hypothesis for e in examples],
-        truncation=True, max_length=max_seq_len,
+        [e.premise for e in examples],
+        [e.hypothesis for e in examples],
+        truncation=True,
+        max_length=max_seq_len,
     )
     return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
@@ -89,7 +100,12 @@ def nli_label_map(config, model: str, label_order: Sequence[str] = ()) -> np.nda
 
 
 def predict(
-    model, rows: dict[str, list], *, batch_size: int, rt, pad_id: int,
+    model,
+    rows: dict[str, list],
+    *,
+    batch_size: int,
+    rt,
+    pad_id: int,
     on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Argmax class (the model's own index) of every encoded pair, in input order; batches sorted by length."""
@@ -185,8 +201,14 @@ def run(cfg: EvalXnliConfig) -> dict:
     else:
         model, tokenizer = load_classifier(cfg.model, rt)
     total = sum(len(v) for v in data.values())
-    log.info("XNLI %s: %d languages, %s examples; model %s on %s", cfg.split, len(data), f"{total:,}",
-             cfg.model, backends.where(export, rt))
+    log.info(
+        "XNLI %s: %d languages, %s examples; model %s on %s",
+        cfg.split,
+        len(data),
+        f"{total:,}",
+        cfg.model,
+        backends.where(export, rt),
+    )
     languages: dict[str, dict] = {}
     predictions: dict[str, list[str]] = {}
     t_all = time.perf_counter()
@@ -194,8 +216,9 @@ def run(cfg: EvalXnliConfig) -> dict:
         for lang, examples in data.items():
             t0 = time.perf_counter()
             rows = encode_pairs(tokenizer, examples, max_seq_len)
-            raw = predict(model, rows, batch_size=cfg.batch_size, rt=rt, pad_id=tokenizer.pad_token_id or 0,
-                          on_batch=advance)
+            raw = predict(
+                model, rows, batch_size=cfg.batch_size, rt=rt, pad_id=tokenizer.pad_token_id or 0, on_batch=advance
+            )
             predicted = label_map[raw]
             gold = np.asarray([e.label for e in examples])
             scores = language_scores(gold, predicted)
@@ -206,11 +229,17 @@ def run(cfg: EvalXnliConfig) -> dict:
                 scores["file"] = files[lang]
             languages[lang] = scores
             predictions[lang] = [NLI_LABELS[k] for k in predicted]
-            log.info("%s: accuracy %.2f%% on %s examples (%s ex/s)", lang, scores["accuracy"],
-                     f"{len(examples):,}", f"{scores['examples_per_s']:,.0f}")
+            log.info(
+                "%s: accuracy %.2f%% on %s examples (%s ex/s)",
+                lang,
+                scores["accuracy"],
+                f"{len(examples):,}",
+                f"{scores['examples_per_s']:,.0f}",
+            )
             if scores["skipped"]:
-                log.warning("%s: %d rows without a gold label ('-' or empty) skipped, not scored", lang,
-                            scores["skipped"])
+                log.warning(
+                    "%s: %d rows without a gold label ('-' or empty) skipped, not scored", lang, scores["skipped"]
+                )
     elapsed = time.perf_counter() - t_all
     doc = {
         "task": "xnli",

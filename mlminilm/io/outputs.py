@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import errno
 import fcntl
+import functools
 import json
 import os
 import re
@@ -172,14 +172,16 @@ class OutputLock:
                 if exc.errno == errno.ELOOP:
                     raise CheckpointError(
                         f"the lock file {self.path} of --out {self.out} is a symbolic link, which mlminilm never "
-                        "follows (it did not make it): remove the link, then run again") from None
+                        "follows (it did not make it): remove the link, then run again"
+                    ) from None
                 raise
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
                 os.close(fd)
                 raise CheckpointError(
                     f"the lock file {self.path} of --out {self.out} is not a plain file of its own (a FIFO, a device "
-                    "or a hard link to another file), so mlminilm does not write into it: remove it, then run again")
+                    "or a hard link to another file), so mlminilm does not write into it: remove it, then run again"
+                )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -329,8 +331,9 @@ class Claim:
         if manifest.is_file() and not manifest.is_symlink():
             try:
                 files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-                if not all(isinstance(f, str) and f and not f.startswith("/") and ".." not in f.split("/")
-                           for f in files):
+                if not all(
+                    isinstance(f, str) and f and not f.startswith("/") and ".." not in f.split("/") for f in files
+                ):
                     raise ValueError("a path outside the output")
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise CheckpointError(
@@ -346,16 +349,19 @@ class Claim:
             raise CheckpointError(
                 f"--out {self.given} holds no record of the files mlminilm wrote there ({OWN_FILES}: an output of "
                 f"an older version, or not mlminilm's), so --overwrite cannot tell them from yours: move the "
-                "directory away or choose another --out")
+                "directory away or choose another --out"
+            )
         else:
             own = {p.name for p in out.iterdir() if p.name in self.legacy}
             foreign = foreign_entries(out, self.legacy)
         if foreign:
             raise CheckpointError(
                 f"--out {self.given} holds files that are not {self.what} ({_shown(foreign)}); --overwrite replaces "
-                f"only what mlminilm wrote, so move them away or choose another --out")
+                f"only what mlminilm wrote, so move them away or choose another --out"
+            )
         return {f for f in own if (out / f).exists() or (out / f).is_symlink()} | (
-            {OWN_FILES} if manifest.is_file() else set())
+            {OWN_FILES} if manifest.is_file() else set()
+        )
 
     # -------------------------------------------------------------------------------------- stage and swap in
 
@@ -363,8 +369,13 @@ class Claim:
         return self.out.parent / f".{kind}-{self.out.name}-{os.getpid() if pid is None else pid}"
 
     def _mark(self, directory: Path, state: str) -> None:
-        doc = {"pid": os.getpid(), "command": self.command, "started": self.started, "out": str(self.out),
-               "state": state}
+        doc = {
+            "pid": os.getpid(),
+            "command": self.command,
+            "started": self.started,
+            "out": str(self.out),
+            "state": state,
+        }
         tmp = directory / f"{MARKER}.new"
         try:
             tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
@@ -377,8 +388,10 @@ class Claim:
         if path.exists() or path.is_symlink():
             marker = read_marker(path)
             if marker is None or marker.get("pid") != os.getpid():
-                raise CheckpointError(f"{path} is in the way of --out {self.given}'s {kind}orary and is not "
-                                      "mlminilm's: move it away, then run again")
+                raise CheckpointError(
+                    f"{path} is in the way of --out {self.given}'s {kind}orary and is not "
+                    "mlminilm's: move it away, then run again"
+                )
             shutil.rmtree(path)
         path.mkdir(parents=True)
         try:
@@ -405,9 +418,10 @@ class Claim:
         files.discard(MARKER)
         from mlminilm.version import __version__
 
-        (tmp / OWN_FILES).write_text(json.dumps(
-            {"command": self.command, "mlminilm": __version__, "files": sorted(files)}, indent=1) + "\n",
-            encoding="utf-8")  # no time in it: the same inputs give a byte-identical output
+        (tmp / OWN_FILES).write_text(
+            json.dumps({"command": self.command, "mlminilm": __version__, "files": sorted(files)}, indent=1) + "\n",
+            encoding="utf-8",
+        )  # no time in it: the same inputs give a byte-identical output
         new = sorted(n for n in os.listdir(tmp) if n not in (MARKER, OWN_FILES)) + [OWN_FILES]
         out.mkdir(parents=True, exist_ok=True)
         # What the user put into --out while the command ran: kept where it is; in the way of the new output, the
@@ -421,9 +435,11 @@ class Claim:
         in_way += sorted(present - self.own)
         if in_way:
             raise CheckpointError(
-                f"--out {self.given}: {_shown(in_way)} appeared there while this command ran and {'is' if len(in_way) == 1 else 'are'} "
+                f"--out {self.given}: {_shown(in_way)} appeared there while this command ran and "
+                f"{'is' if len(in_way) == 1 else 'are'} "
                 f"not mlminilm's; kept as they are, and the new {self.what} was not written: move them away and "
-                "run again")
+                "run again"
+            )
         self._mark(tmp, "complete")
         old = self._fresh("old", "aside")
         aside = sorted(n for n in self.own_top if n != OWN_FILES and ((out / n).exists() or (out / n).is_symlink()))
@@ -473,8 +489,12 @@ class Claim:
             tmp, old = entries.get("tmp"), entries.get("old")
             if tmp is not None and (read_marker(tmp) or {}).get("state") == "complete" and (tmp / OWN_FILES).exists():
                 self._finish_swap(tmp, old or self._fresh("old", "aside"))
-                log.warning("--out %s: finished the swap a %s process (pid %s) left half done", self.given,
-                            (read_marker(tmp) or {}).get("command", "mlminilm"), pid)
+                log.warning(
+                    "--out %s: finished the swap a %s process (pid %s) left half done",
+                    self.given,
+                    (read_marker(tmp) or {}).get("command", "mlminilm"),
+                    pid,
+                )
             for entry in (old, tmp):
                 if entry is not None and entry.exists():
                     shutil.rmtree(entry, ignore_errors=True)

@@ -70,9 +70,11 @@ def require_rules(langs: Iterable[str]) -> None:
     if without:
         having = ", ".join(code for code, language in all_languages().items() if language.has_mlqa_rules)
         files = ", ".join(f"langs/{lang}.toml" for lang in without)
-        raise DataError(f"{files} {'has' if len(without) == 1 else 'have'} no [mlqa] table: "
-                        "MLQA normalisation needs the language's rules (article_pattern, segmentation); "
-                        f"languages with rules: {having}")
+        raise DataError(
+            f"{files} {'has' if len(without) == 1 else 'have'} no [mlqa] table: "
+            "MLQA normalisation needs the language's rules (article_pattern, segmentation); "
+            f"languages with rules: {having}"
+        )
 
 
 @functools.cache

@@ -21,8 +21,9 @@ def dataset_questions(dataset: Mapping | list) -> Iterable[tuple[str, list[str]]
                 yield qa["id"], [answer["text"] for answer in qa["answers"]]
 
 
-def aggregate(questions: Iterable[tuple[str, list[str]]], predictions: Mapping[str, str],
-              score: ScoreFn) -> dict[str, float | int]:
+def aggregate(
+    questions: Iterable[tuple[str, list[str]]], predictions: Mapping[str, str], score: ScoreFn
+) -> dict[str, float | int]:
     """exact_match and f1 in percent over all questions, `examples` (questions scored) and `missing`
     (questions without a prediction: they score 0, as in the official scripts)."""
     total_em = total_f1 = 0.0

@@ -52,9 +52,11 @@ class _Groups:
         student = np.asarray(correct_student, dtype=bool).reshape(-1)
         ids = np.asarray(groups).reshape(-1)
         if len(ids) != len(student) or (correct_teacher is not None and len(correct_teacher) != len(student)):
-            raise DataError(f"{len(student)} student rows, {len(ids)} group ids"
-                            + ("" if correct_teacher is None else f", {len(correct_teacher)} teacher rows")
-                            + ": they must pair up")
+            raise DataError(
+                f"{len(student)} student rows, {len(ids)} group ids"
+                + ("" if correct_teacher is None else f", {len(correct_teacher)} teacher rows")
+                + ": they must pair up"
+            )
         if len(student) == 0:
             raise DataError("no rows to bootstrap")
         _, inverse = np.unique(ids, return_inverse=True)
@@ -88,8 +90,11 @@ def _summary(point: dict, samples: dict, level: float, n: int, chance: float) ->
     if point["teacher_accuracy"] is not None:
         point["retention"] = chance_corrected(point["accuracy"], point["teacher_accuracy"], chance)
         samples["retention"] = chance_corrected(samples["accuracy"], samples["teacher_accuracy"], chance)
-    result = {key: _interval(np.asarray(values, dtype=np.float64), level) for key, values in samples.items()
-              if values is not None}
+    result = {
+        key: _interval(np.asarray(values, dtype=np.float64), level)
+        for key, values in samples.items()
+        if values is not None
+    }
     result["point"] = {key: float(value) for key, value in point.items() if value is not None}
     result.update(resamples=n, level=level, chance=chance)
     if "retention" in samples:  # resamples whose teacher sat exactly at chance (left out of the interval)
@@ -97,8 +102,15 @@ def _summary(point: dict, samples: dict, level: float, n: int, chance: float) ->
     return result
 
 
-def bootstrap(correct_student, correct_teacher, groups, n: int = 1000, seed: int = 0, level: float = 0.95,
-              chance: float = CHANCE_XNLI) -> dict:
+def bootstrap(
+    correct_student,
+    correct_teacher,
+    groups,
+    n: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    chance: float = CHANCE_XNLI,
+) -> dict:
     """Paired cluster-bootstrap percentile intervals for one language.
 
     `correct_student`, `correct_teacher` (or None): one bool per row; `groups`: one id per row (any hashable
@@ -111,13 +123,25 @@ def bootstrap(correct_student, correct_teacher, groups, n: int = 1000, seed: int
     draws = np.random.default_rng(seed).integers(0, data.count, size=(n, data.count))
     point_s, point_t = data.accuracies(None)
     samples_s, samples_t = data.accuracies(draws)
-    return _summary({"accuracy": point_s, "teacher_accuracy": point_t},
-                    {"accuracy": samples_s, "teacher_accuracy": samples_t}, level, n, chance)
+    return _summary(
+        {"accuracy": point_s, "teacher_accuracy": point_t},
+        {"accuracy": samples_s, "teacher_accuracy": samples_t},
+        level,
+        n,
+        chance,
+    )
 
 
-def bootstrap_average(correct_student: Sequence, correct_teacher: Sequence | None, groups: Sequence,
-                      n: int = 1000, seed: int = 0, level: float = 0.95, chance: float = CHANCE_XNLI,
-                      shared: bool = False) -> dict:
+def bootstrap_average(
+    correct_student: Sequence,
+    correct_teacher: Sequence | None,
+    groups: Sequence,
+    n: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    chance: float = CHANCE_XNLI,
+    shared: bool = False,
+) -> dict:
     """As `bootstrap`, for the unweighted mean over languages: per resample, the mean of the languages' student
     accuracies, of their teacher accuracies, and the retention of those two means.
 
@@ -127,8 +151,11 @@ def bootstrap_average(correct_student: Sequence, correct_teacher: Sequence | Non
     groups for row-parallel files. XNLI's languages translate the same items, so per-item difficulty is shared
     across languages and the independent draw understates the spread of the average; shared draws do not."""
     _check(n, level)
-    if len(correct_student) == 0 or len(groups) != len(correct_student) or (
-            correct_teacher is not None and len(correct_teacher) != len(correct_student)):
+    if (
+        len(correct_student) == 0
+        or len(groups) != len(correct_student)
+        or (correct_teacher is not None and len(correct_teacher) != len(correct_student))
+    ):
         raise DataError("need one student array, one group array (and one teacher array) per language, at least one")
     teachers = correct_teacher if correct_teacher is not None else [None] * len(correct_student)
     data = [_Groups(s, t, g) for s, t, g in zip(correct_student, teachers, groups)]
@@ -148,5 +175,10 @@ def bootstrap_average(correct_student: Sequence, correct_teacher: Sequence | Non
     def mean(values, which):
         return np.mean([v[which] for v in values], axis=0) if (which == 0 or has_teacher) else None
 
-    return _summary({"accuracy": mean(point, 0), "teacher_accuracy": mean(point, 1)},
-                    {"accuracy": mean(samples, 0), "teacher_accuracy": mean(samples, 1)}, level, n, chance)
+    return _summary(
+        {"accuracy": mean(point, 0), "teacher_accuracy": mean(point, 1)},
+        {"accuracy": mean(samples, 0), "teacher_accuracy": mean(samples, 1)},
+        level,
+        n,
+        chance,
+    )

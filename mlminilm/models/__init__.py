@@ -29,7 +29,19 @@ from mlminilm.models.student import (
 )
 
 __all__ = [
-    "TeacherShape", "build_student", "check_encoder_config", "export_model", "freeze_unused", "freeze_word_embeddings",
-    "init_from_teacher", "init_layers", "load_config", "load_encoder", "load_teacher", "load_tokenizer", "model_card",
-    "resolve_model", "student_config",
+    "TeacherShape",
+    "build_student",
+    "check_encoder_config",
+    "export_model",
+    "freeze_unused",
+    "freeze_word_embeddings",
+    "init_from_teacher",
+    "init_layers",
+    "load_config",
+    "load_encoder",
+    "load_teacher",
+    "load_tokenizer",
+    "model_card",
+    "resolve_model",
+    "student_config",
 ]

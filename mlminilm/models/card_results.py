@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.errors import ConfigError, DataError
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 
@@ -30,13 +30,25 @@ XTREME_URL = "https://arxiv.org/abs/2003.11080"
 _QA_METRICS = (("exact_match", "exact_match", None, "Exact match (%)"), ("f1", "f1", None, "F1 (%)"))
 # report task -> (command, task type, task name, metrics: (report key, metric type, metric config, metric name))
 FAMILIES = {
-    "xnli": ("eval-xnli", "text-classification", "Natural Language Inference",
-             (("accuracy", "accuracy", None, "Accuracy (%)"),)),
-    **{task: ("eval-mlqa", "question-answering", "Question Answering", _QA_METRICS)
-       for task in ("mlqa", "xquad", "tydiqa", "squad-format")},
-    "tatoeba": ("eval-tatoeba", "sentence-similarity", "Bitext Mining",
-                (("xx_to_en", "accuracy", "xx_to_en", "Accuracy xx->en (%)"),
-                 ("en_to_xx", "accuracy", "en_to_xx", "Accuracy en->xx (%)"))),
+    "xnli": (
+        "eval-xnli",
+        "text-classification",
+        "Natural Language Inference",
+        (("accuracy", "accuracy", None, "Accuracy (%)"),),
+    ),
+    **{
+        task: ("eval-mlqa", "question-answering", "Question Answering", _QA_METRICS)
+        for task in ("mlqa", "xquad", "tydiqa", "squad-format")
+    },
+    "tatoeba": (
+        "eval-tatoeba",
+        "sentence-similarity",
+        "Bitext Mining",
+        (
+            ("xx_to_en", "accuracy", "xx_to_en", "Accuracy xx->en (%)"),
+            ("en_to_xx", "accuracy", "en_to_xx", "Accuracy en->xx (%)"),
+        ),
+    ),
 }
 # report task -> (dataset type: the Hub dataset, dataset name)
 DATASETS = {
@@ -46,8 +58,10 @@ DATASETS = {
     "tydiqa": ("google-research-datasets/tydiqa", "TyDiQA-GoldP"),
     "tatoeba": ("mteb/tatoeba-bitext-mining", "Tatoeba"),
 }
-SCORER_URLS = {"mlqa": "https://github.com/facebookresearch/MLQA",
-               "squad": "https://rajpurkar.github.io/SQuAD-explorer/"}
+SCORER_URLS = {
+    "mlqa": "https://github.com/facebookresearch/MLQA",
+    "squad": "https://rajpurkar.github.io/SQuAD-explorer/",
+}
 TATOEBA_URL = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 SPLITS = {"dev": "validation"}  # the Hub's split names
 _COMMANDS = sorted({family[0] for family in FAMILIES.values()})
@@ -71,10 +85,20 @@ def eval_results(doc: dict) -> list:
     split = SPLITS.get(doc.get("split", "test"), doc.get("split", "test"))
     source, url = _source(doc, command)
     return [
-        EvalResult(task_type=task_type, task_name=task_name, dataset_type=dataset_type, dataset_name=dataset_name,
-                   dataset_config=_config(task, key, scores), dataset_split=split, metric_type=metric_type,
-                   metric_value=float(scores[report_key]), metric_config=metric_config, metric_name=metric_name,
-                   source_name=source, source_url=url)
+        EvalResult(
+            task_type=task_type,
+            task_name=task_name,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_config=_config(task, key, scores),
+            dataset_split=split,
+            metric_type=metric_type,
+            metric_value=float(scores[report_key]),
+            metric_config=metric_config,
+            metric_name=metric_name,
+            source_name=source,
+            source_url=url,
+        )
         for key, scores in doc["languages"].items()
         for report_key, metric_type, metric_config, metric_name in metrics
     ]
@@ -104,13 +128,18 @@ def _source(doc: dict, command: str) -> tuple[str, str]:
     head = str(doc.get("protocol", "")).split(":")[0]
     if doc.get("scorer"):
         scorer = doc["scorer"]
-        return (f"mlminilm {command} {__version__}: {head}; {scorer['title']} scorer, chosen by {scorer['chosen']}",
-                SCORER_URLS.get(scorer["name"], XTREME_URL))
+        return (
+            f"mlminilm {command} {__version__}: {head}; {scorer['title']} scorer, chosen by {scorer['chosen']}",
+            SCORER_URLS.get(scorer["name"], XTREME_URL),
+        )
     if doc["task"] == "tatoeba":
         e = doc.get("embedding", {})
         pooling, prefix = "+".join(e.get("pooling", ())), repr(e["prefix"]) if e.get("prefix") else "none"
-        return (f"mlminilm {command} {__version__}: {head}; layer {e.get('layer')} of {e.get('num_layers')}, "
-                f"{pooling} pooling, prefix {prefix}, max length {e.get('max_length')}", TATOEBA_URL)
+        return (
+            f"mlminilm {command} {__version__}: {head}; layer {e.get('layer')} of {e.get('num_layers')}, "
+            f"{pooling} pooling, prefix {prefix}, max length {e.get('max_length')}",
+            TATOEBA_URL,
+        )
     return f"mlminilm {command} {__version__}: {head}", XTREME_URL
 
 
@@ -159,7 +188,8 @@ def target(model: str) -> Path:
     if not folder.is_dir():
         raise ConfigError(
             f"--update-card writes the README.md of a local model directory; --model {model} is not one (a hub id?): "
-            f"download it first (e.g. `hf download {model} --local-dir DIR`) and evaluate --model DIR")
+            f"download it first (e.g. `hf download {model} --local-dir DIR`) and evaluate --model DIR"
+        )
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"--update-card: cannot write in the model directory {folder} (permission denied)")
     card = folder / "README.md"
@@ -180,7 +210,7 @@ def read_card(path: Path) -> CardFile:
     try:
         raw = path.read_bytes()
         card.bom = raw.startswith(codecs.BOM_UTF8)
-        text = raw[len(codecs.BOM_UTF8):].decode("utf-8") if card.bom else raw.decode("utf-8")
+        text = raw[len(codecs.BOM_UTF8) :].decode("utf-8") if card.bom else raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"--update-card: cannot read the model card {path}: {_one_line(exc)}") from None
     card.exists = True
@@ -190,15 +220,19 @@ def read_card(path: Path) -> CardFile:
         start, end = markers(command)
         i, j = text.find(start), text.find(end)
         if (i < 0) != (j < 0) or j < i:
-            raise DataError(f"--update-card: the model card {path} has an unmatched {start if i >= 0 else end} "
-                            "marker; restore or remove the pair and run again")
+            raise DataError(
+                f"--update-card: the model card {path} has an unmatched {start if i >= 0 else end} "
+                "marker; restore or remove the pair and run again"
+            )
     if match is None:
         if text.lstrip().split("\n", 1)[0].strip() == "---":
-            raise DataError(f"--update-card: the model card {path} opens a front matter ('---') that does not close "
-                            "with a '---' line; fix it and run again")
+            raise DataError(
+                f"--update-card: the model card {path} opens a front matter ('---') that does not close "
+                "with a '---' line; fix it and run again"
+            )
         card.body = text
         return card
-    card.lead, card.yaml, card.close, card.body = match.group(1), match.group(2), match.group(3), text[match.end():]
+    card.lead, card.yaml, card.close, card.body = match.group(1), match.group(2), match.group(3), text[match.end() :]
     try:
         fields = yaml.safe_load(card.yaml)
         fields = {} if fields is None else fields
@@ -208,8 +242,10 @@ def read_card(path: Path) -> CardFile:
         # dedups `tags` and other lists in quadratic time, > 400 s for a card of 300,000 tags.
         card.data = ModelCardData(**{k: v for k, v in fields.items() if k in ("model-index", "model_name")})
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise DataError(f"--update-card: the front matter of the model card {path} is malformed: {_one_line(exc)}; "
-                        "fix it and run again") from None
+        raise DataError(
+            f"--update-card: the front matter of the model card {path} is malformed: {_one_line(exc)}; "
+            "fix it and run again"
+        ) from None
     card.fields = fields
     return card
 
@@ -290,10 +326,15 @@ def _section(command: str, results: list, lb: str) -> str:
     columns = [(m[1], m[2]) for m in metrics]
     names = [m[3] for m in metrics]
     start, end = markers(command)
-    lines = [start, f"## Evaluation results ({command})", "",
-             f"Written by `mlminilm {command} --update-card`; the same figures are in this card's `model-index`.", "",
-             "| dataset | split | language | " + " | ".join(names) + " |",
-             "|---|---|---|" + "---:|" * len(names)]
+    lines = [
+        start,
+        f"## Evaluation results ({command})",
+        "",
+        f"Written by `mlminilm {command} --update-card`; the same figures are in this card's `model-index`.",
+        "",
+        "| dataset | split | language | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---:|" * len(names),
+    ]
 
     def cells(values: list) -> str:
         return " | ".join("" if v is None else f"{float(v):.2f}" for v in values)
@@ -305,8 +346,10 @@ def _section(command: str, results: list, lb: str) -> str:
         lines.append(f"| {dataset} | {split} | {config} | {cells(row)} |")
     for (dataset, split), group in groups.items():
         if len(group) > 1:
-            mean = [None if any(r[i] is None for r in group) else sum(r[i] for r in group) / len(group)
-                    for i in range(len(columns))]
+            mean = [
+                None if any(r[i] is None for r in group) else sum(r[i] for r in group) / len(group)
+                for i in range(len(columns))
+            ]
             lines.append(f"| {dataset} | {split} | average of {len(group)} | {cells(mean)} |")
     lines.append("")
     for source, url in dict.fromkeys((r.source_name, r.source_url) for r in ours):
@@ -321,7 +364,7 @@ def _with_section(body: str, section: str, command: str, lb: str) -> str:
     i = body.find(start)
     if i >= 0:
         j = body.find(end, i)
-        return body[:i] + section + body[j + len(end):]
+        return body[:i] + section + body[j + len(end) :]
     if body and not body.endswith(("\n", "\r")):
         body += lb
     return body + (lb if body.strip() else "") + section + lb

@@ -18,8 +18,12 @@ log = mlog.get(__name__)
 
 BASE_TAGS = ("mlminilm",)
 TASK_PIPELINES = {"xnli": "text-classification", "qa": "question-answering"}
-_HEAD_PIPELINES = {"ForSequenceClassification": "text-classification", "ForQuestionAnswering": "question-answering",
-                   "ForTokenClassification": "token-classification", "ForMaskedLM": "fill-mask"}
+_HEAD_PIPELINES = {
+    "ForSequenceClassification": "text-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForTokenClassification": "token-classification",
+    "ForMaskedLM": "fill-mask",
+}
 LOAD_LINE = "Load it with `AutoModel.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)`."
 
 
@@ -108,8 +112,14 @@ def pipeline_for(architectures, sentence_encoder: bool) -> str:
     return "sentence-similarity" if sentence_encoder else "feature-extraction"
 
 
-def card_data(base_model: str | None = None, language=None, license: str | None = None,
-              pipeline_tag: str | None = None, library_name: str = "transformers", tags=()):
+def card_data(
+    base_model: str | None = None,
+    language=None,
+    license: str | None = None,
+    pipeline_tag: str | None = None,
+    library_name: str = "transformers",
+    tags=(),
+):
     """A `ModelCardData`; `license` None: the base model's licence when it declares one."""
     from huggingface_hub import ModelCardData
 
@@ -138,9 +148,12 @@ def infer_card_data(info: dict, sentence_encoder: bool = False, architectures=No
     if len(languages_of(language)) > 1:
         tags.append("multilingual")
     fields = dict(
-        base_model=base, language=language, license=None,
+        base_model=base,
+        language=language,
+        license=None,
         pipeline_tag=pipeline or pipeline_for(architectures, sentence_encoder),
-        library_name="sentence-transformers" if sentence_encoder else "transformers", tags=tags,
+        library_name="sentence-transformers" if sentence_encoder else "transformers",
+        tags=tags,
     )
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return card_data(**fields)

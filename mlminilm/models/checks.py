@@ -67,8 +67,14 @@ def config_problems(config) -> list[str]:
         elif not least <= value <= most:
             p.append(f"{field} {value} is outside {least}..{most}")
     hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
-    if (isinstance(hidden, int) and isinstance(heads, int) and heads >= 1 and hidden >= 1 and hidden % heads
-            and getattr(config, "attention_head_size", None) is None):
+    if (
+        isinstance(hidden, int)
+        and isinstance(heads, int)
+        and heads >= 1
+        and hidden >= 1
+        and hidden % heads
+        and getattr(config, "attention_head_size", None) is None
+    ):
         p.append(f"num_attention_heads {heads} does not divide hidden_size {hidden}")
     for field, (least, most, least_ok) in FLOAT_LIMITS.items():
         value = getattr(config, field, None)
@@ -160,8 +166,10 @@ def weights_problems(config, shapes: dict[str, tuple[int, ...]]) -> list[str]:
         if held != list(range(declared)):
             holes = sorted(set(range(max(held) + 1)) - set(held))
             what = f"0..{max(held)}" + (f" without {few(map(str, holes))}" if holes else "")
-            p.append(f"num_hidden_layers is {declared}, but the weights hold {len(held)} layer{'s' * (len(held) != 1)} "
-                     f"({what})")
+            p.append(
+                f"num_hidden_layers is {declared}, but the weights hold {len(held)} layer{'s' * (len(held) != 1)} "
+                f"({what})"
+            )
         # Every layer holds the same tensors: what most layers have and one lacks is missing from it, what one
         # holds and most lack is extra.
         lacking, extra = [], []
@@ -191,7 +199,9 @@ def weights_problems(config, shapes: dict[str, tuple[int, ...]]) -> list[str]:
         p.append(f"max_position_embeddings is {declared_positions}, but the weights hold {positions[0]} positions")
     ffn = _one(shapes, "encoder.layer.0.intermediate.dense.weight")
     if ffn is not None and len(ffn) == 2 and ffn[0] != getattr(config, "intermediate_size", ffn[0]):
-        p.append(f"intermediate_size is {config.intermediate_size}, but the weights' feed-forward layers are {ffn[0]} wide")
+        p.append(
+            f"intermediate_size is {config.intermediate_size}, but the weights' feed-forward layers are {ffn[0]} wide"
+        )
     return p
 
 

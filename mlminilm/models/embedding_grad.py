@@ -86,7 +86,9 @@ class ReusedGradEmbedding(nn.Embedding):
         if (
             kept is None
             or kept is w.grad  # still the live gradient (zero_grad did not run): never overwrite it
-            or kept.shape != w.shape or kept.dtype != w.dtype or kept.device != w.device
+            or kept.shape != w.shape
+            or kept.dtype != w.dtype
+            or kept.device != w.device
             or not kept.is_contiguous()
         ):
             return torch.zeros_like(w, memory_format=torch.contiguous_format)

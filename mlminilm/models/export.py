@@ -19,8 +19,15 @@ def model_card(info: dict, summary: str | None = None, data=None) -> str:
     return str(cards.render_card(info, data if data is not None else cards.infer_card_data(info), summary))
 
 
-def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: str | None = None,
-                 sentence_teacher: str | None = None, card_fields: dict | None = None) -> Path:
+def export_model(
+    model: nn.Module,
+    tokenizer,
+    out: Path,
+    card: dict,
+    summary: str | None = None,
+    sentence_teacher: str | None = None,
+    card_fields: dict | None = None,
+) -> Path:
     """Write `model` as a plain HF directory (safetensors, config, tokenizer, model card) atomically at `out`.
 
     With `sentence_teacher`, a teacher whose directory carries sentence-transformers files, the student gets
@@ -40,11 +47,13 @@ def export_model(model: nn.Module, tokenizer, out: Path, card: dict, summary: st
             from mlminilm.models.sentence_encoder import copy_sentence_transformers_files
 
             sentence_encoder = copy_sentence_transformers_files(
-                resolve_model(sentence_teacher), tmp, model.config.hidden_size)
+                resolve_model(sentence_teacher), tmp, model.config.hidden_size
+            )
         from mlminilm.models.cards import infer_card_data
 
-        data = infer_card_data(card, sentence_encoder, getattr(model.config, "architectures", None),
-                               **(card_fields or {}))
+        data = infer_card_data(
+            card, sentence_encoder, getattr(model.config, "architectures", None), **(card_fields or {})
+        )
         (tmp / "README.md").write_text(model_card(card, summary, data), encoding="utf-8")
         (tmp / "mlminilm.json").write_text(json.dumps(card, indent=2, default=str) + "\n", encoding="utf-8")
     return out

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mlminilm.models.layers import encoder_layers, truncate_encoder
 from mlminilm.errors import ConfigError
+from mlminilm.models.layers import encoder_layers, truncate_encoder
 
 # Model types whose AutoModel is a causal decoder: MiniLM distils bidirectional encoders only.
 _DECODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -20,7 +20,9 @@ _DECODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 def _load_error(what: str, name: str, exc: Exception) -> ConfigError:
     from mlminilm.io.hub import unreachable_hint
 
-    hint = "check the path" if os.path.exists(name) else f"check the name, or pass a local directory; {unreachable_hint()}"
+    hint = (
+        "check the path" if os.path.exists(name) else f"check the name, or pass a local directory; {unreachable_hint()}"
+    )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ConfigError(f"could not load {what} '{name}': {first} ({hint})")
 
@@ -57,9 +59,7 @@ def check_encoder_config(config, name: str) -> None:
         config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
         and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
     )
-    decoder = (
-        causal_only or getattr(config, "is_decoder", False) or any(a.endswith(_DECODER_SUFFIXES) for a in archs)
-    )
+    decoder = causal_only or getattr(config, "is_decoder", False) or any(a.endswith(_DECODER_SUFFIXES) for a in archs)
     if getattr(config, "is_encoder_decoder", False) or decoder:
         raise ConfigError(
             f"teacher '{name}' (model type {config.model_type}) is a decoder model; MiniLM distils "
@@ -124,8 +124,16 @@ def load_encoder(name: str, dtype: torch.dtype = torch.float32) -> nn.Module:
     return model
 
 
-def load_model(cls, name: str, *, what: str = "model", pooler_optional: bool = True, new_head: bool = False,
-               checked: bool = False, **kwargs) -> tuple[nn.Module, set[str]]:
+def load_model(
+    cls,
+    name: str,
+    *,
+    what: str = "model",
+    pooler_optional: bool = True,
+    new_head: bool = False,
+    checked: bool = False,
+    **kwargs,
+) -> tuple[nn.Module, set[str]]:
     """`cls.from_pretrained(name, **kwargs)`, strict: a weight the model expects that the files lack, one they
     hold that the model has no place for, or one of another shape is an error naming them, where transformers
     would initialise the model's tensor randomly and carry on. Allowed, as documented in the README
@@ -145,8 +153,9 @@ def load_model(cls, name: str, *, what: str = "model", pooler_optional: bool = T
         check_model_config(config, name)
     architectures = list(config.architectures or []) if new_head else []
     try:
-        model, info = cls.from_pretrained(resolve_model(name), output_loading_info=True, ignore_mismatched_sizes=True,
-                                          **kwargs)
+        model, info = cls.from_pretrained(
+            resolve_model(name), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
     except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError depending on what is wrong
         raise _load_error(what, name, exc) from exc
     fresh_head = new_head and type(model).__name__ not in architectures
@@ -163,8 +172,9 @@ def load_model(cls, name: str, *, what: str = "model", pooler_optional: bool = T
 _BODY = ("embeddings", "encoder")
 
 
-def _loading_problem(model: nn.Module, info: dict, pooler_optional: bool, new_head: bool,
-                     fresh_head: bool) -> tuple[str | None, set[str]]:
+def _loading_problem(
+    model: nn.Module, info: dict, pooler_optional: bool, new_head: bool, fresh_head: bool
+) -> tuple[str | None, set[str]]:
     """What `from_pretrained`'s loading info shows wrong for the rules of `load_model` (None when nothing), and
     the expected weights the files lacked that those rules allow."""
     from mlminilm.models.checks import few, tensors
@@ -173,7 +183,7 @@ def _loading_problem(model: nn.Module, info: dict, pooler_optional: bool, new_he
     has_base = bool(prefix) and isinstance(getattr(model, prefix, None), nn.Module)
 
     def inner(key: str) -> str:  # the key within the base model
-        return key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
+        return key[len(prefix) + 1 :] if prefix and key.startswith(prefix + ".") else key
 
     def in_head(key: str) -> bool:  # a key of the task head, outside the base model
         return has_base and not key.startswith(prefix + ".")
@@ -193,19 +203,24 @@ def _loading_problem(model: nn.Module, info: dict, pooler_optional: bool, new_he
     wrong_shape = {k: v for k, v in mismatched.items() if k not in allowed}
     # Buffers (position and token-type ids) are built by the model, not weights: older files hold some of them.
     buffers = {inner(name) for name, _ in model.named_buffers()}
-    unexpected = {k for k in info.get("unexpected_keys") or ()
-                  if inner(k).split(".")[0] in _BODY and inner(k) not in buffers}
+    unexpected = {
+        k for k in info.get("unexpected_keys") or () if inner(k).split(".")[0] in _BODY and inner(k) not in buffers
+    }
     problems = []
     if lacking:
-        problems.append(f"the files lack {few(lacking)} ({tensors(len(lacking))}), which would start randomly "
-                        "initialised")
+        problems.append(
+            f"the files lack {few(lacking)} ({tensors(len(lacking))}), which would start randomly initialised"
+        )
     if wrong_shape:
-        shown = [f"{k} {tuple(v[0]) if v else '?'} in the files, {tuple(v[1]) if len(v) > 1 else '?'} in the model"
-                 for k, v in sorted(wrong_shape.items())]
+        shown = [
+            f"{k} {tuple(v[0]) if v else '?'} in the files, {tuple(v[1]) if len(v) > 1 else '?'} in the model"
+            for k, v in sorted(wrong_shape.items())
+        ]
         problems.append(f"{tensors(len(shown))} of another shape: {few(shown)}")
     if unexpected:
-        problems.append(f"the files hold {few(unexpected)} ({tensors(len(unexpected))}) that the model has no "
-                        "place for")
+        problems.append(
+            f"the files hold {few(unexpected)} ({tensors(len(unexpected))}) that the model has no place for"
+        )
     errors = [str(e).strip().splitlines()[0] for e in info.get("error_msgs") or () if str(e).strip()]
     if errors:
         problems.append(few(errors, 1))

@@ -77,7 +77,9 @@ class _Source:
         """input_ids, attention_mask, and token_type_ids where the model tells segments apart and its tokenizer
         gives them (e5's XLM-R tokenizer gives none: its BERT-typed model always sees segment 0)."""
         names = ["input_ids", "attention_mask"]
-        if (getattr(self.config, "type_vocab_size", 0) or 0) > 1 and "token_type_ids" in self.tokenizer.model_input_names:
+        if (
+            getattr(self.config, "type_vocab_size", 0) or 0
+        ) > 1 and "token_type_ids" in self.tokenizer.model_input_names:
             names.append("token_type_ids")
         return names
 
@@ -85,7 +87,13 @@ class _Source:
 def _validate(config: ExportConfig, claim) -> _Source:
     """The checks that need no weights, all reported at once."""
     from mlminilm.io.outputs import refuse_overlap
-    from mlminilm.models.loading import check_encoder_config, check_vocabulary, load_config, load_tokenizer, resolve_model
+    from mlminilm.models.loading import (
+        check_encoder_config,
+        check_vocabulary,
+        load_config,
+        load_tokenizer,
+        resolve_model,
+    )
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files, read_sentence_transformers
 
     problems = Problems()
@@ -96,15 +104,24 @@ def _validate(config: ExportConfig, claim) -> _Source:
     attempt(lambda: refuse_overlap(claim.out, {"--model": model_dir}))
     if claim.out.is_dir() and any(claim.out.iterdir()) and config.overwrite and not is_export(claim.out):
         # An export holds its onnx/export.json: without one the directory is not ours to replace.
-        problems.add(CheckpointError(
-            f"--out {out} holds files but no {RECORD}, so it is not an export mlminilm wrote; --overwrite "
-            "replaces only that: move its files away or choose another --out"))
+        problems.add(
+            CheckpointError(
+                f"--out {out} holds files but no {RECORD}, so it is not an export mlminilm wrote; --overwrite "
+                "replaces only that: move its files away or choose another --out"
+            )
+        )
     else:  # --overwrite replaces only the files the export's record of its own files names
-        attempt(lambda: claim.check(config.overwrite,
-                                    f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
+        attempt(
+            lambda: claim.check(
+                config.overwrite, f"--out {out} is not empty; pass --overwrite to replace it, or choose another"
+            )
+        )
     if model_dir is not None and is_export(model_dir):
-        problems.add(ConfigError(f"--model {config.model} is itself an export (it has {RECORD}); export the model "
-                                 "it was made from"))
+        problems.add(
+            ConfigError(
+                f"--model {config.model} is itself an export (it has {RECORD}); export the model it was made from"
+            )
+        )
         problems.raise_any()
     st = attempt(lambda: read_sentence_transformers(model_dir)) if model_dir is not None else None
     weights = model_dir
@@ -112,8 +129,12 @@ def _validate(config: ExportConfig, claim) -> _Source:
     if st is not None and st.transformer_path and model_dir is not None and os.path.isdir(model_dir):
         weights = str(Path(model_dir) / st.transformer_path)
         sentence_files = False
-        log.warning("--model %s keeps its encoder in the subfolder %s: the export is that encoder alone, without "
-                    "the sentence-transformers files", config.model, st.transformer_path)
+        log.warning(
+            "--model %s keeps its encoder in the subfolder %s: the export is that encoder alone, without "
+            "the sentence-transformers files",
+            config.model,
+            st.transformer_path,
+        )
     if sentence_files:
         attempt(lambda: check_sentence_transformers_files(model_dir))
     model_config = attempt(lambda: load_config(weights)) if weights is not None else None
@@ -134,8 +155,10 @@ def _task(model_config, name: str) -> str:
         return "sequence-classification"
     other = [a for a in archs if a.endswith(_OTHER_HEADS)]
     if other:
-        raise ConfigError(f"--model {name} has a {other[0]} head, which export does not write (its graph would drop "
-                          "the head); export takes encoders and sequence-classification models")
+        raise ConfigError(
+            f"--model {name} has a {other[0]} head, which export does not write (its graph would drop "
+            "the head); export takes encoders and sequence-classification models"
+        )
     return "feature-extraction"
 
 
@@ -153,8 +176,9 @@ def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
         graph.parent.mkdir(parents=True)
         t0 = time.perf_counter()
         float_graph = graph if config.quantize == "none" else graph.with_name("model-float32.onnx")
-        example = onnx_graph.model_inputs(source.tokenizer, source.task, onnx_graph.EXAMPLE, onnx_graph.EXAMPLE[::-1],
-                                          names)
+        example = onnx_graph.model_inputs(
+            source.tokenizer, source.task, onnx_graph.EXAMPLE, onnx_graph.EXAMPLE[::-1], names
+        )
         onnx_graph.trace(wrapper, example, names, output, float_graph, config.opset, large)
         log.info("traced %s (%s) in %.1f s", config.model, source.task, time.perf_counter() - t0)
         if config.quantize == "int8":
@@ -178,8 +202,13 @@ def _load(source: _Source) -> nn.Module:
 
     if source.task == "sequence-classification":
         # Strict, as eval-xnli loads it: every tensor from the files, the pooler a BERT classifier reads included.
-        model, _ = load_model(AutoModelForSequenceClassification, source.weights, pooler_optional=False,
-                              dtype=torch.float32, attn_implementation="sdpa")
+        model, _ = load_model(
+            AutoModelForSequenceClassification,
+            source.weights,
+            pooler_optional=False,
+            dtype=torch.float32,
+            attn_implementation="sdpa",
+        )
     else:
         model = load_encoder(source.weights, dtype=torch.float32)
     return model.eval()
@@ -206,7 +235,7 @@ def _record(config: ExportConfig, source: _Source, graph: Path, check: dict) -> 
         "hidden_size": int(source.config.hidden_size),
         "model_type": source.config.model_type,
         "exporter": "torch.onnx.export(dynamo=True): torch.export, translated by onnxscript, dynamic batch and "
-                    "sequence axes",
+        "sequence axes",
         "source": {"model": config.model, "model_dir": str(source.model_dir)},
         "check": check,
         "versions": {**versions(), "mlminilm": __version__},
@@ -237,27 +266,36 @@ def _write_card(config: ExportConfig, source: _Source, model, tmp: Path, record:
     info = {
         "title": f"{name}, ONNX ({record['dtype']})",
         "base_model": config.model,
-        "graph": f"{GRAPH} (opset {record['opset']})" + (f" + {', '.join(record['external_data'])}"
-                                                         if record["external_data"] else ""),
-        "weights": ("int8: onnxruntime dynamic quantisation (QInt8 weights per channel, MatMul and embeddings; "
-                    "activations quantised at run time)") if int8 else "float32",
+        "graph": f"{GRAPH} (opset {record['opset']})"
+        + (f" + {', '.join(record['external_data'])}" if record["external_data"] else ""),
+        "weights": (
+            "int8: onnxruntime dynamic quantisation (QInt8 weights per channel, MatMul and embeddings; "
+            "activations quantised at run time)"
+        )
+        if int8
+        else "float32",
         "inputs": ", ".join(f"{i['name']} {i['shape']}" for i in record["inputs"]),
         "output": f"{record['outputs'][0]['name']} {record['outputs'][0]['shape']} ({record['task']})",
         "check": f"max abs difference to the PyTorch model {check['max_abs_diff']:.3g} on {check['inputs']}",
-        "exporter": "torch.onnx.export (dynamo) " + ", ".join(
-            f"{k} {v}" for k, v in record["versions"].items() if k in ("torch", "onnx", "onnxruntime") and v),
+        "exporter": "torch.onnx.export (dynamo) "
+        + ", ".join(f"{k} {v}" for k, v in record["versions"].items() if k in ("torch", "onnx", "onnxruntime") and v),
     }
     source_info = _read_json(Path(source.model_dir) / "mlminilm.json") if source.model_dir else None
     languages = languages_of(source_card_data(config.model).get("language"))
     tags = ["onnx", *(["int8", "quantized"] if int8 else []), *(["multilingual"] if len(languages) > 1 else [])]
     data = infer_card_data(info, sentence_encoder, getattr(model.config, "architectures", None), tags=tags)
-    summary = (f"An ONNX export of `{config.model}` (mlminilm export)"
-               + (", weights quantised to int8" if int8 else "") + ": the graph, the tokenizer and the config, "
-               "no PyTorch weights. `onnx/export.json` records what the graph is and how it compares with the "
-               "PyTorch model.")
-    load = ("Load it with `SentenceTransformer(dir, backend=\"onnx\")` (sentence-transformers with optimum), or "
-            "`onnxruntime.InferenceSession(\"onnx/model.onnx\")` beside `AutoTokenizer.from_pretrained(dir)`; "
-            "`mlminilm eval-tatoeba` / `eval-xnli --backend onnx` evaluate it.")
+    summary = (
+        f"An ONNX export of `{config.model}` (mlminilm export)"
+        + (", weights quantised to int8" if int8 else "")
+        + ": the graph, the tokenizer and the config, "
+        "no PyTorch weights. `onnx/export.json` records what the graph is and how it compares with the "
+        "PyTorch model."
+    )
+    load = (
+        'Load it with `SentenceTransformer(dir, backend="onnx")` (sentence-transformers with optimum), or '
+        '`onnxruntime.InferenceSession("onnx/model.onnx")` beside `AutoTokenizer.from_pretrained(dir)`; '
+        "`mlminilm eval-tatoeba` / `eval-xnli --backend onnx` evaluate it."
+    )
     card = render_card(info, data, summary, load_line=load)
     (tmp / "README.md").write_text(str(card), encoding="utf-8")
     doc = {**info, **({"source": source_info} if source_info else {})}

@@ -43,13 +43,21 @@ log = mlog.get(__name__)
 
 # Traced once at this shape; checked at another (three sentences of other lengths, padded).
 EXAMPLE = ["query: The quick brown fox jumps over the lazy dog.", "passage: Hallo Welt!"]
-CHECK = ["query: Der Hund läuft jeden Morgen durch den Park.", "passage: 猫在垫子上睡觉。",
-         "query: Кошка спит на ковре, а мы идём в парк каждое утро, чтобы читать книги о старых кораблях."]
+CHECK = [
+    "query: Der Hund läuft jeden Morgen durch den Park.",
+    "passage: 猫在垫子上睡觉。",
+    "query: Кошка спит на ковре, а мы идём в парк каждое утро, чтобы читать книги о старых кораблях.",
+]
 CHECK_PAIRS = ["Kein Hund ist im Park.", "猫在睡觉。", "Мы читаем."]  # second segments of a classifier's check
 FLOAT32_TOLERANCE = 1e-3  # max |ONNX - PyTorch| / max(1, max |PyTorch|) a float32 graph may show
-INT8 = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8", "per_channel": True,
-        "op_types": "every supported (MatMul, Gather: the embeddings)", "activations": "quantised at run time",
-        "reduce_range": False}
+INT8 = {
+    "method": "onnxruntime.quantization.quantize_dynamic",
+    "weight_type": "QInt8",
+    "per_channel": True,
+    "op_types": "every supported (MatMul, Gather: the embeddings)",
+    "activations": "quantised at run time",
+    "reduce_range": False,
+}
 
 
 class Graph(nn.Module):
@@ -100,18 +108,29 @@ def trace(wrapper, example: dict, names: list[str], output: str, path: Path, ops
     try:
         with quiet_exporter():
             program = torch.onnx.export(
-                wrapper, tuple(example[n] for n in names), None, dynamo=True, verbose=False, opset_version=opset,
-                input_names=names, output_names=[output], dynamic_shapes={n: {0: batch, 1: sequence} for n in names},
+                wrapper,
+                tuple(example[n] for n in names),
+                None,
+                dynamo=True,
+                verbose=False,
+                opset_version=opset,
+                input_names=names,
+                output_names=[output],
+                dynamic_shapes={n: {0: batch, 1: sequence} for n in names},
             )
             program.save(str(path), external_data=large)
     except Exception as exc:
         raise failure(f"torch.onnx.export could not export the model at opset {opset}", exc) from exc
     import onnx
 
-    written = {o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain in ("", "ai.onnx")}
+    written = {
+        o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain in ("", "ai.onnx")
+    }
     if written != {opset}:  # the version converter gives up with a warning and leaves the graph as it was
-        raise ConfigError(f"the exporter could not write the graph at opset {opset} (it has opset "
-                          f"{', '.join(map(str, sorted(written)))}); use the default --opset")
+        raise ConfigError(
+            f"the exporter could not write the graph at opset {opset} (it has opset "
+            f"{', '.join(map(str, sorted(written)))}); use the default --opset"
+        )
 
 
 def failure(what: str, exc: Exception) -> MlminilmError:
@@ -132,8 +151,14 @@ def quantize_int8(source: Path, target: Path, large: bool) -> None:
     root.setLevel(logging.ERROR)
     try:
         with quiet_exporter():
-            quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=INT8["per_channel"],
-                             reduce_range=INT8["reduce_range"], use_external_data_format=large)
+            quantize_dynamic(
+                str(source),
+                str(target),
+                weight_type=QuantType.QInt8,
+                per_channel=INT8["per_channel"],
+                reduce_range=INT8["reduce_range"],
+                use_external_data_format=large,
+            )
     except Exception as exc:
         raise failure("onnxruntime could not quantise the graph to int8", exc) from exc
     finally:
@@ -170,17 +195,24 @@ def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: 
     scale = max(1.0, largest)
     result = {
         "inputs": f"{len(CHECK)} sentences{' (pairs)' if output == 'logits' else ''}, padded to "
-                  f"{batch['input_ids'].shape[1]} tokens (traced at {len(EXAMPLE)} sentences of another length)",
-        "max_abs_diff": diff, "max_abs_output": largest, **agreement,
+        f"{batch['input_ids'].shape[1]} tokens (traced at {len(EXAMPLE)} sentences of another length)",
+        "max_abs_diff": diff,
+        "max_abs_output": largest,
+        **agreement,
     }
     if quantize == "none":
         result["tolerance"] = f"{FLOAT32_TOLERANCE:g} x max(1, max |output|)"
         if diff > FLOAT32_TOLERANCE * scale:
             raise CheckpointError(
                 f"the exported graph does not reproduce the model: max |ONNX - PyTorch| = {diff:.3g} on the check "
-                f"sentences (allowed {FLOAT32_TOLERANCE * scale:.3g}); nothing was written. Try another --opset")
-    log.info("check: max |ONNX - PyTorch| = %.3g over %s%s", diff, "real tokens" if output != "logits" else "logits",
-             "".join(f", {k} {v}" for k, v in agreement.items()))
+                f"sentences (allowed {FLOAT32_TOLERANCE * scale:.3g}); nothing was written. Try another --opset"
+            )
+    log.info(
+        "check: max |ONNX - PyTorch| = %.3g over %s%s",
+        diff,
+        "real tokens" if output != "logits" else "logits",
+        "".join(f", {k} {v}" for k, v in agreement.items()),
+    )
     return result
 
 

@@ -34,8 +34,10 @@ def require_onnx(what: str, packages: tuple[str, ...] = ("onnx", "onnxruntime"))
         except ImportError:
             missing.append(name)
     if missing:
-        raise ConfigError(f"{what} needs the optional package{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
-                          f"which {'are' if len(missing) > 1 else 'is'} not installed: {ONNX_EXTRA}")
+        raise ConfigError(
+            f"{what} needs the optional package{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+            f"which {'are' if len(missing) > 1 else 'is'} not installed: {ONNX_EXTRA}"
+        )
 
 
 def versions() -> dict[str, str | None]:
@@ -89,7 +91,8 @@ def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
     if not path.is_file():
         raise ConfigError(
             f"--backend onnx needs a directory written by `mlminilm export`; {model} has no {RECORD}: run "
-            f"`mlminilm export --model {model} --format onnx --out DIR` and evaluate DIR")
+            f"`mlminilm export --model {model} --format onnx --out DIR` and evaluate DIR"
+        )
     record = None
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -108,7 +111,8 @@ def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
     if task is not None and record.task != task:
         raise ConfigError(
             f"{model} is an export of a {record.task} model (output {TASKS[record.task]}); this evaluation needs a "
-            f"{task} export: export the right model with `mlminilm export`")
+            f"{task} export: export the right model with `mlminilm export`"
+        )
     return record
 
 
@@ -119,8 +123,13 @@ def _field_problems(doc: dict) -> list[str]:
     for key, ok, what in (
         ("task", lambda v: isinstance(v, str), "a string"),
         ("dtype", lambda v: v in ("float32", "int8"), "float32 or int8"),
-        ("inputs", lambda v: isinstance(v, list) and v and all(isinstance(i, dict) and isinstance(i.get("name"), str)
-                                                              for i in v), "a list of named inputs"),
+        (
+            "inputs",
+            lambda v: isinstance(v, list)
+            and v
+            and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in v),
+            "a list of named inputs",
+        ),
         ("graph", lambda v: isinstance(v, str) and v, "a path inside the export directory"),
         ("num_layers", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1024, "a layer count"),
         ("hidden_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
@@ -147,8 +156,10 @@ def refuse_torch_on_export(model: str | Path) -> None:
     """An export directory holds a graph, not PyTorch weights: say to use --backend onnx (where it has none)."""
     directory = Path(model)
     if is_export(directory) and not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
-        raise ConfigError(f"{model} is an ONNX export (`mlminilm export`) without PyTorch weights: evaluate it with "
-                          "--backend onnx, or give the model it was exported from")
+        raise ConfigError(
+            f"{model} is an ONNX export (`mlminilm export`) without PyTorch weights: evaluate it with "
+            "--backend onnx, or give the model it was exported from"
+        )
 
 
 class LastLayerOnly:
@@ -163,8 +174,10 @@ class LastLayerOnly:
     def __getitem__(self, index: int):
         if index in (self.num_layers, -1):
             return self.last
-        raise ConfigError(f"the ONNX graph outputs only the last layer ({self.num_layers}), not hidden-states index "
-                          f"{index}: use --layer -1, or --backend torch")
+        raise ConfigError(
+            f"the ONNX graph outputs only the last layer ({self.num_layers}), not hidden-states index "
+            f"{index}: use --layer -1, or --backend torch"
+        )
 
 
 def session(graph: str | Path, threads: int | None = None):
@@ -184,8 +197,10 @@ def session(graph: str | Path, threads: int | None = None):
         return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors (InvalidProtobuf, Fail, ...) share no base class
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"{graph}: onnxruntime cannot load this graph, it is damaged ({first[:300]}); export the "
-                          "model again with `mlminilm export`") from None
+        raise ConfigError(
+            f"{graph}: onnxruntime cannot load this graph, it is damaged ({first[:300]}); export the "
+            "model again with `mlminilm export`"
+        ) from None
 
 
 class OnnxModel:

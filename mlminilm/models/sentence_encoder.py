@@ -46,8 +46,9 @@ def _model_file(model: str, name: str) -> Path | None:
     try:
         from transformers.utils import cached_file
 
-        found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
-                            _raise_exceptions_for_connection_errors=False)
+        found = cached_file(
+            model, name, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+        )
     except Exception:  # offline, gated, not a repository: no sentence-transformers setup to read
         return None
     return Path(found) if found else None
@@ -78,8 +79,7 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
     modules_path = _model_file(model, "modules.json")
     if modules_path is None:
         return None
-    modules = _checked_modules(_read_json(modules_path), modules_path,
-                               Path(model) if os.path.isdir(model) else None)
+    modules = _checked_modules(_read_json(modules_path), modules_path, Path(model) if os.path.isdir(model) else None)
     kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
     pooling_at = next((i for i, (kind, _) in enumerate(kinds) if kind == "Pooling"), None)
     if pooling_at is None:
@@ -91,7 +91,7 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
         modes = (mode,) if isinstance(mode, str) else tuple(mode)
     else:
         modes = tuple(m for key, m in _LEGACY_POOLING.items() if pool_cfg.get(key)) or ("mean",)
-    after = [kind for kind, _ in kinds[pooling_at + 1:]]
+    after = [kind for kind, _ in kinds[pooling_at + 1 :]]
     st_cfg_path = _model_file(model, "config_sentence_transformers.json")
     prompts = (_read_json(st_cfg_path).get("prompts") or {}) if st_cfg_path else {}
     bert_cfg_path = _model_file(model, "sentence_bert_config.json")
@@ -179,7 +179,9 @@ def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden:
     if not kinds <= _CARRIED or "Pooling" not in kinds:
         log.warning(
             "teacher %s has sentence-transformers modules %s; only %s carry over to a student of another width, "
-            "so the student is exported as a plain encoder", teacher_dir, ", ".join(sorted(kinds - _CARRIED)),
+            "so the student is exported as a plain encoder",
+            teacher_dir,
+            ", ".join(sorted(kinds - _CARRIED)),
             ", ".join(sorted(_CARRIED)),
         )
         return False

@@ -8,9 +8,9 @@ import copy
 import torch
 from torch import nn
 
-from mlminilm.models.layers import encoder_layers, resolve_layer
 from mlminilm.config import DEFAULT_INIT_LAYERS, StudentShape
 from mlminilm.errors import ConfigError
+from mlminilm.models.layers import encoder_layers, resolve_layer
 from mlminilm.models.loading import load_encoder
 
 
@@ -65,8 +65,10 @@ def init_layers(rule: str | list[int], teacher_layers: int, student_layers: int)
         return list(range(student_layers - 1)) + [teacher_layers - 1]
     picked = list(rule)
     if len(picked) != student_layers or any(not 0 <= i < teacher_layers for i in picked):
-        raise ConfigError(f"--init-layers {','.join(map(str, picked))} must name {student_layers} layers of the "
-                          f"teacher's {teacher_layers} (0..{teacher_layers - 1})")
+        raise ConfigError(
+            f"--init-layers {','.join(map(str, picked))} must name {student_layers} layers of the "
+            f"teacher's {teacher_layers} (0..{teacher_layers - 1})"
+        )
     return picked
 
 

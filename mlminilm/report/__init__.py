@@ -14,4 +14,13 @@ from mlminilm.report.comparison import (  # noqa: F401
     comparison_title,
     write_comparison,
 )
-from mlminilm.report.tables import FILES, chart, notes, rich_table, rows, to_csv, to_markdown, write_reports  # noqa: F401
+from mlminilm.report.tables import (  # noqa: F401
+    FILES,
+    chart,
+    notes,
+    rich_table,
+    rows,
+    to_csv,
+    to_markdown,
+    write_reports,
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlminilm.report.tables import FILES, _TASKS, _TITLES, _language_name, csv_text
+from mlminilm.report.tables import _TASKS, _TITLES, FILES, _language_name, csv_text
 
 
 def _ratio_column(name: str, base: str, corrected: bool = False) -> str:
@@ -50,8 +50,10 @@ def comparison_title(doc: dict) -> str:
     split = f" {doc['split']}" if doc.get("split") else ""
     scorer = f" ({doc['scorer']['title']} scorer)" if doc.get("scorer") else ""
     metric = _TITLES.get(doc["metric"], doc["metric"])
-    return (f"{_TASKS.get(doc['task'], doc['task'] or 'evaluation')}{split}{scorer}: {metric} (%) of "
-            f"{', '.join(doc['reports'])}, against {doc['baseline']}")
+    return (
+        f"{_TASKS.get(doc['task'], doc['task'] or 'evaluation')}{split}{scorer}: {metric} (%) of "
+        f"{', '.join(doc['reports'])}, against {doc['baseline']}"
+    )
 
 
 def comparison_table(doc: dict):
@@ -77,8 +79,10 @@ def _comparison_lines(doc: dict) -> list[str]:
     base, chance = doc["baseline"], doc.get("chance")
     how = f"ratio: score / {base}'s"
     if chance:
-        how += (f"; cc: chance-corrected, (score - {chance:.1f}) / ({base}'s - {chance:.1f}), chance = 100 / "
-                f"{round(100 / chance)} classes")
+        how += (
+            f"; cc: chance-corrected, (score - {chance:.1f}) / ({base}'s - {chance:.1f}), chance = 100 / "
+            f"{round(100 / chance)} classes"
+        )
     how += f"; average: mean over the {len(doc['languages'])} compared languages, its ratios those of the averages"
     lines = [how]
     for name, r in doc["reports"].items():
@@ -86,8 +90,10 @@ def _comparison_lines(doc: dict) -> list[str]:
         tp = r.get("throughput") or {}
         if r.get("examples_per_s") is not None:
             ratio = f" ({r['speed_ratio']:.2f}x)" if name != base and r.get("speed_ratio") is not None else ""
-            parts.append(f"{r['examples_per_s']:,.1f} examples/s{ratio} on {tp.get('device')} "
-                         f"({tp.get('precision')}, batch {tp.get('batch_size')})")
+            parts.append(
+                f"{r['examples_per_s']:,.1f} examples/s{ratio} on {tp.get('device')} "
+                f"({tp.get('precision')}, batch {tp.get('batch_size')})"
+            )
         if r.get("parameters") is not None:
             ratio = f" ({r['parameters_ratio']:.2f}x)" if name != base and r.get("parameters_ratio") else ""
             parts.append(f"{r['parameters']:,} parameters{ratio}")
@@ -152,8 +158,7 @@ def comparison_chart(doc: dict, path: Path) -> Path:
     ax.set_ylabel(f"{_TITLES.get(metric, metric)} (%)")
     ax.set_ylim(0, min(100.0, top * 1.15 + 5) if top <= 100 else top * 1.1)
     # Below the axes: never over a bar.
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=min(len(names) + 1, 5), fontsize=8,
-              frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=min(len(names) + 1, 5), fontsize=8, frameon=False)
     ax.set_title(comparison_title(doc), fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)

@@ -3,7 +3,7 @@
 Input: the metrics document of `eval-xnli` / `eval-mlqa` / `eval-tatoeba` (`languages`: key -> scores with
 `examples`; `metrics`: the score names, in %; `average`; optional `gxlt` matrix; optional `summary` line). Files
 written by `write_reports`: `metrics.json`, `metrics.csv`, `metrics.md`, `chart.png` (per-language bars with the
-average as a line; for G-XLT a context x question heatmap of F1). """
+average as a line; for G-XLT a context x question heatmap of F1)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ import json
 from pathlib import Path
 
 FILES = ("metrics.json", "metrics.csv", "metrics.md", "chart.png")
-_TITLES = {"accuracy": "accuracy", "exact_match": "EM", "f1": "F1", "xx_to_en": "xx->en", "en_to_xx": "en->xx",
-           "mean": "mean"}
+_TITLES = {
+    "accuracy": "accuracy",
+    "exact_match": "EM",
+    "f1": "F1",
+    "xx_to_en": "xx->en",
+    "en_to_xx": "en->xx",
+    "mean": "mean",
+}
 
 
 def _language_name(key: str) -> str:
@@ -100,8 +106,10 @@ def _matrix_table(doc: dict):
     table.add_section()
     avg = doc["average"]
     table.add_row("mean", *(f"{sum(col) / len(col):.1f}" for col in columns), f"{avg['f1']:.1f}", style="bold")
-    table.caption = (f"average of {len(doc['languages'])} pairs: EM {avg['exact_match']:.2f}, F1 {avg['f1']:.2f} "
-                     f"on {avg['examples']:,} questions ({avg['missing']:,} without a prediction)")
+    table.caption = (
+        f"average of {len(doc['languages'])} pairs: EM {avg['exact_match']:.2f}, F1 {avg['f1']:.2f} "
+        f"on {avg['examples']:,} questions ({avg['missing']:,} without a prediction)"
+    )
     return table
 
 
@@ -119,7 +127,9 @@ def _caption(doc: dict) -> str:
         parts.append(f"skipped: {skipped:,} rows without a gold label ('-' or empty), not scored")
     tp = doc.get("throughput")
     if tp:
-        parts.append(f"{tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})")
+        parts.append(
+            f"{tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})"
+        )
     return "\n".join(parts)
 
 
@@ -158,7 +168,8 @@ def to_markdown(doc: dict) -> str:
     if doc.get("throughput"):
         tp = doc["throughput"]
         lines.append(
-            f"- throughput: {tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch {tp['batch_size']})"
+            f"- throughput: {tp['examples_per_s']:,.1f} examples/s on {tp['device']} ({tp['precision']}, batch "
+            f"{tp['batch_size']})"
         )
     lines += ["", "| " + " | ".join(_TITLES.get(c, c) for c in columns) + " |"]
     lines.append("|" + "|".join("---" if c in ("language", "name") else "---:" for c in columns) + "|")
@@ -205,8 +216,14 @@ def chart(doc: dict, path: Path) -> Path:
         main = "f1" if "f1" in metrics else metrics[0]
         fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(keys) * len(metrics) + 2), 4.5))
         width = 0.8 / len(metrics)
-        colors = {"accuracy": "#3b75af", "f1": "#3b75af", "exact_match": "#9ecae1", "xx_to_en": "#3b75af",
-                  "en_to_xx": "#9ecae1", "mean": "#636363"}
+        colors = {
+            "accuracy": "#3b75af",
+            "f1": "#3b75af",
+            "exact_match": "#9ecae1",
+            "xx_to_en": "#3b75af",
+            "en_to_xx": "#9ecae1",
+            "mean": "#636363",
+        }
         for n, metric in enumerate(metrics):
             values = [doc["languages"][k][metric] for k in keys]
             xs = [i + (n - (len(metrics) - 1) / 2) * width for i in range(len(keys))]
@@ -216,7 +233,9 @@ def chart(doc: dict, path: Path) -> Path:
         avg = doc["average"][main]
         if doc["task"] == "xnli":
             ax.axhline(100 / 3, color="grey", linestyle=":", linewidth=1, label="chance 33.3")
-        ax.axhline(avg, color="#d62728", linestyle="--", linewidth=1.2, label=f"average {_TITLES.get(main, main)} {avg:.1f}")
+        ax.axhline(
+            avg, color="#d62728", linestyle="--", linewidth=1.2, label=f"average {_TITLES.get(main, main)} {avg:.1f}"
+        )
         ax.set_xticks(range(len(keys)), keys)
         ax.set_ylabel(" / ".join(_TITLES.get(m, m) for m in metrics) + " (%)")
         top = max([doc["languages"][k][m] for k in keys for m in metrics] + [avg])
@@ -235,7 +254,9 @@ def write_reports(doc: dict, out: Path) -> dict[str, Path]:
     """metrics.json, metrics.csv, metrics.md and chart.png in `out` (which exists)."""
     out = Path(out)
     paths = {name: out / name for name in FILES}
-    paths["metrics.json"].write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    paths["metrics.json"].write_text(
+        json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
     paths["metrics.csv"].write_text(to_csv(doc), encoding="utf-8")
     paths["metrics.md"].write_text(to_markdown(doc), encoding="utf-8")
     chart(doc, paths["chart.png"])

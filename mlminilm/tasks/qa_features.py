@@ -228,8 +228,4 @@ def _cls_index(input_ids: list[int], tokenizer) -> int:
 
 def _model_inputs(encoded) -> dict[str, Any]:
     """The encoding without the bookkeeping keys a model must not receive."""
-    return {
-        key: value
-        for key, value in encoded.items()
-        if key not in ("offset_mapping", "overflow_to_sample_mapping")
-    }
+    return {key: value for key, value in encoded.items() if key not in ("offset_mapping", "overflow_to_sample_mapping")}

@@ -34,7 +34,9 @@ def load_examples(task: str, source: str, role: str) -> list:
         if unanswered:
             raise DataError(f"{path}: dev question {unanswered[0]!r} has no gold answer ({len(unanswered)} such)")
         if not any(a["text"].strip() for e in examples for a in e.answers):
-            raise DataError(f"{path}: every gold answer is empty (an unlabelled file?); dev needs real answers to select on")
+            raise DataError(
+                f"{path}: every gold answer is empty (an unlabelled file?); dev needs real answers to select on"
+            )
     return examples
 
 
@@ -45,23 +47,35 @@ def _load_hub(task: str, spec: str, role: str) -> list:
     local = "an XNLI/MultiNLI TSV or JSON lines file" if task == "xnli" else "a SQuAD v1.1 JSON file"
     datasets = hub.import_datasets()
     if datasets is None:
-        raise DataError(f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
-                        f"{hub.HUB_EXTRA}, or pass {local} instead")
+        raise DataError(
+            f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
+            f"{hub.HUB_EXTRA}, or pass {local} instead"
+        )
     try:
         if task == "xnli":
             bare = name.split("/")[-1]
-            split = split or ("train" if role == "train" else "validation_matched" if bare == "multi_nli" else "validation")
-            rows = datasets.load_dataset(name, "en", split=split) if bare == "xnli" else datasets.load_dataset(name, split=split)
+            split = split or (
+                "train" if role == "train" else "validation_matched" if bare == "multi_nli" else "validation"
+            )
+            rows = (
+                datasets.load_dataset(name, "en", split=split)
+                if bare == "xnli"
+                else datasets.load_dataset(name, split=split)
+            )
             names = rows.features["label"].names
             return [
-                NLIExample(r["premise"], r["hypothesis"], label_id(names[r["label"]]), "en") for r in rows if r["label"] >= 0
+                NLIExample(r["premise"], r["hypothesis"], label_id(names[r["label"]]), "en")
+                for r in rows
+                if r["label"] >= 0
             ]
         from mlminilm.tasks.squad import QAExample
 
         rows = datasets.load_dataset(name, split=split or ("train" if role == "train" else "validation"))
         return [
             QAExample(
-                r["id"], r["question"], r["context"],
+                r["id"],
+                r["question"],
+                r["context"],
                 [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])],
                 r.get("title"),
             )
@@ -71,5 +85,7 @@ def _load_hub(task: str, spec: str, role: str) -> list:
         raise
     except Exception as exc:  # offline, unknown dataset or split: all end the same way for the user
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {reason} ({hub.unreachable_hint()}); "
-                        f"pass {local} instead") from None
+        raise DataError(
+            f"cannot load --{role} hf:{spec} from the Hugging Face Hub: {reason} ({hub.unreachable_hint()}); "
+            f"pass {local} instead"
+        ) from None

@@ -17,8 +17,15 @@ from mlminilm.errors import DataError
 from mlminilm.langs import accept_codes, all_languages, from_iso639_3, to_iso639_3
 from mlminilm.tasks.textfile import read_text
 
-__all__ = ["TatoebaFiles", "TatoebaSet", "file_names", "project_code", "find_tatoeba_files", "read_sentences",
-           "load_tatoeba"]
+__all__ = [
+    "TatoebaFiles",
+    "TatoebaSet",
+    "file_names",
+    "project_code",
+    "find_tatoeba_files",
+    "read_sentences",
+    "load_tatoeba",
+]
 
 _FILE = re.compile(r"^tatoeba\.([a-z]{3})-eng\.([a-z]{3})$")
 
@@ -67,18 +74,23 @@ def _file_code(lang: str, problems: list[str]) -> str | None:
     if language is None:
         if len(lang) == 3:
             return lang  # not in langs/: a file code is its own project code
-        problems.append(f"{lang}: not in langs/, so its Tatoeba file code is unknown; give the ISO 639-3 code of "
-                        f"its files (--langs XXX for tatoeba.XXX-eng.XXX), or add langs/{lang}.toml with iso639_3")
+        problems.append(
+            f"{lang}: not in langs/, so its Tatoeba file code is unknown; give the ISO 639-3 code of "
+            f"its files (--langs XXX for tatoeba.XXX-eng.XXX), or add langs/{lang}.toml with iso639_3"
+        )
         return None
     if language.variant_of:
-        problems.append(f"{lang} is CC-100's {language.name}, a variant of {language.variant_of}; Tatoeba's "
-                        f"{language.iso639_3} files are {language.variant_of}: use {language.variant_of}")
+        problems.append(
+            f"{lang} is CC-100's {language.name}, a variant of {language.variant_of}; Tatoeba's "
+            f"{language.iso639_3} files are {language.variant_of}: use {language.variant_of}"
+        )
         return None
     return to_iso639_3(lang)
 
 
 def find_tatoeba_files(
-    data: str | Path, langs: list[str] | None = None,
+    data: str | Path,
+    langs: list[str] | None = None,
 ) -> tuple[dict[str, TatoebaFiles], list[str]]:
     """The files of each language (project code -> files), in `langs` order or sorted by code, and the codes among
     them that no language in langs/ has (evaluated under their file code). A DataError names every problem (a
@@ -86,13 +98,15 @@ def find_tatoeba_files(
     folder = Path(data)
     if not folder.is_dir():
         raise DataError(
-            f"--data {data}: no such directory (expected tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng files)")
+            f"--data {data}: no such directory (expected tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng files)"
+        )
     present = _codes_in(folder)
     if langs is None:
         wanted = sorted(project_code(iso) for iso in present if iso != "eng")
         if not wanted:
             raise DataError(
-                f"{folder}: no Tatoeba files (tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng, ISO 639-3 codes)")
+                f"{folder}: no Tatoeba files (tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng, ISO 639-3 codes)"
+            )
     else:
         wanted = list(dict.fromkeys(langs))
         accept_codes(wanted)
@@ -104,13 +118,13 @@ def find_tatoeba_files(
             continue
         if iso == "eng":
             problems.append(
-                f"{lang}: English is the other side of every Tatoeba pair; name the languages paired with it")
+                f"{lang}: English is the other side of every Tatoeba pair; name the languages paired with it"
+            )
             continue
         source, english = (folder / name for name in file_names(iso))
         missing = [p.name for p in (source, english) if not p.is_file()]
         if missing:
-            there = ", ".join(
-                f"{from_iso639_3(c)} ({c})" if from_iso639_3(c) else c for c in present) or "none"
+            there = ", ".join(f"{from_iso639_3(c)} ({c})" if from_iso639_3(c) else c for c in present) or "none"
             problems.append(f"{lang}: no {' and no '.join(missing)} in {folder} (languages there: {there})")
             continue
         found[lang] = TatoebaFiles(lang, iso, source, english)

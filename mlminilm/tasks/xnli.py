@@ -122,8 +122,13 @@ def read_nli_file(path: str | Path, lang: str | None = None) -> NLIFile:
     examples, skipped = _to_examples(rows, lang)
     if not examples:
         raise DataError(_nothing_read(path, lang, sum(skipped.values())))
-    return NLIFile(path=path, format=fmt, examples=examples, skipped_no_gold=sum(skipped.values()),
-                   skipped_by_language=dict(skipped))
+    return NLIFile(
+        path=path,
+        format=fmt,
+        examples=examples,
+        skipped_no_gold=sum(skipped.values()),
+        skipped_by_language=dict(skipped),
+    )
 
 
 # A row as the format readers yield it: (where, premise, hypothesis, label name, language or None).
@@ -184,8 +189,12 @@ def _jsonl_rows(path: Path, lines: list[str]) -> Iterable[_Row]:
         missing = [key for key in ("gold_label", "sentence1", "sentence2") if key not in record]
         if missing:
             raise DataError(f"{where}: missing {', '.join(missing)}")
-        yield where, str(record["sentence1"]), str(record["sentence2"]), str(record["gold_label"]), record.get(
-            "language"
+        yield (
+            where,
+            str(record["sentence1"]),
+            str(record["sentence2"]),
+            str(record["gold_label"]),
+            record.get("language"),
         )
 
 
@@ -273,7 +282,7 @@ def load_xnli_split(
 def read_xnli_split(data_dir: str | Path, split: str = "test", langs: Sequence[str] | None = None) -> XnliSplit:
     """As `load_xnli_split`, with the number of rows skipped per language (gold label "-" or empty)."""
     if str(data_dir).startswith(HUB_PREFIX):
-        return _load_from_hub(str(data_dir)[len(HUB_PREFIX):], split, _resolve_langs(langs))
+        return _load_from_hub(str(data_dir)[len(HUB_PREFIX) :], split, _resolve_langs(langs))
     sources = find_xnli_files(data_dir, split, langs)
     by_lang: dict[str, list[NLIExample]] = {}
     skipped: dict[str, int] = {}
@@ -309,8 +318,10 @@ def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
     instead = "pass a local directory with test-XX.tsv files instead (e.g. ../shared/data/xnli)"
     datasets = hub.import_datasets()
     if datasets is None:
-        raise DataError(f"cannot load {HUB_PREFIX}{name} ({split}) from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
-                        f"{hub.HUB_EXTRA}, or {instead}")
+        raise DataError(
+            f"cannot load {HUB_PREFIX}{name} ({split}) from the Hugging Face Hub: {hub.MISSING_DATASETS}; "
+            f"{hub.HUB_EXTRA}, or {instead}"
+        )
     try:
         by_lang, skipped = {}, {}
         for lang in langs:
@@ -319,7 +330,8 @@ def _load_from_hub(name: str, split: str, langs: list[str]) -> XnliSplit:
             # A label of -1 means no gold label (names[-1] would silently be the last class).
             by_lang[lang] = [
                 NLIExample(row["premise"], row["hypothesis"], label_id(names[row["label"]]), lang)
-                for row in rows if row["label"] >= 0
+                for row in rows
+                if row["label"] >= 0
             ]
             skipped[lang] = len(rows) - len(by_lang[lang])
         return XnliSplit(by_lang, skipped)

@@ -33,8 +33,14 @@ class BatchPlan:
         return asdict(self)
 
 
-def plan_batch(batch_size: int | str, grad_accum: int, global_batch: int | None, world: int,
-               fits: Callable[[int], bool] | None = None, cap: int | None = None) -> BatchPlan:
+def plan_batch(
+    batch_size: int | str,
+    grad_accum: int,
+    global_batch: int | None,
+    world: int,
+    fits: Callable[[int], bool] | None = None,
+    cap: int | None = None,
+) -> BatchPlan:
     """The micro-batch and accumulation for these options on `world` processes.
 
     `fits(b)` says whether a micro-batch of b sequences fits (CUDA: a trial step); `cap` bounds auto's choice."""
@@ -68,6 +74,8 @@ def largest_fitting(per_process: int, fits: Callable[[int], bool], cap: int | No
             best = size
         size *= 2
     if best is None:
-        raise ConfigError("--batch-size auto: not even one sequence per micro-batch fits in the device's memory; "
-                          "use a smaller student, shorter sequences (prepare --seq-len) or --precision bf16")
+        raise ConfigError(
+            "--batch-size auto: not even one sequence per micro-batch fits in the device's memory; "
+            "use a smaller student, shorter sequences (prepare --seq-len) or --precision bf16"
+        )
     return best

@@ -2,9 +2,9 @@
 
 A checkpoint is taken in two parts. `snapshot` copies everything a checkpoint holds to host memory while the loop
 waits (training updates parameters and optimizer state in place, so the files must come from copies); it costs a
-device->host copy. `write_snapshot` then writes the files with the layout and atomicity `checkpoints.save_checkpoint` has
-always had (a `.tmp-step-N-<pid>` directory, state.json last, one `os.replace`, pruning to `keep`), and it can run
-in a background thread while training goes on: `AsyncCheckpointer`.
+device->host copy. `write_snapshot` then writes the files with the layout and atomicity
+`checkpoints.save_checkpoint` has always had (a `.tmp-step-N-<pid>` directory, state.json last, one `os.replace`,
+pruning to `keep`), and it can run in a background thread while training goes on: `AsyncCheckpointer`.
 
 A thread, not a process: the snapshot is already in this process's memory (a process would copy it again through
 a pipe or shared memory), the file writers spend their time in C code and system calls, and forking a process that
@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 # save_model's own choice of the names it drops (private, but it is what save_model runs: the same file, and the
 # equality with save_model's output is tested).
 from safetensors.torch import _remove_duplicate_names, save_file
 from torch import nn
 
 from mlminilm import logging as mlog
+from mlminilm.errors import CheckpointError
 from mlminilm.io.atomic import write_json_atomic
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
 from mlminilm.training.checkpoints import load_error_reason
-from mlminilm.errors import CheckpointError
 
 log = mlog.get(__name__)
 
@@ -195,7 +196,8 @@ class AsyncCheckpointer:
         except Exception as exc:  # noqa: BLE001 - reported to the training thread, never lost
             where = self.out / CHECKPOINTS / f"step-{snap.step}"
             error = CheckpointError(
-                f"checkpoint {where} could not be written ({load_error_reason(exc)}); nothing of it was kept and earlier "
+                f"checkpoint {where} could not be written ({load_error_reason(exc)}); nothing of it was kept and "
+                "earlier "
                 "checkpoints are intact: fix the cause, then rerun the same command with --resume"
             )
             error.__cause__ = exc

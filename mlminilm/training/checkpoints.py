@@ -17,7 +17,6 @@ from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
 log = mlog.get(__name__)
 
 
-
 def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
     """Restore model, optimizer, schedule and RNG from `path`; returns its state.json. Every tensor of the model
     must be in the checkpoint (and nothing else): a checkpoint of another shape is an error, never a partial load."""
@@ -27,7 +26,9 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict:
     try:
         missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     except Exception as exc:  # noqa: BLE001 - unreadable file or a shape that does not fit
-        raise CheckpointError(f"checkpoint {path}: model.safetensors cannot be loaded ({load_error_reason(exc)}); {advice}") from exc
+        raise CheckpointError(
+            f"checkpoint {path}: model.safetensors cannot be loaded ({load_error_reason(exc)}); {advice}"
+        ) from exc
     if missing or unexpected:
         parts = []
         if missing:

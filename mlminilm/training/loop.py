@@ -50,7 +50,8 @@ def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn
         # Default buckets: each bucket's all-reduce starts as soon as its gradients are ready, overlapping the rest
         # of the backward. Gradients as views of the buckets save a copy and the memory of a second gradient set.
         model = nn.parallel.DistributedDataParallel(
-            forward, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            forward,
+            device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
         )
     optimizer = make_optimizer(params, cfg, rt.device)
@@ -224,8 +225,9 @@ def run_steps(steps: Steps, reporting: Reporting) -> LoopResult:
     from mlminilm.training.checkpoint_writer import AsyncCheckpointer
 
     cfg, rt = steps.cfg, steps.rt
-    writer = reporting.checkpointer if reporting.checkpointer is not None else AsyncCheckpointer(reporting.out,
-                                                                                                 cfg.keep)
+    writer = (
+        reporting.checkpointer if reporting.checkpointer is not None else AsyncCheckpointer(reporting.out, cfg.keep)
+    )
     # On any exit, a checkpoint write in flight is finished first, and the metrics sinks are closed.
     with writer, contextlib.closing(reporting.metrics), mlog.progress() as bar:
         loop = _Loop(steps, reporting, writer, bar)
@@ -253,8 +255,7 @@ class _Loop:
         self.log_lines = steps.rt.is_main and not mlog.progress_enabled()
         self.params = [p for group in steps.optimizer.param_groups for p in group["params"]]
         self.probe_time = 0.0
-        self.task = bar.add_task(reporting.description, total=steps.cfg.max_steps, completed=steps.start_step,
-                                 rate="")
+        self.task = bar.add_task(reporting.description, total=steps.cfg.max_steps, completed=steps.start_step, rate="")
 
     def step(self, step: int) -> None:
         """Optimizer step `step`, then what its end calls for (a log record, a checkpoint, a probe)."""
@@ -340,8 +341,14 @@ class _Loop:
         if self.log_lines:
             per_step = (now - self.t_start) / max(done - s.start_step, 1)
             log.info(
-                "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s", description, done, cfg.max_steps,
-                record["loss"], record["lr"], f"{rate:,.0f}", _duration(per_step * (cfg.max_steps - done)),
+                "%s: step %d/%d  loss %.4f  lr %.3g  %s tok/s  eta %s",
+                description,
+                done,
+                cfg.max_steps,
+                record["loss"],
+                record["lr"],
+                f"{rate:,.0f}",
+                _duration(per_step * (cfg.max_steps - done)),
             )
         else:
             log.debug("step %d loss %.5f", done, record["loss"])
@@ -376,24 +383,30 @@ class _Loop:
         self.probe_time += spent
         self.t_window += spent  # the next tokens/s is the training's alone
         if found:
-            found = {"step": done, **found,
-                     "train_s": round(t_probe - self.t_start - self.probe_time + spent, 2)}
+            found = {"step": done, **found, "train_s": round(t_probe - self.t_start - self.probe_time + spent, 2)}
             self.r.metrics.write(found)
             self.history.append(found)
 
     def result(self) -> LoopResult:
         elapsed = time.perf_counter() - self.t_start
         return LoopResult(
-            self.s.start_step, self.s.cfg.max_steps, self.first_loss, self.last_loss,
-            self.total_tokens / max(elapsed - self.probe_time, 1e-9), elapsed, self.history,
+            self.s.start_step,
+            self.s.cfg.max_steps,
+            self.first_loss,
+            self.last_loss,
+            self.total_tokens / max(elapsed - self.probe_time, 1e-9),
+            elapsed,
+            self.history,
         )
 
 
 def _diverged(out: Path, what: str) -> TrainingDiverged:
     saved = checkpoint_dirs(out)
     if saved:
-        where = (f"the last good checkpoint is {saved[-1][1]}: rerun the same command with --resume and a lower --lr "
-                 "or a longer --warmup to continue from it")
+        where = (
+            f"the last good checkpoint is {saved[-1][1]}: rerun the same command with --resume and a lower --lr "
+            "or a longer --warmup to continue from it"
+        )
     else:
         where = "no checkpoint was saved yet: rerun with a lower --lr or a longer --warmup"
     return TrainingDiverged(f"{what}; stopped, {where}")

@@ -16,13 +16,13 @@ from typing import Callable
 
 import torch
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TrainConfig
 from mlminilm.errors import CheckpointError
 from mlminilm.io.atomic import write_json_atomic
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
 from mlminilm.training.runtime import Runtime
+from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 RUN_RECORD = "run.json"  # the run record: not config.json, which from_pretrained(OUT) would take for a model's
@@ -64,8 +64,9 @@ class RunLayout:
 
 
 @contextlib.contextmanager
-def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | RunLayout, inputs: dict,
-                   record_file: str = RUN_RECORD):
+def claimed_output(
+    out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | RunLayout, inputs: dict, record_file: str = RUN_RECORD
+):
     """A training command's hold on its --out for the whole run (README "Reliability"):
 
     - refused when it is, contains or lies inside an input (`inputs`: flag -> path);
@@ -92,8 +93,13 @@ def claimed_output(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | Run
             shutil.rmtree(out / PREVIOUS_RUN, ignore_errors=True)
 
 
-def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] | RunLayout,
-                       record_file: str = RUN_RECORD, set_aside: bool = True) -> Path | None:
+def prepare_output_dir(
+    out: Path,
+    cfg: TrainConfig,
+    artifacts: tuple[str, ...] | RunLayout,
+    record_file: str = RUN_RECORD,
+    set_aside: bool = True,
+) -> Path | None:
     """Refuse a non-empty output directory unless resuming or overwriting; on overwrite set only our artifacts
     aside (in OUT/.previous-run, returned; None when nothing was set aside), refusing a directory with other files.
 
@@ -109,13 +115,18 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] |
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
     # Our names only at OUT's root (it may be a directory of the user's, refused below); all in checkpoints/.
-    clean_stale(out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json"))))
+    clean_stale(
+        out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json")))
+    )
     clean_stale(out / CHECKPOINTS)
     existing = [p for p in out.iterdir()] if out.exists() else []
     failed = bool(existing) and not cfg.resume and layout.died_early(out)
     if existing and not (cfg.resume or cfg.overwrite or failed):
-        kept = (f" ({out / PREVIOUS_RUN} holds the run an unfinished --overwrite replaced)"
-                if (out / PREVIOUS_RUN).exists() else "")
+        kept = (
+            f" ({out / PREVIOUS_RUN} holds the run an unfinished --overwrite replaced)"
+            if (out / PREVIOUS_RUN).exists()
+            else ""
+        )
         raise CheckpointError(
             f"output directory {out} exists and is not empty{kept}; add --resume to continue that run or "
             "--overwrite to start over"
@@ -134,8 +145,9 @@ def prepare_output_dir(out: Path, cfg: TrainConfig, artifacts: tuple[str, ...] |
     if aside.exists():
         # An earlier --overwrite did not finish: what is here is its unfinished run; the finished one stays aside.
         _remove(out, artifacts)
-        log.warning("%s: removed the unfinished run of an earlier --overwrite; the run it replaced is still in %s",
-                    out, aside)
+        log.warning(
+            "%s: removed the unfinished run of an earlier --overwrite; the run it replaced is still in %s", out, aside
+        )
         return aside
     aside.mkdir()
     for name in present:
@@ -157,8 +169,11 @@ def _after_failed_overwrite(out: Path, aside: Path, layout: RunLayout) -> None:
     """The new run failed: with no checkpoint of its own, the previous run goes back in place; otherwise both
     stay (the new one can be resumed) and the log says where the previous one is."""
     if layout.has_checkpoint(out):
-        log.warning("the run failed after saving a checkpoint (resume it with --resume); the run --overwrite "
-                    "replaced is kept in %s", aside)
+        log.warning(
+            "the run failed after saving a checkpoint (resume it with --resume); the run --overwrite "
+            "replaced is kept in %s",
+            aside,
+        )
         return
     _remove(out, layout.artifacts)
     for entry in aside.iterdir():
@@ -194,9 +209,7 @@ def _is_run_record(path: Path) -> bool:
 def git_revision() -> str | None:
     try:
         here = Path(__file__).resolve().parent
-        rev = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         return rev.stdout.strip() or None
     except Exception:
         return None
@@ -295,8 +308,9 @@ def read_run_record(out: Path, record_file: str = RUN_RECORD) -> tuple[Path, dic
     return None
 
 
-def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], record_file: str = RUN_RECORD,
-                            write: bool = True) -> dict:
+def check_resume_compatible(
+    out: Path, record: dict, keys: tuple[str, ...], record_file: str = RUN_RECORD, write: bool = True
+) -> dict:
     """On --resume, the run's defining options (`keys`) must equal those recorded in OUT/<record_file>.
 
     Options in RESUME_CHANGEABLE may differ: each change is logged and recorded (the record's "config" takes the
@@ -307,8 +321,11 @@ def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], reco
     path, old_record = found
     old = old_record.get("config", {})
     new = record["config"]
-    diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-            if k not in RESUME_CHANGEABLE and old.get(k) != new.get(k)]
+    diff = [
+        f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+        for k in keys
+        if k not in RESUME_CHANGEABLE and old.get(k) != new.get(k)
+    ]
     if diff:
         raise CheckpointError(
             f"--resume with options that differ from the run in {out} ({'; '.join(diff)}); use the same options "
@@ -316,15 +333,19 @@ def check_resume_compatible(out: Path, record: dict, keys: tuple[str, ...], reco
         )
     changes = {k: [old[k], new.get(k)] for k in RESUME_CHANGEABLE if k in old and old[k] != new.get(k)}
     if changes:
-        log.warning("--resume with %s (recorded in %s)",
-                    ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
-                    Path(out) / record_file)
+        log.warning(
+            "--resume with %s (recorded in %s)",
+            ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
+            Path(out) / record_file,
+        )
     if write and (changes or path.name != record_file):
         updated = dict(old_record)
         updated["config"] = {**old, **{k: b for k, (a, b) in changes.items()}}
         if changes:
-            updated["resumes"] = [*old_record.get("resumes", []),
-                                  {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}]
+            updated["resumes"] = [
+                *old_record.get("resumes", []),
+                {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes},
+            ]
         write_json_atomic(Path(out) / record_file, updated)
         if path.name != record_file:  # the old name: the record moves to its new one
             path.unlink(missing_ok=True)

@@ -82,8 +82,11 @@ def setup_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
         else:
             dist.init_process_group(backend="gloo")
     if precision == "auto":
-        precision = "bf16" if (dev.type == "cuda" and torch.cuda.is_bf16_supported()) or (
-            dev.type == "cpu" and cpu_has_native_bf16()) else ("fp16" if dev.type == "cuda" else "fp32")
+        precision = (
+            "bf16"
+            if (dev.type == "cuda" and torch.cuda.is_bf16_supported()) or (dev.type == "cpu" and cpu_has_native_bf16())
+            else ("fp16" if dev.type == "cuda" else "fp32")
+        )
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     return Runtime(dev, dtype, rank, world, local_rank)
 

@@ -38,16 +38,20 @@ def counts_from_data(data: Path, tokenizer, model: str) -> TokenCounts:
     root = Path(data)
     path = root / MANIFEST
     if not path.is_file():
-        raise DataError(f"--data {root} has no {MANIFEST}: not a `mlminilm prepare` output "
-                        f"(run `mlminilm prepare --teacher {model}`, or count a corpus with --corpus)")
+        raise DataError(
+            f"--data {root} has no {MANIFEST}: not a `mlminilm prepare` output "
+            f"(run `mlminilm prepare --teacher {model}`, or count a corpus with --corpus)"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DataError(f"--data {root}: cannot read {MANIFEST} ({exc}); run `mlminilm prepare` again") from None
     name = manifest.get("token_counts") or TOKEN_COUNTS
     if not (root / name).is_file():
-        raise DataError(f"--data {root} has no token counts ({name}); run `mlminilm prepare --teacher {model}` "
-                        "again, or count a corpus with --corpus")
+        raise DataError(
+            f"--data {root} has no token counts ({name}); run `mlminilm prepare --teacher {model}` "
+            "again, or count a corpus with --corpus"
+        )
     theirs, mine = manifest.get("tokenizer") or {}, tokenizer_identity(tokenizer)
     if theirs.get("vocab_sha256") != mine["vocab_sha256"]:
         raise DataError(
@@ -60,8 +64,10 @@ def counts_from_data(data: Path, tokenizer, model: str) -> TokenCounts:
     except (OSError, ValueError) as exc:
         raise DataError(f"--data {root}: cannot read {name} ({exc}); run `mlminilm prepare` again") from None
     if counts.ndim != 1 or len(counts) != len(tokenizer) or not np.issubdtype(counts.dtype, np.integer):
-        raise DataError(f"--data {root}: {name} holds {counts.shape} {counts.dtype} values, expected one integer "
-                        f"count per id of the tokenizer ({len(tokenizer)}); run `mlminilm prepare` again")
+        raise DataError(
+            f"--data {root}: {name} holds {counts.shape} {counts.dtype} values, expected one integer "
+            f"count per id of the tokenizer ({len(tokenizer)}); run `mlminilm prepare` again"
+        )
     languages = {lang: int(info.get("tokens", 0)) for lang, info in sorted((manifest.get("languages") or {}).items())}
     found = TokenCounts(counts.astype(np.int64), "data", str(root), languages)
     found.per_language, found.pooled_only = _shard_counts(root, manifest, found.counts)
@@ -98,16 +104,20 @@ def _shard_counts(root: Path, manifest: dict, pooled: np.ndarray) -> tuple[dict[
         for shard in files:
             ids = np.memmap(root / shard["file"], dtype=DTYPE, mode="r")
             for start in range(0, len(ids), SHARD_CHUNK):
-                chunk = np.bincount(ids[start:start + SHARD_CHUNK], minlength=len(counts))
+                chunk = np.bincount(ids[start : start + SHARD_CHUNK], minlength=len(counts))
                 if len(chunk) > len(counts):
-                    raise DataError(f"--data {root}: shard {shard['file']} holds id {len(chunk) - 1}, beyond the "
-                                    f"tokenizer's {len(counts)} ids; run `mlminilm prepare` again")
+                    raise DataError(
+                        f"--data {root}: shard {shard['file']} holds id {len(chunk) - 1}, beyond the "
+                        f"tokenizer's {len(counts)} ids; run `mlminilm prepare` again"
+                    )
                 counts += chunk
             del ids
         per_language[lang] = counts
     if not np.array_equal(sum(per_language.values()), pooled):
-        return None, (f"its shards and {manifest.get('token_counts') or TOKEN_COUNTS} do not hold the same tokens "
-                      "(changed since prepare?)")
+        return None, (
+            f"its shards and {manifest.get('token_counts') or TOKEN_COUNTS} do not hold the same tokens "
+            "(changed since prepare?)"
+        )
     return per_language, ""
 
 
@@ -163,10 +173,18 @@ class Selection:
         return self.covered_tokens / self.corpus_tokens if self.corpus_tokens else 1.0
 
 
-def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float | None = 1.0,
-               max_vocab: int | None = None, per_language: dict[str, np.ndarray] | None = None,
-               per_lang_top_k: int | None = None, always: dict[str, np.ndarray] | None = None,
-               fill: int = 0, fill_rankings: dict[str, np.ndarray] | None = None) -> Selection:
+def select_ids(
+    counts: np.ndarray,
+    forced,
+    min_count: int = 1,
+    coverage: float | None = 1.0,
+    max_vocab: int | None = None,
+    per_language: dict[str, np.ndarray] | None = None,
+    per_lang_top_k: int | None = None,
+    always: dict[str, np.ndarray] | None = None,
+    fill: int = 0,
+    fill_rankings: dict[str, np.ndarray] | None = None,
+) -> Selection:
     """The ids to keep, the union of:
 
     - `forced` (specials), and every id of `always` (rule name -> ids: prompt pieces, script characters);
@@ -185,14 +203,19 @@ def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float |
     other[forced] = False
     total = int(counts[other].sum())
     if total == 0:
-        raise DataError("the token counts hold no tokens besides special tokens: nothing to keep "
-                        "(is the corpus empty?)")
+        raise DataError(
+            "the token counts hold no tokens besides special tokens: nothing to keep (is the corpus empty?)"
+        )
     if max_vocab is not None and max_vocab <= len(forced):
-        raise ConfigError(f"--max-vocab {max_vocab} leaves no room: the model has {len(forced)} special and "
-                          "added tokens, which are always kept; raise --max-vocab")
+        raise ConfigError(
+            f"--max-vocab {max_vocab} leaves no room: the model has {len(forced)} special and "
+            "added tokens, which are always kept; raise --max-vocab"
+        )
     if not np.any(other & (counts >= min_count)):
-        raise ConfigError(f"nothing left to keep: no id besides the special tokens occurs at least --min-count "
-                          f"{min_count} times (the most frequent occurs {int(counts[other].max())} times)")
+        raise ConfigError(
+            f"nothing left to keep: no id besides the special tokens occurs at least --min-count "
+            f"{min_count} times (the most frequent occurs {int(counts[other].max())} times)"
+        )
     per_language = {lang: np.asarray(c, dtype=np.int64) for lang, c in sorted((per_language or {}).items())}
 
     stages: list[tuple[str, np.ndarray]] = [("specials", forced)]
@@ -224,8 +247,12 @@ def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float |
         counted[pooled] = True
         added = []
         for lang, lang_counts in per_language.items():
-            queue = np.concatenate([_by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
-                                    _valid((fill_rankings or {}).get(lang, ()), size)])
+            queue = np.concatenate(
+                [
+                    _by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
+                    _valid((fill_rankings or {}).get(lang, ()), size),
+                ]
+            )
             added.append(queue[~counted[queue]][:fill])
         extra.append(("script_fill", np.concatenate(added) if added else np.empty(0, np.int64)))
         kept = _mask(stages + extra, size)
@@ -234,14 +261,23 @@ def select_ids(counts: np.ndarray, forced, min_count: int = 1, coverage: float |
     if max_vocab is not None:
         if rule_kept > max_vocab:
             parts = ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in _added(stages + extra, size).items())
-            raise ConfigError(f"--max-vocab {max_vocab} leaves no room: the ids kept by rule already number "
-                              f"{rule_kept:,} ({parts}); raise --max-vocab, or lower --per-lang-top-k / --script-fill")
+            raise ConfigError(
+                f"--max-vocab {max_vocab} leaves no room: the ids kept by rule already number "
+                f"{rule_kept:,} ({parts}); raise --max-vocab, or lower --per-lang-top-k / --script-fill"
+            )
         new = ~kept[pooled]
         pooled = pooled[: int(np.searchsorted(np.cumsum(new), max_vocab - rule_kept, side="right"))]
     kept[pooled] = True
     old_ids = np.flatnonzero(kept).astype(np.int64)
-    return Selection(old_ids, forced, total, int(counts[kept & other].sum()), int(np.count_nonzero(counts[other])),
-                     _added(stages + [("pooled", pooled)] + extra, size), top)
+    return Selection(
+        old_ids,
+        forced,
+        total,
+        int(counts[kept & other].sum()),
+        int(np.count_nonzero(counts[other])),
+        _added(stages + [("pooled", pooled)] + extra, size),
+        top,
+    )
 
 
 def _by_count(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:

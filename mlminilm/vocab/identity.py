@@ -33,8 +33,11 @@ def corpus_shares(per_language: dict[str, np.ndarray], old_ids: np.ndarray, forc
         kept = np.zeros(len(counts), bool)
         kept[old_ids[old_ids < len(counts)]] = True
         tokens, kept_tokens = int(counts[other].sum()), int(counts[other & kept].sum())
-        shares[lang] = {"tokens": tokens, "kept_tokens": kept_tokens,
-                        "kept_share": kept_tokens / tokens if tokens else 1.0}
+        shares[lang] = {
+            "tokens": tokens,
+            "kept_tokens": kept_tokens,
+            "kept_share": kept_tokens / tokens if tokens else 1.0,
+        }
     return shares
 
 
@@ -42,21 +45,29 @@ def check_files(directory: Path) -> dict[str, Path]:
     """language -> file: every `<lang>.txt` of `directory` (the --check option), sorted by language."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise ConfigError(f"--check {directory} {'is a file' if directory.exists() else 'does not exist'}; name a "
-                          f"directory of held-out text, one <lang>{CHECK_SUFFIX} file per language, one sentence "
-                          "per line")
-    files = {p.name[: -len(CHECK_SUFFIX)]: p for p in sorted(directory.iterdir())
-             if p.name.endswith(CHECK_SUFFIX) and p.is_file() and len(p.name) > len(CHECK_SUFFIX)}
+        raise ConfigError(
+            f"--check {directory} {'is a file' if directory.exists() else 'does not exist'}; name a "
+            f"directory of held-out text, one <lang>{CHECK_SUFFIX} file per language, one sentence "
+            "per line"
+        )
+    files = {
+        p.name[: -len(CHECK_SUFFIX)]: p
+        for p in sorted(directory.iterdir())
+        if p.name.endswith(CHECK_SUFFIX) and p.is_file() and len(p.name) > len(CHECK_SUFFIX)
+    }
     if not files:
-        raise ConfigError(f"--check {directory} holds no <lang>{CHECK_SUFFIX} file (one sentence per line, e.g. "
-                          f"de{CHECK_SUFFIX})")
+        raise ConfigError(
+            f"--check {directory} holds no <lang>{CHECK_SUFFIX} file (one sentence per line, e.g. de{CHECK_SUFFIX})"
+        )
     from mlminilm import langs
     from mlminilm.errors import DataError
 
     try:  # each file name is a language code, checked as --langs is (an unregistered valid code: one warning)
         langs.warn_unregistered(langs.accept_codes(files))
     except DataError as exc:
-        raise ConfigError(f"--check {directory}: its <lang>{CHECK_SUFFIX} file names are language codes: {exc}") from None
+        raise ConfigError(
+            f"--check {directory}: its <lang>{CHECK_SUFFIX} file names are language codes: {exc}"
+        ) from None
     return files
 
 
@@ -85,10 +96,20 @@ def held_out(files: dict[str, Path], original, trimmed_doc: dict, old_ids, count
             if len(x.ids) == len(y.ids) and np.array_equal(old[np.asarray(y.ids, dtype=np.int64)], x.ids):
                 equal += 1
             elif example is None:
-                example = {"text": text, "original": [before.id_to_token(i) for i in x.ids],
-                           "trimmed": [after.id_to_token(i) for i in y.ids]}
-        results[lang] = {"file": str(path), "counted": lang in counted, "sentences": len(lines), "equal": equal,
-                         "equal_share": equal / len(lines) if lines else 1.0, "tokens": tokens, "example": example}
+                example = {
+                    "text": text,
+                    "original": [before.id_to_token(i) for i in x.ids],
+                    "trimmed": [after.id_to_token(i) for i in y.ids],
+                }
+        results[lang] = {
+            "file": str(path),
+            "counted": lang in counted,
+            "sentences": len(lines),
+            "equal": equal,
+            "equal_share": equal / len(lines) if lines else 1.0,
+            "tokens": tokens,
+            "example": example,
+        }
     return results
 
 
@@ -101,8 +122,10 @@ def log_report(languages: dict[str, dict]) -> None:
             parts.append(f"{100 * corpus['kept_share']:.2f}% of {corpus['tokens']:,} counted tokens kept")
         check = info.get("held_out")
         if check:
-            parts.append(f"{check['equal']:,} of {check['sentences']:,} held-out sentences "
-                         f"({100 * check['equal_share']:.1f}%) tokenise as before"
-                         + ("" if check["counted"] else " (not counted)"))
+            parts.append(
+                f"{check['equal']:,} of {check['sentences']:,} held-out sentences "
+                f"({100 * check['equal_share']:.1f}%) tokenise as before"
+                + ("" if check["counted"] else " (not counted)")
+            )
         if parts:
             log.info("%s: %s", lang, "; ".join(parts))

@@ -24,11 +24,46 @@ import numpy as np
 # Unicode scripts a piece's letters are classified into (ISO 15924 names as Unicode spells them); a letter of any
 # other script counts as "Other", which no language selects.
 SCRIPTS = (
-    "Latin", "Cyrillic", "Greek", "Armenian", "Georgian", "Hebrew", "Arabic", "Syriac", "Thaana", "Nko",
-    "Devanagari", "Bengali", "Gurmukhi", "Gujarati", "Oriya", "Tamil", "Telugu", "Kannada", "Malayalam",
-    "Sinhala", "Thai", "Lao", "Tibetan", "Myanmar", "Khmer", "Mongolian", "Ethiopic", "Cherokee",
-    "Canadian_Aboriginal", "Tifinagh", "Hangul", "Hiragana", "Katakana", "Bopomofo", "Han", "Yi", "Javanese",
-    "Balinese", "Sundanese", "Ol_Chiki",
+    "Latin",
+    "Cyrillic",
+    "Greek",
+    "Armenian",
+    "Georgian",
+    "Hebrew",
+    "Arabic",
+    "Syriac",
+    "Thaana",
+    "Nko",
+    "Devanagari",
+    "Bengali",
+    "Gurmukhi",
+    "Gujarati",
+    "Oriya",
+    "Tamil",
+    "Telugu",
+    "Kannada",
+    "Malayalam",
+    "Sinhala",
+    "Thai",
+    "Lao",
+    "Tibetan",
+    "Myanmar",
+    "Khmer",
+    "Mongolian",
+    "Ethiopic",
+    "Cherokee",
+    "Canadian_Aboriginal",
+    "Tifinagh",
+    "Hangul",
+    "Hiragana",
+    "Katakana",
+    "Bopomofo",
+    "Han",
+    "Yi",
+    "Javanese",
+    "Balinese",
+    "Sundanese",
+    "Ol_Chiki",
 )
 NEUTRAL = ("Common", "Inherited")  # written in every script
 MIN_SCRIPT_SHARE = 0.10  # a language uses a script that writes at least this share of its counted letters
@@ -67,8 +102,9 @@ def piece_scripts(pieces: list[str], kind: str) -> list[frozenset[str]]:
     return [frozenset(s for s in map(char_script, piece_text(p, kind)) if s not in NEUTRAL) for p in pieces]
 
 
-def language_scripts(counts: np.ndarray, pieces: list[str], kind: str,
-                     min_share: float = MIN_SCRIPT_SHARE) -> tuple[str, ...]:
+def language_scripts(
+    counts: np.ndarray, pieces: list[str], kind: str, min_share: float = MIN_SCRIPT_SHARE
+) -> tuple[str, ...]:
     """The scripts that write at least `min_share` of the letters in a language's counts (each counted piece's
     letters times its count): zh -> Han; ja -> Han, Hiragana, Katakana. "Other" is never one."""
     letters: Counter = Counter()
@@ -111,7 +147,7 @@ class CharModel:
     def add(self, text: str, weight: float = 1.0) -> None:
         for i, ch in enumerate(text):
             for k in range(min(i, self.ORDER - 1) + 1):
-                context = text[i - k:i]
+                context = text[i - k : i]
                 self.pairs[context, ch] += weight
                 self.contexts[context] += weight
 
@@ -120,7 +156,7 @@ class CharModel:
         for i, ch in enumerate(text):
             p = (self.pairs["", ch] + 0.5) / (unigrams + 0.5 * self.ALPHABET)
             for k in range(1, min(i, self.ORDER - 1) + 1):
-                context = text[i - k:i]
+                context = text[i - k : i]
                 seen = self.contexts.get(context)
                 if seen:
                     p = self.KEEP * self.pairs[context, ch] / seen + (1 - self.KEEP) * p
@@ -137,8 +173,9 @@ def script_log_probs(pieces: list[str], candidates: np.ndarray) -> np.ndarray:
     return np.array([model.log_prob(pieces[i]) for i in candidates], dtype=np.float64)
 
 
-def fill_ranking(counts: np.ndarray, pieces: list[str], scores: np.ndarray, candidates: np.ndarray,
-                 background: np.ndarray) -> np.ndarray:
+def fill_ranking(
+    counts: np.ndarray, pieces: list[str], scores: np.ndarray, candidates: np.ndarray, background: np.ndarray
+) -> np.ndarray:
     """The `candidates` (ids, ascending) that the language's `counts` do not show, likeliest first (the module's
     docstring); ties by id. `background`: `script_log_probs(pieces, candidates)`."""
     counted = CharModel()
@@ -147,6 +184,8 @@ def fill_ranking(counts: np.ndarray, pieces: list[str], scores: np.ndarray, cand
             counted.add(pieces[i], float(counts[i]))
     unseen = counts[candidates] == 0
     ids = candidates[unseen]
-    key = np.array([scores[i] + LIKELIHOOD_WEIGHT * (counted.log_prob(pieces[i]) - b)
-                    for i, b in zip(ids, background[unseen])], dtype=np.float64)
+    key = np.array(
+        [scores[i] + LIKELIHOOD_WEIGHT * (counted.log_prob(pieces[i]) - b) for i, b in zip(ids, background[unseen])],
+        dtype=np.float64,
+    )
     return ids[np.lexsort((ids, -key))]

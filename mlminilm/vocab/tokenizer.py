@@ -30,14 +30,18 @@ def tokenizer_document(tokenizer, model: str) -> dict:
     """The tokenizer.json of a loaded tokenizer, checked to be of a kind that can be trimmed."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise ConfigError(f"the tokenizer of --model {model} is not a fast tokenizer (no tokenizer.json); "
-                          "trim rewrites tokenizer.json: save the model with a fast tokenizer first")
+        raise ConfigError(
+            f"the tokenizer of --model {model} is not a fast tokenizer (no tokenizer.json); "
+            "trim rewrites tokenizer.json: save the model with a fast tokenizer first"
+        )
     doc = json.loads(backend.to_str())
     kind = (doc.get("model") or {}).get("type")
     if kind not in TRIMMABLE:
-        raise ConfigError(f"the tokenizer of --model {model} is a {kind} tokenizer; trim rebuilds SentencePiece "
-                          f"Unigram (XLM-R, e5) and WordPiece (BERT) tokenizers only (removing {kind} tokens would "
-                          "change how the others are built)")
+        raise ConfigError(
+            f"the tokenizer of --model {model} is a {kind} tokenizer; trim rebuilds SentencePiece "
+            f"Unigram (XLM-R, e5) and WordPiece (BERT) tokenizers only (removing {kind} tokens would "
+            "change how the others are built)"
+        )
     return doc
 
 

