@@ -1,0 +1,78 @@
+"""The house rules a reader relies on (README "Development"), read from the source with `ast`: library files stay
+short enough to read in one sitting, functions short enough to hold in one's head, and the command modules say
+where each name comes from."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from helpers import REPO
+
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 80
+# The code the rules cover: the library, the command line and the language registry (tests and benchmarks are
+# read differently: a test is a story told in order, a benchmark a script).
+ROOTS = ("mlminilm", "commands", "langs")
+# Exceptions, each with its reason. None today.
+LONG_FILES: dict[str, str] = {}
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def sources():
+    for root in ROOTS:
+        yield from sorted((REPO / root).rglob("*.py"))
+
+
+def function_lengths(path):
+    """(qualified name, lines) of every function and method in `path`, nested ones included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    found.append((name, child.end_lineno - child.lineno + 1))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def test_the_rules_see_the_code():
+    files = list(sources())
+    assert len(files) > 50 and any(p.name == "distill.py" for p in files)
+    # The counter is the one the rule means: a hand-counted function.
+    lengths = dict(function_lengths(REPO / "tests" / "test_house_rules.py"))
+    assert lengths["function_lengths"] == 17 and lengths["function_lengths.visit"] == 9
+
+
+def test_no_library_file_is_over_the_limit():
+    long = {
+        str(p.relative_to(REPO)): p.read_text(encoding="utf-8").count("\n")
+        for p in sources()
+        if p.read_text(encoding="utf-8").count("\n") > MAX_FILE_LINES
+    }
+    assert set(long) == set(LONG_FILES), f"files over {MAX_FILE_LINES} lines: {long}"
+
+
+def test_no_function_is_over_the_limit():
+    long = {
+        f"{p.relative_to(REPO)}:{name}": n
+        for p in sources()
+        for name, n in function_lengths(p)
+        if n > MAX_FUNCTION_LINES
+    }
+    assert set(long) == set(LONG_FUNCTIONS), f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "commands").glob("*.py")), ids=lambda p: p.name)
+def test_command_modules_import_by_name(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    star = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.names[0].name == "*"]
+    assert not star, f"{path.name}: star imports from {star}"
