@@ -637,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="keep stage outputs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "RETENTION.md", help="the report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    parser.add_argument("--note", default=None, help="a line the report shows under its date (what else ran)")
     parser.add_argument(
         "--render",
         type=Path,
@@ -647,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         doc = json.loads(args.render.read_text(encoding="utf-8"))
+        if args.note is not None:
+            doc["note"] = args.note
         write_report(doc, args.out, doc.get("command", "python benchmarks/retention.py"), doc.get("wall_s", 0.0))
         log(f"wrote {args.out} from {args.render}")
         return 0
@@ -665,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(budget, work, args.teacher)
     wall = time.perf_counter() - t0
     command = "python benchmarks/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "")
-    doc.update(command=command, wall_s=wall)
+    doc.update(command=command, wall_s=wall, **({"note": args.note} if args.note else {}))
     write_report(doc, args.out, command, wall)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

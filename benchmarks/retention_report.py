@@ -168,6 +168,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"- machine: {machine()}; precision {b['precision']}",
         f"- date: {time.strftime('%Y-%m-%d')}; compute {stage_total / 60:.1f} min (the sum of every stage; this "
         f"invocation {wall_s / 60:.1f} min)",
+        *([f"- note: {doc['note']}"] if doc.get("note") else []),
         f"- versions: mlminilm {mlminilm.__version__}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, python {platform.python_version()}, measured at git "
         f"{doc.get('git') or _git()}",
