@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm import logging as mlog
+from mlminilm.compare_checks import compared_languages, refuse_different_data, refuse_different_protocol, warning_lines
 from mlminilm.config import CompareConfig
 from mlminilm.errors import ConfigError, DataError, Problems
 from mlminilm.version import __version__
@@ -47,18 +48,6 @@ PROTOCOL = (
     "number of classes (classification); average = unweighted mean over the compared languages, its ratios "
     "those of the averages; speed = examples per second / the baseline's"
 )
-# What must be equal for reports to be compared: (what, the value a report records). None: not recorded.
-SAME_PROTOCOL = (
-    ("task", lambda d: d.get("task")),
-    ("split", lambda d: d.get("split")),
-    ("metrics", lambda d: ", ".join(d["metrics"]) if d.get("metrics") else None),  # Tatoeba: the directions
-    ("scorer", lambda d: (d.get("scorer") or {}).get("title")),
-    ("language pairs", lambda d: "G-XLT" if d.get("gxlt") else "monolingual" if d.get("scorer") else None),
-    ("labels", lambda d: ", ".join(d["labels"]) if d.get("labels") else None),
-    ("retrieval rule", lambda d: (d.get("settings") or {}).get("similarity")),
-)
-# `settings` that do not depend on the model's own run and are not worth a warning when they differ.
-_QUIET_SETTINGS = ("batch_size", "sorted_by_length", "similarity")
 
 
 @dataclass(frozen=True)
@@ -255,35 +244,15 @@ def compare_documents(
     if baseline not in docs:
         raise ConfigError(f"baseline {baseline!r} is not one of the reports ({', '.join(names)})")
     base = docs[baseline]
-    problems = _protocol_problems(docs)
-    if problems:
-        raise DataError(
-            "the reports do not share their data and protocol: "
-            + "; ".join(problems)
-            + "; compare reports of one evaluation of the same data"
-        )
+    refuse_different_protocol(docs)
     metrics = list(base.get("metrics") or ([metric] if metric else []))
     if metric is None:
         metric = next((m for m in HEADLINE if m in metrics), metrics[0] if metrics else None)
     if metric not in metrics:
         raise ConfigError(f"--metric {metric}: the reports' metrics are {', '.join(metrics) or 'not recorded'}")
-    common = [k for k in base["languages"] if all(k in d["languages"] for d in docs.values())]
-    dropped: dict[str, list[str]] = {}
-    for name, d in docs.items():
-        for key in d["languages"]:
-            if key not in common:
-                dropped.setdefault(key, []).append(name)
-    if not common:
-        have = "; ".join(f"{n}: {', '.join(d['languages'])}" for n, d in docs.items())
-        raise DataError(f"the reports have no language in common ({have})")
-    problems = _data_problems(docs, common)
-    if problems:
-        raise DataError(
-            "the reports do not score the same data: "
-            + "; ".join(problems)
-            + "; compare reports of the same data files"
-        )
-    warnings = _warnings(docs, dropped)
+    common, dropped = compared_languages(docs, base)
+    refuse_different_data(docs, common)
+    warnings = warning_lines(docs, dropped)
     for line in warnings:
         log.warning("%s", line)
     labels = base.get("labels")
@@ -344,104 +313,6 @@ def _corrected(score: float, base: float, chance: float) -> float | None:
 
     value = chance_corrected(score, base, chance)
     return None if math.isnan(value) else value
-
-
-def _differs(what: str, values: dict[str, object]) -> str | None:
-    if len({json.dumps(v, sort_keys=True) for v in values.values()}) <= 1:
-        return None
-    return f"different {what} (" + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items()) + ")"
-
-
-def _shown(value) -> str:
-    if value is None:
-        return "not recorded"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(map(str, value))
-    return str(value)
-
-
-def _protocol_problems(docs: dict[str, dict]) -> list[str]:
-    found = []
-    for what, get in SAME_PROTOCOL:
-        values = {n: get(d) for n, d in docs.items()}
-        if all(v is None for v in values.values()):
-            continue
-        found.append(_differs(what, values))
-    return [p for p in found if p]
-
-
-def data_files(doc: dict, key: str):
-    """The names of the data files `doc` scored language `key` on (the data source where it records none)."""
-    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
-    files = (data.get("files") or {}).get(key) if isinstance(data.get("files"), dict) else None
-    scores = doc["languages"][key]
-    files = files or scores.get("file") or scores.get("files")
-    if isinstance(files, dict):
-        return [Path(str(files[side])).name for side in sorted(files)]
-    if isinstance(files, str):
-        return [Path(files).name]
-    return data.get("source")
-
-
-def _data_problems(docs: dict[str, dict], common: list[str]) -> list[str]:
-    checks = (
-        ("examples", lambda d, k: d["languages"][k].get("examples")),
-        ("rows skipped", lambda d, k: d["languages"][k].get("skipped")),
-        ("data files", data_files),
-    )
-    found = []
-    for what, get in checks:
-        wrong = []
-        for key in common:
-            values = {n: get(d, key) for n, d in docs.items()}
-            if what != "data files" and any(v is None for v in values.values()):
-                continue  # not recorded by every report (older reports): not compared
-            problem = _differs(what, values)
-            if problem:
-                wrong.append(f"{key}: {problem}")
-        if len(wrong) > 3:
-            wrong = [*wrong[:3], f"and {len(wrong) - 3} more languages"]
-        found += wrong
-    return found
-
-
-def _warnings(docs: dict[str, dict], dropped: dict[str, list[str]]) -> list[str]:
-    lines = []
-    if dropped:
-        lines.append(
-            "languages not in every report, left out of the comparison and its averages: "
-            + "; ".join(f"{key} (only in {', '.join(names)})" for key, names in dropped.items())
-        )
-    sources = {n: (d.get("data") or {}).get("source") for n, d in docs.items()}
-    if len(set(sources.values()) - {None}) > 1:
-        lines.append(
-            "the reports read their data from different places ("
-            + "; ".join(f"{n}: {s}" for n, s in sources.items())
-            + "); compared because the file names and example counts agree"
-        )
-    settings = {n: d.get("settings") or {} for n, d in docs.items()}
-    for key in dict.fromkeys(k for s in settings.values() for k in s):
-        if key in _QUIET_SETTINGS:
-            continue
-        values = {n: s.get(key) for n, s in settings.items()}
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            lines.append(
-                f"evaluated with different {key} ("
-                + "; ".join(f"{n}: {_shown(v)}" for n, v in values.items())
-                + "), each run's own choice"
-            )
-    setups = {n: _setup(d.get("throughput")) for n, d in docs.items() if d.get("throughput")}
-    if len(set(setups.values())) > 1:
-        lines.append(
-            "throughput measured on different set-ups ("
-            + "; ".join(f"{n}: {s}" for n, s in setups.items())
-            + "): the speeds are not like for like"
-        )
-    return lines
-
-
-def _setup(tp: dict) -> str:
-    return f"{tp.get('device')}, {tp.get('precision')}, batch {tp.get('batch_size')}"
 
 
 def _parameters(doc: dict) -> int | None:

@@ -34,6 +34,7 @@ LAYERS = (
             "mlminilm.finetune",
             "mlminilm.demo",
             "mlminilm.compare",
+            "mlminilm.compare_checks",
             # the package itself: the public facade, `from mlminilm import distill, ...`
             ROOT,
         ),

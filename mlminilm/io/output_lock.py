@@ -1,0 +1,118 @@
+"""`OutputLock`: one process at a time writes an output, the lock taken before `--out` is looked at. Part of the
+output protocol of `mlminilm.io.outputs`."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import time
+from pathlib import Path
+
+from mlminilm.errors import CheckpointError
+from mlminilm.io.stale import pid_alive
+
+
+class OutputLock:
+    """An exclusive lock on an output path, held by one process from the start of a command to its end.
+
+    The lock file sits beside the output (`.<name>.lock`, beside the directory `--out` resolves to), so it can guard
+    an output that is created or replaced while it is held. It is opened without following a symbolic link and must
+    be a plain file of its own (no hard link to another), so a planted link can never make mlminilm truncate or
+    write into a file of the user's. `fcntl.flock` ties the lock to the open file: a process that dies, however it
+    dies, releases it, and the next command takes it over; the pid written in the file is only for the message.
+    Directories made to hold the lock file are removed again when they are left empty."""
+
+    def __init__(self, out: str | Path):
+        final = Path(os.path.realpath(os.path.expanduser(str(out))))
+        self.path = final.parent / f".{final.name}.lock"
+        self.out = out
+        self._fd: int | None = None
+        self._made: list[Path] = []
+
+    def __enter__(self) -> "OutputLock":
+        missing = [p for p in (self.path.parent, *self.path.parent.parents) if not p.exists()]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._made = missing  # innermost first
+        try:
+            self._take()
+        except BaseException:
+            self._remove_made()
+            raise
+        return self
+
+    def _take(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        while True:
+            try:
+                fd = os.open(self.path, flags, 0o644)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise CheckpointError(
+                        f"the lock file {self.path} of --out {self.out} is a symbolic link, which mlminilm never "
+                        "follows (it did not make it): remove the link, then run again"
+                    ) from None
+                raise
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                os.close(fd)
+                raise CheckpointError(
+                    f"the lock file {self.path} of --out {self.out} is not a plain file of its own (a FIFO, a device "
+                    "or a hard link to another file), so mlminilm does not write into it: remove it, then run again"
+                )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise CheckpointError(
+                    f"--out {self.out} is being written by another mlminilm process{holder}; wait for it to finish, "
+                    "or choose another --out"
+                ) from None
+            # The holder before us may have removed the file between our open and our lock: then we hold a lock on
+            # a name nobody else sees, so start again on the current file.
+            try:
+                if os.lstat(self.path).st_ino == info.st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        self._fd = fd
+        try:  # the pid is for the other process's message only: a full disk must not stop the command here
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
+        except OSError:
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            # Removed while still held: a process that opened the old file meanwhile fails its own lock attempt
+            # (non-blocking) rather than holding a lock on a name nobody else sees.
+            try:
+                if os.lstat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        self._remove_made()
+
+    def _remove_made(self) -> None:
+        for directory in self._made:  # innermost first; only while empty
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        self._made = []
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 200, 0).decode(errors="replace").split()
+        pid = int(text[0])
+    except (OSError, ValueError, IndexError):
+        return ""
+    since = f", since {text[1]}" if len(text) > 1 else ""
+    return f" (pid {pid}{since})" if pid_alive(pid) else ""
