@@ -30,19 +30,12 @@ from mlminilm import training
 from mlminilm.config import FinetuneConfig, resume_keys
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.common import check_length, pad_batch, to_device
-from mlminilm.evaluation.selection import BEST, SELECTION, DevEvaluator, Selection
+from mlminilm.evaluation.selection import BEST, SELECTION, CheckpointSelection, DevEvaluator, Selection
 from mlminilm.models.export import export_model
-from mlminilm.models.loading import (
-    _load_error,
-    check_model_config,
-    check_vocabulary,
-    load_config,
-    load_model,
-    load_tokenizer,
-)
+from mlminilm.models.loading import check_model_config, check_vocabulary, load_config, load_tokenizer
 from mlminilm.models.student import freeze_word_embeddings
+from mlminilm.models.task_heads import HEAD_NAMES, load_task_model
 from mlminilm.tasks.sources import HUB_NAMES, load_examples  # noqa: F401 (the command's names, here too)
-from mlminilm.tasks.xnli import NLI_LABELS, label_id
 from mlminilm.training.stream_order import StreamOrder
 
 log = mlog.get(__name__)
@@ -71,7 +64,6 @@ ARTIFACTS = (RUN_RECORD, "metrics.jsonl", training.TENSORBOARD, SELECTION, train
 # refused, but for the changeable ones (--lr, --warmup).
 RESUME_KEYS = resume_keys(FinetuneConfig)
 DEV_METRIC = {"xnli": "dev_accuracy", "qa": "dev_f1"}
-HEAD_NAMES = {"xnli": "sequence classification (3 NLI labels)", "qa": "span extraction (start/end logits)"}
 
 
 @dataclass
@@ -119,59 +111,6 @@ def featurise(task: str, examples: list, tokenizer, cfg: FinetuneConfig, max_seq
         "start_positions": np.asarray(features["start_positions"], dtype=np.int64),
         "end_positions": np.asarray(features["end_positions"], dtype=np.int64),
     }
-
-
-# ----------------------------------------------------------------------------------------------- model
-
-
-def load_task_model(task: str, name: str, seed: int) -> nn.Module:
-    """The encoder with the task's head; a head that is missing (or of another size) is freshly initialised,
-    reproducibly for `seed`."""
-    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
-
-    torch.manual_seed(seed)
-    try:
-        if task == "xnli":
-            config = load_config(name)
-            kwargs = {}
-            if not _has_nli_head(config):
-                kwargs = dict(
-                    num_labels=len(NLI_LABELS),
-                    id2label=dict(enumerate(NLI_LABELS)),
-                    label2id={label: i for i, label in enumerate(NLI_LABELS)},
-                )
-            # Strict (load_model): only the head may be new (and the pooler the files never had).
-            return load_model(
-                AutoModelForSequenceClassification,
-                name,
-                what=f"model (with a {HEAD_NAMES[task]} head)",
-                new_head=True,
-                dtype=torch.float32,
-                **kwargs,
-            )[0]
-        # fp32 weights whatever the checkpoint stores: the run's --precision decides the compute dtype.
-        return load_model(
-            AutoModelForQuestionAnswering,
-            name,
-            what=f"model (with a {HEAD_NAMES[task]} head)",
-            new_head=True,
-            dtype=torch.float32,
-        )[0]
-    except MlminilmError:
-        raise
-    except Exception as exc:
-        raise _load_error(f"model (with a {HEAD_NAMES[task]} head)", name, exc) from exc
-
-
-def _has_nli_head(config) -> bool:
-    """A 3-label classification head whose labels are the NLI classes (in whatever order): keep it as is."""
-    archs = config.architectures or []
-    if not any(a.endswith("ForSequenceClassification") for a in archs) or config.num_labels != len(NLI_LABELS):
-        return False
-    try:
-        return sorted(label_id(str(config.id2label[i])) for i in range(3)) == [0, 1, 2]
-    except (DataError, KeyError):
-        return False
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -287,65 +226,22 @@ def _step_function(
 
 
 def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
-    cfg, tokenizer, dev_examples = plan.cfg, plan.tokenizer, plan.dev_examples
+    """Train on `rows`, score each checkpoint on dev (keeping the best), move the selected model to OUT's root."""
+    cfg = plan.cfg
     n = len(rows["input_ids"])
     global_batch = cfg.batch_size * cfg.grad_accum * rt.world
     rcfg, steps_per_epoch, record = _start(plan, rt, n, out)
-    metric = DEV_METRIC[cfg.task] if dev_examples is not None else None
-
-    raw_model = load_task_model(cfg.task, cfg.model, rcfg.seed).to(rt.device)
-    if cfg.freeze_embeddings:
-        log.info("word embeddings frozen: %.1fM parameters not trained", freeze_word_embeddings(raw_model) / 1e6)
+    raw_model = _load_trained_model(rcfg, rt)
     label_to_model = _label_to_model(raw_model, cfg.task)
     state = training.setup_training(rcfg, rt, raw_model, raw_model, out)
-    start, metrics = state.start_step, state.metrics
-    log.info(
-        "%s: %s training examples -> %s features; %d steps (%d per epoch, batch %d), lr %g, max length %d",
-        cfg.task,
-        f"{len(plan.train_examples):,}",
-        f"{n:,}",
-        rcfg.max_steps,
-        steps_per_epoch,
-        global_batch,
-        rcfg.lr,
-        rcfg.max_seq_len,
-    )
+    start = state.start_step
+    _log_schedule(plan, rcfg, n, steps_per_epoch, global_batch)
     lengths = [len(ids) for ids in rows["input_ids"]] if rcfg.group_by_length else None
     order = StreamOrder(n, rcfg.seed, global_batch, lengths)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = plan.tokenizer.pad_token_id if plan.tokenizer.pad_token_id is not None else 0
     compute = _step_function(rows, targets, order, state.model, label_to_model, rcfg, rt, pad_id, global_batch)
-
-    dev = DevEvaluator(cfg.task, dev_examples, tokenizer, rcfg, rt) if dev_examples is not None else None
-    selection = Selection.restore(out, metric, start, rt) if rt.is_main else Selection(metric)
-
-    def score_and_select(step: int) -> dict:
-        """Main process: score checkpoint `step` on dev, export it when it is the best so far."""
-        scores = dev.score(raw_model)
-        if selection.offer(step, scores[metric]):
-            _export(raw_model, tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
-        selection.write(out, rcfg, cfg.dev)
-        log.info(
-            "step %d: %s %.2f (best %.2f at step %d)",
-            step,
-            metric,
-            scores[metric],
-            selection.best_score,
-            selection.best_step,
-        )
-        return {**scores, "best_step": selection.best_step}
-
-    def after_save(step: int) -> dict | None:
-        if dev is None:
-            return None
-        result = score_and_select(step) if rt.is_main else None
-        rt.barrier()
-        return result
-
-    if dev is not None and start > 0:
-        # Stopped between checkpoint `start` and its dev evaluation: evaluate it now, as the full run did.
-        if rt.is_main and start not in selection.scores:
-            metrics.write({"step": start, **score_and_select(start)})
-        rt.barrier()
+    checkpoints = _checkpoint_selection(plan, rcfg, rt, raw_model, record, out, start)
+    checkpoints.catch_up(start, state.metrics)
 
     if start >= rcfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, rcfg.max_steps)
@@ -356,35 +252,90 @@ def _finetune(plan: FinetunePlan, rt, rows, targets, out) -> FinetuneResult:
         ),
         training.Reporting(
             out,
-            metrics,
+            state.metrics,
             description=f"finetune {cfg.task}",
-            after_save=after_save,
+            after_save=checkpoints.after_save,
             checkpoint_state=lambda step: {"data_order": "stateless(seed, step)", "seed": rcfg.seed},
         ),
     )
     elapsed = time.perf_counter() - t0
     if rt.is_main:
-        if dev is None:
-            selection.offer(rcfg.max_steps, None)
-            _export(raw_model, tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
-        _finalize(out)
-        selection.write(out, rcfg, cfg.dev)
-        log.info("selected step %d (%s); model at %s", selection.best_step, selection.rule(rcfg), out)
+        _select_and_finalize(checkpoints, out)
     rt.barrier()
     trained = (rcfg.max_steps - start) * global_batch
+    return _finetune_result(plan, rcfg, out, n, checkpoints.selection, result, trained / max(elapsed, 1e-9), elapsed)
+
+
+def _load_trained_model(rcfg: FinetuneConfig, rt) -> nn.Module:
+    """The model with its task head, on the device, its word embeddings frozen with --freeze-embeddings."""
+    raw_model = load_task_model(rcfg.task, rcfg.model, rcfg.seed).to(rt.device)
+    if rcfg.freeze_embeddings:
+        log.info("word embeddings frozen: %.1fM parameters not trained", freeze_word_embeddings(raw_model) / 1e6)
+    return raw_model
+
+
+def _log_schedule(plan: FinetunePlan, rcfg: FinetuneConfig, n: int, steps_per_epoch: int, global_batch: int) -> None:
+    log.info(
+        "%s: %s training examples -> %s features; %d steps (%d per epoch, batch %d), lr %g, max length %d",
+        rcfg.task,
+        f"{len(plan.train_examples):,}",
+        f"{n:,}",
+        rcfg.max_steps,
+        steps_per_epoch,
+        global_batch,
+        rcfg.lr,
+        rcfg.max_seq_len,
+    )
+
+
+def _checkpoint_selection(
+    plan: FinetunePlan, rcfg: FinetuneConfig, rt, raw_model, record: dict, out: Path, start: int
+) -> CheckpointSelection:
+    """The run's selection: with dev, its scores so far (from metrics.jsonl on --resume, main process)."""
+    dev_examples = plan.dev_examples
+    metric = DEV_METRIC[rcfg.task] if dev_examples is not None else None
+    dev = DevEvaluator(rcfg.task, dev_examples, plan.tokenizer, rcfg, rt) if dev_examples is not None else None
+    selection = Selection.restore(out, metric, start, rt) if rt.is_main else Selection(metric)
+
+    def export_best() -> None:
+        _export(raw_model, plan.tokenizer, out / training.CHECKPOINTS / BEST, rcfg, selection, record)
+
+    return CheckpointSelection(dev, selection, raw_model, export_best, out, rcfg, rt)
+
+
+def _select_and_finalize(checkpoints: CheckpointSelection, out: Path) -> None:
+    """Main process, after the last step: the selected model at OUT's root, selection.json final, the choice logged."""
+    if checkpoints.dev is None:
+        checkpoints.select_last()
+    _finalize(out)
+    selection, rcfg = checkpoints.selection, checkpoints.cfg
+    selection.write(out, rcfg, rcfg.dev)
+    log.info("selected step %d (%s); model at %s", selection.best_step, selection.rule(rcfg), out)
+
+
+def _finetune_result(
+    plan: FinetunePlan,
+    rcfg: FinetuneConfig,
+    out: Path,
+    n: int,
+    selection: Selection,
+    result,
+    examples_per_s: float,
+    elapsed: float,
+) -> FinetuneResult:
     return FinetuneResult(
         out=out,
-        task=cfg.task,
+        task=rcfg.task,
         steps=rcfg.max_steps,
         train_examples=len(plan.train_examples),
         train_features=n,
         selected_step=selection.best_step,
-        selection_metric=metric,
+        selection_metric=selection.metric,
         selected_score=selection.best_score,
         rule=selection.rule(rcfg),
         first_loss=result.first_loss,
         last_loss=result.last_loss,
-        examples_per_s=trained / max(elapsed, 1e-9),
+        examples_per_s=examples_per_s,
         elapsed_s=elapsed,
     )
 

@@ -18,13 +18,17 @@ import argparse
 import math
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
-DEMO_DIR = Path(str(resources.files("mlminilm.demo")))
-CORPUS = DEMO_DIR / "corpus"
-NLI = DEMO_DIR / "nli"
-PARALLEL = DEMO_DIR / "parallel"
+from mlminilm.demo.bundled import (
+    CORPUS,
+    NLI,
+    PARALLEL,
+    count_rows,
+    languages,
+    write_pairs,
+    write_tatoeba_layout,
+)
 
 DEFAULT_TEACHER = "multilingual-e5-small"
 # The demo's recipe, sized so that the whole run takes a few minutes on 2 CPU cores in fp32 (README).
@@ -84,30 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _langs(folder: Path, pattern: str) -> tuple[str, ...]:
-    return tuple(sorted(p.name[len(pattern.split("*")[0]) : -len(pattern.split("*")[1])] for p in folder.glob(pattern)))
-
-
-def _rows(path: Path) -> int:
-    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-
-
-def write_tatoeba_layout(parallel: Path, out: Path) -> Path:
-    """The bundled parallel sentences (`XX.txt`, line-aligned with `en.txt`) as Tatoeba files, so that
-    `eval-tatoeba` reads them: `tatoeba.XXX-eng.XXX` and `tatoeba.XXX-eng.eng`."""
-    from mlminilm.langs import to_iso639_3
-
-    out.mkdir(parents=True, exist_ok=True)
-    english = (parallel / "en.txt").read_text(encoding="utf-8")
-    for path in sorted(parallel.glob("*.txt")):
-        if path.stem == "en":
-            continue
-        iso = to_iso639_3(path.stem)
-        (out / f"tatoeba.{iso}-eng.{iso}").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-        (out / f"tatoeba.{iso}-eng.eng").write_text(english, encoding="utf-8")
-    return out
-
-
 def parameter_counts(model_dir: str) -> tuple[int, int]:
     """(all parameters, word-embedding parameters) of the encoder in `model_dir`."""
     from mlminilm.models.loading import load_encoder
@@ -117,178 +97,230 @@ def parameter_counts(model_dir: str) -> tuple[int, int]:
 
 
 def run_demo(teacher: str, out: Path, steps: int, precision: str = "auto") -> str:
-    from mlminilm import distill, finetune
-    from mlminilm import logging as mlog
-    from mlminilm.config import (
-        DEFAULT_INIT_LAYERS,
-        DistillConfig,
-        EvalTatoebaConfig,
-        EvalXnliConfig,
-        FinetuneConfig,
-        PrepareConfig,
-    )
-    from mlminilm.corpus import prepare
-    from mlminilm.evaluation import tatoeba, xnli
+    """The demo, stage by stage as the module's docstring says; returns the closing table and timings."""
     from mlminilm.models.loading import load_config, resolve_model
     from mlminilm.training.runtime import cpu_has_native_bf16
 
-    log = mlog.get("demo")
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def lap(name: str, start: float) -> float:
-        now = time.perf_counter()
-        timings[name] = timings.get(name, 0.0) + now - start
-        return now
-
+    _import_stage_modules()
+    laps = _Laps()
     teacher_dir = resolve_model(teacher)  # converts a packaged teacher once (cached for later runs)
-    mark = lap("convert", t0)
+    laps.lap("convert")
     t_cfg = load_config(teacher_dir)  # a teacher that cannot load fails here, before anything is written
     out.mkdir(parents=True, exist_ok=True)
     layers = max(1, t_cfg.num_hidden_layers // 2)
     compute = "bf16" if precision == "bf16" or (precision == "auto" and cpu_has_native_bf16()) else "fp32"
-    stages = 6
+    stages = _Stages(out, precision)
 
-    log.info(
-        "1/%d prepare: bundled corpus (%s) with the tokenizer of %s",
-        stages,
-        ", ".join(_langs(CORPUS, "*.txt")),
-        teacher,
-    )
-    prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=out / "data", overwrite=True))
-    mark = lap("prepare", mark)
-
-    shape = dict(
-        teacher=teacher_dir,
-        data=out / "data",
-        layers=layers,
-        hidden=t_cfg.hidden_size,
-        heads=t_cfg.num_attention_heads,
-        intermediate=t_cfg.intermediate_size,
-        init="teacher",
-        overwrite=True,
-        precision=precision,
-    )
-    log.info(
-        "2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
-        stages,
-        layers,
-    )
-    cut = distill.run(DistillConfig(out=out / "cut", init_layers="first", max_steps=0, **shape))
-    pairs = write_pairs(CORPUS, out / "pairs")
-    log.info(
-        "3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
-        "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)",
-        stages,
-        steps,
-        DISTILL_BATCH,
-        pairs,
-        layers,
-        t_cfg.hidden_size,
-        DEFAULT_INIT_LAYERS,
-    )
-    distilled = distill.run(
-        DistillConfig(
-            out=out / "distill",
-            freeze_embeddings=True,
-            max_steps=steps,
-            batch_size=DISTILL_BATCH,
-            lr=DISTILL_LR,
-            warmup=0.1,
-            save_every=steps,
-            log_every=max(1, steps // 6),
-            parallel=out / "pairs",
-            relation_loss_weight=0.0,
-            hidden_loss_weight=0.0,
-            embedding_loss_weight=0.0,
-            parallel_contrastive_weight=DISTILL_CONTRASTIVE,
-            freeze_layers=min(DISTILL_FROZEN, layers - 1),
-            **shape,
-        )
-    )
-    mark = lap("distill", mark)
+    stages.prepare(teacher, teacher_dir)
+    laps.lap("prepare")
+    shape = stages.student_shape(teacher_dir, t_cfg, layers)
+    cut = stages.cut_teacher(shape, layers)
+    distilled = stages.distill(shape, steps, layers, t_cfg.hidden_size)
+    laps.lap("distill")
     _drop_checkpoints(out / "distill")
 
     models = {"teacher": teacher_dir, "cut": str(cut.student), "student": str(distilled.student)}
-    nli_langs = _langs(NLI, "test-*.tsv")
-    tuned, nli, retrieval = {}, {}, {}
-    for i, (name, path) in enumerate(models.items()):
-        log.info(
+    for name, path in models.items():
+        stages.finetune(name, path)
+        laps.lap(f"finetune {name}")
+        _drop_checkpoints(out / f"finetune-{name}")
+    nli, retrieval = stages.evaluate(models)
+    laps.lap("evaluate")
+    sizes = stages.sizes(models)
+    lines = summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute)
+    lines.append(f"  reports:  {out}/report-*  (per language, with confusion matrices and predictions)")
+    lines.append(laps.wall_time())
+    return "\n".join(lines)
+
+
+def _import_stage_modules() -> None:
+    """The stages' modules, loaded before the clock starts: the laps time the stages, not these imports."""
+    import mlminilm.config  # noqa: F401
+    import mlminilm.corpus.prepare  # noqa: F401
+    import mlminilm.distill  # noqa: F401
+    import mlminilm.evaluation.tatoeba  # noqa: F401
+    import mlminilm.evaluation.xnli  # noqa: F401
+    import mlminilm.finetune  # noqa: F401
+
+
+class _Laps:
+    """Seconds per stage, each lap from the end of the one before (a stage that recurs adds up), and in all."""
+
+    def __init__(self) -> None:
+        self.start = self.mark = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self.mark
+        self.mark = now
+
+    def wall_time(self) -> str:
+        return (
+            f"  wall time: {time.perf_counter() - self.start:.0f} s ("
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.timings.items())
+            + ")"
+        )
+
+
+class _Stages:
+    """The demo's stages, each logged as "N/6 ..." to the `demo` logger, all writing under `out` (replacing what
+    an earlier demo left there), every step at `precision`."""
+
+    COUNT = 6
+
+    def __init__(self, out: Path, precision: str) -> None:
+        from mlminilm import logging as mlog
+
+        self.out, self.precision, self.log = out, precision, mlog.get("demo")
+
+    def prepare(self, teacher: str, teacher_dir: str) -> None:
+        """1: the bundled corpus tokenised for the teacher (OUT/data)."""
+        from mlminilm.config import PrepareConfig
+        from mlminilm.corpus import prepare
+
+        self.log.info(
+            "1/%d prepare: bundled corpus (%s) with the tokenizer of %s",
+            self.COUNT,
+            ", ".join(languages(CORPUS, "*.txt")),
+            teacher,
+        )
+        prepare.run(PrepareConfig(teacher=teacher_dir, inputs=(str(CORPUS),), out=self.out / "data", overwrite=True))
+
+    def student_shape(self, teacher_dir: str, t_cfg, layers: int) -> dict:
+        """The DistillConfig fields the baseline and the student share: the teacher's width, `layers` deep."""
+        return dict(
+            teacher=teacher_dir,
+            data=self.out / "data",
+            layers=layers,
+            hidden=t_cfg.hidden_size,
+            heads=t_cfg.num_attention_heads,
+            intermediate=t_cfg.intermediate_size,
+            init="teacher",
+            overwrite=True,
+            precision=self.precision,
+        )
+
+    def cut_teacher(self, shape: dict, layers: int):
+        """2: the baseline, the teacher's first `layers` layers untrained (OUT/cut); its DistillResult."""
+        from mlminilm import distill
+        from mlminilm.config import DistillConfig
+
+        self.log.info(
+            "2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
+            self.COUNT,
+            layers,
+        )
+        return distill.run(DistillConfig(out=self.out / "cut", init_layers="first", max_steps=0, **shape))
+
+    def distill(self, shape: dict, steps: int, layers: int, hidden: int):
+        """3: the student, distilled with the parallel recipe on the corpus's translations (OUT/pairs,
+        OUT/distill); its DistillResult."""
+        from mlminilm import distill
+        from mlminilm.config import DEFAULT_INIT_LAYERS, DistillConfig
+
+        pairs = write_pairs(CORPUS, self.out / "pairs")
+        self.log.info(
+            "3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
+            "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)",
+            self.COUNT,
+            steps,
+            DISTILL_BATCH,
+            pairs,
+            layers,
+            hidden,
+            DEFAULT_INIT_LAYERS,
+        )
+        return distill.run(
+            DistillConfig(
+                out=self.out / "distill",
+                freeze_embeddings=True,
+                max_steps=steps,
+                batch_size=DISTILL_BATCH,
+                lr=DISTILL_LR,
+                warmup=0.1,
+                save_every=steps,
+                log_every=max(1, steps // 6),
+                parallel=self.out / "pairs",
+                relation_loss_weight=0.0,
+                hidden_loss_weight=0.0,
+                embedding_loss_weight=0.0,
+                parallel_contrastive_weight=DISTILL_CONTRASTIVE,
+                freeze_layers=min(DISTILL_FROZEN, layers - 1),
+                **shape,
+            )
+        )
+
+    def finetune(self, name: str, path: str) -> None:
+        """4: model `name` (at `path`) fine-tuned on the bundled English NLI pairs (OUT/finetune-NAME)."""
+        from mlminilm import finetune
+        from mlminilm.config import FinetuneConfig
+
+        self.log.info(
             "%d/%d finetune the %s on %d English NLI pairs (dev: English only, embeddings frozen)",
             4,
-            stages,
+            self.COUNT,
             name,
-            _rows(NLI / "train-en.tsv"),
+            count_rows(NLI / "train-en.tsv"),
         )
-        tuned[name] = finetune.run(
+        finetune.run(
             FinetuneConfig(
                 model=path,
                 task="xnli",
                 train=str(NLI / "train-en.tsv"),
                 dev=str(NLI / "dev-en.tsv"),
-                out=out / f"finetune-{name}",
+                out=self.out / f"finetune-{name}",
                 epochs=FINETUNE_EPOCHS,
                 lr=FINETUNE_LR,
                 batch_size=FINETUNE_BATCH,
                 max_seq_len=NLI_MAX_LENGTH,
                 freeze_embeddings=True,
                 overwrite=True,
-                precision=precision,
+                precision=self.precision,
             )
         )
-        mark = lap(f"finetune {name}", mark)
-        _drop_checkpoints(out / f"finetune-{name}")
-    log.info(
-        "5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences",
-        stages,
-        len(nli_langs),
-    )
-    tatoeba_dir = write_tatoeba_layout(PARALLEL, out / "parallel")
-    for name, path in models.items():
-        nli[name] = xnli.run(
-            EvalXnliConfig(
-                model=str(out / f"finetune-{name}"),
-                data=str(NLI),
-                split="test",
-                langs=nli_langs,
-                out=out / f"report-nli-{name}",
-                overwrite=True,
-                precision=precision,
-            )
+
+    def evaluate(self, models: dict[str, str]) -> tuple[dict, dict]:
+        """5: each model's zero-shot NLI (its fine-tune) and retrieval (itself) reports: (nli, retrieval) by name."""
+        from mlminilm.config import EvalTatoebaConfig, EvalXnliConfig
+        from mlminilm.evaluation import tatoeba, xnli
+
+        nli_langs = languages(NLI, "test-*.tsv")
+        self.log.info(
+            "5/%d evaluate zero-shot NLI (%d languages) and retrieval over bundled parallel sentences",
+            self.COUNT,
+            len(nli_langs),
         )
-        retrieval[name] = tatoeba.run(
-            EvalTatoebaConfig(
-                model=path,
-                data=str(tatoeba_dir),
-                batch_size=32,
-                out=out / f"report-retrieval-{name}",
-                overwrite=True,
-                precision=precision,
+        tatoeba_dir = write_tatoeba_layout(PARALLEL, self.out / "parallel")
+        nli, retrieval = {}, {}
+        for name, path in models.items():
+            nli[name] = xnli.run(
+                EvalXnliConfig(
+                    model=str(self.out / f"finetune-{name}"),
+                    data=str(NLI),
+                    split="test",
+                    langs=nli_langs,
+                    out=self.out / f"report-nli-{name}",
+                    overwrite=True,
+                    precision=self.precision,
+                )
             )
-        )
-    mark = lap("evaluate", mark)
-    log.info("6/%d sizes", stages)
-    sizes = {name: parameter_counts(path) for name, path in models.items()}
-    lines = summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, compute)
-    lines.append(f"  reports:  {out}/report-*  (per language, with confusion matrices and predictions)")
-    lines.append(
-        f"  wall time: {time.perf_counter() - t0:.0f} s ("
-        + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
-        + ")"
-    )
-    return "\n".join(lines)
+            retrieval[name] = tatoeba.run(
+                EvalTatoebaConfig(
+                    model=path,
+                    data=str(tatoeba_dir),
+                    batch_size=32,
+                    out=self.out / f"report-retrieval-{name}",
+                    overwrite=True,
+                    precision=self.precision,
+                )
+            )
+        return nli, retrieval
 
-
-def write_pairs(corpus: Path, out: Path, source: str = "en") -> int:
-    """`distill --parallel` files from the bundled corpus, whose files are line-by-line translations of each
-    other: OUT/en-<lang>.tsv. Returns the number of pairs."""
-    from mlminilm.corpus.parallel import write_pair_files
-
-    def lines(lang: str) -> list[str]:
-        return (corpus / f"{lang}.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
-
-    others = {p.stem: lines(p.stem) for p in sorted(corpus.glob("*.txt")) if p.stem != source}
-    return sum(write_pair_files(lines(source), others, out, source).values())
+    def sizes(self, models: dict[str, str]) -> dict[str, tuple[int, int]]:
+        """6: each model's parameters, all and word embeddings."""
+        self.log.info("6/%d sizes", self.COUNT)
+        return {name: parameter_counts(path) for name, path in models.items()}
 
 
 def _drop_checkpoints(run_dir: Path) -> None:
@@ -367,7 +399,7 @@ def summary_table(teacher, t_cfg, layers, distilled, nli, retrieval, sizes, comp
     se = 100 * math.sqrt(0.5 * 0.5 / max(n_nli[0], 1))
     lines += [
         "",
-        f"  NLI: zero-shot accuracy (%) after fine-tuning on {_rows(NLI / 'train-en.tsv')} English pairs; "
+        f"  NLI: zero-shot accuracy (%) after fine-tuning on {count_rows(NLI / 'train-en.tsv')} English pairs; "
         f"{'/'.join(map(str, n_nli))} pairs per language, chance 33.3, standard error about {se:.1f} points.",
         f"  retrieval: xx->en nearest neighbour by cosine (%), no fine-tuning, {'/'.join(map(str, n_ret))} "
         f"sentences per language against as many English ones ({retrieval['teacher']['embedding']['pooling'][0]} "

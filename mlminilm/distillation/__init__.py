@@ -6,5 +6,7 @@
 - `terms`: the loss terms as one table (name, weight option, what each reads, how it is computed and logged);
 - `objective`: a distill step's terms from a teacher and a student, and their weighting;
 - `plan`: a `distill` run's options and teacher facts resolved once (`DistillPlan`);
+- `batch`: the run's micro-batch, given or found by trying real steps (`--batch-size auto`);
+- `step`: one micro-batch of the running text and the pairs through the terms, and the language mix;
 - `run`: the run of a plan: load, train, export.
 """

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -20,11 +19,13 @@ from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
-from mlminilm.corpus.parallel import ParallelBatch, ParallelSampler
+from mlminilm.corpus.parallel import ParallelSampler
 from mlminilm.corpus.sampling import BatchSampler
+from mlminilm.distillation.batch import resolve_batch
 from mlminilm.distillation.objective import EmbeddingHead, StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
-from mlminilm.distillation.terms import logged, uses_running_text, weighted_loss
+from mlminilm.distillation.step import DistillStep
+from mlminilm.distillation.terms import uses_running_text
 from mlminilm.models.student import (
     build_student,
     freeze_bottom_layers,
@@ -33,7 +34,7 @@ from mlminilm.models.student import (
     init_from_teacher,
     student_config,
 )
-from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
+from mlminilm.training.batch_size import BatchPlan
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
 
@@ -160,49 +161,6 @@ def sampler_of_pairs(plan: DistillPlan) -> ParallelSampler:
     return ParallelSampler(found, plan.tokenizer, prefix=plan.prefix, max_length=cfg.parallel_max_length, seed=cfg.seed)
 
 
-def resolve_batch(
-    plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
-) -> BatchPlan:
-    """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
-    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
-    cfg = plan.cfg
-    if cfg.batch_size != "auto" or rt.device.type != "cuda":
-        return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
-    trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)
-    optimizer_bytes = 2 * 4 * trained  # AdamW's two fp32 moments, allocated at the first step
-    total = torch.cuda.get_device_properties(rt.device).total_memory
-    generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
-    seq_len, vocab_size = plan.data.seq_len, plan.data.tokenizer.get("vocab_size")
-
-    def fits(size: int) -> bool:
-        ids = torch.randint(0, vocab_size or 2, (size, seq_len), generator=generator).to(rt.device)
-        pairs = None
-        if plan.pairs is not None:  # the longest pairs the term can draw, beside the running text
-            src = torch.randint(0, vocab_size or 2, (size, cfg.parallel_max_length), generator=generator).to(rt.device)
-            both = torch.cat([src, src])
-            pairs = ParallelBatch(src, torch.ones_like(src), both, torch.ones_like(both), {})
-        if not uses_running_text(cfg):
-            ids = None
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(rt.device)
-        try:
-            with rt.autocast():
-                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, pairs)
-                loss = weighted_loss(parts, cfg)
-            loss.backward()
-            peak = torch.cuda.max_memory_allocated(rt.device)
-            ok = peak + optimizer_bytes <= CUDA_MEMORY_SHARE * total
-            log.debug("--batch-size auto: %d sequences, peak %.2f GiB", size, peak / 2**30)
-        except torch.cuda.OutOfMemoryError:
-            ok = False
-        finally:
-            forward.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-        return ok
-
-    return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, fits=fits)
-
-
 def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, models: Models):
     """The batch decided and recorded, the run record written, DDP, AdamW and the resume point, the pairs'
     targets cached: (the config with the batch decided, the batch, the training state)."""
@@ -231,34 +189,17 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
 
 
 def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, models: Models) -> DistillResult:
+    """Train the student from the resume point to --max-steps, then export it (main process)."""
     cfg = plan.cfg
     run_cfg, batch, state, compiled = _prepare_training(plan, rt, where, hooks, models)
     start = state.start_step
-    sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
-    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
     running_text = uses_running_text(cfg)
-    # With only the parallel term on, the running text is not read at all.
-    loader = (
-        contextlib.nullcontext()
-        if not running_text
-        else make_loader(
-            plan.data,
-            sampler,
-            batch_size=batch.micro_batch,
-            accum=batch.grad_accum,
-            rank=rt.rank,
-            world=rt.world,
-            pad_id=plan.data.tokenizer.get("pad_token_id"),
-            start_step=start,
-            max_steps=cfg.max_steps,
-            workers=workers,
-            pin_memory=default_pin_memory(rt.device.type),
-        )
-    )
-    step = _Step(
+    loader = _running_text_loader(plan, rt, batch, start)
+    step = DistillStep(
         plan,
         rt,
-        models,
+        models.teacher,
+        models.pairs,
         state.model,
         batch,
         iter(loader) if running_text else None,
@@ -268,52 +209,14 @@ def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, 
     )
     if start >= cfg.max_steps:
         log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
-
-    def run_probe(at: int) -> dict | None:
-        return _run_probe(models.probe, models.student, rt, at)
-
     if cfg.probe_tatoeba is not None and start == 0:
-        found = run_probe(0)
-        if found:
-            state.metrics.write({"step": 0, **found, "train_s": 0.0})
-        rt.barrier()
+        _probe_untrained(models, rt, state.metrics)
     t0 = time.perf_counter()
     with loader:
-        result = training.run_steps(
-            training.Steps(
-                run_cfg,
-                rt,
-                state.model,
-                models.student,
-                state.optimizer,
-                state.scheduler,
-                step.compute,
-                start,
-                state.scaler,
-            ),
-            training.Reporting(
-                where.out,
-                state.metrics,
-                description=f"distill {where.title}",
-                on_log=step.on_log,
-                checkpoint_state=lambda at: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
-                probe=run_probe if cfg.probe_tatoeba is not None else None,
-                probe_every=cfg.probe_every,
-            ),
-        )
+        result = _run_steps(plan, rt, where, models, run_cfg, state, step, start)
     mix = step.mix()
     if rt.is_main:
-        if mix:
-            log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
-        card = card_info(plan, where.title, models.picked)
-        card.update(
-            {
-                "batch": f"{batch.micro_batch} x {batch.grad_accum} accumulation x {rt.world} processes",
-                "final_loss": result.last_loss,
-            }
-        )
-        hooks.export_model(models.student, plan.tokenizer, where.export_dir, card, sentence_teacher=cfg.teacher)
-        log.info("student exported to %s", where.export_dir)
+        _export_trained(plan, rt, where, hooks, models, batch, mix, result.last_loss)
     rt.barrier()
     return DistillResult(
         where.out,
@@ -327,65 +230,100 @@ def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, 
     )
 
 
-class _Step:
-    """One micro-batch of the running text and the pairs through the terms (`compute`), and the language mix
-    of the logged steps (`on_log`)."""
+def _running_text_loader(plan: DistillPlan, rt: training.Runtime, batch: BatchPlan, start: int):
+    """The running text's micro-batches from step `start` on, as a context manager (the loader's workers); with
+    only the parallel term on, the running text is not read at all: a null context."""
+    cfg = plan.cfg
+    sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
+    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
+    if not uses_running_text(cfg):
+        return contextlib.nullcontext()
+    return make_loader(
+        plan.data,
+        sampler,
+        batch_size=batch.micro_batch,
+        accum=batch.grad_accum,
+        rank=rt.rank,
+        world=rt.world,
+        pad_id=plan.data.tokenizer.get("pad_token_id"),
+        start_step=start,
+        max_steps=cfg.max_steps,
+        workers=workers,
+        pin_memory=default_pin_memory(rt.device.type),
+    )
 
-    def __init__(
-        self,
-        plan: DistillPlan,
-        rt: training.Runtime,
-        models: Models,
-        model: nn.Module,
-        batch: BatchPlan,
-        batches,
-        terms_fn: Callable,
-    ):
-        self.plan, self.rt, self.models, self.model, self.batch = plan, rt, models, model, batch
-        self.batches, self.terms_fn = batches, terms_fn
-        self.mix_total: Counter = Counter()
 
-    def compute(self, step: int, micro: int) -> training.StepOutput:
-        rt, plan, pairs = self.rt, self.plan, self.models.pairs
-        tokens, info, batch = 0, {}, None
-        if self.batches is not None:
-            batch = next(self.batches)
-            if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
-                raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
-            batch = batch.to(rt.device, non_blocking=True)
-            tokens, info = batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()}
-        pair_batch = None
-        if pairs is not None:
-            pair_batch = pairs.batch(step, micro, self.batch.micro_batch, self.batch.grad_accum, rt.rank, rt.world)
-            tokens += int(pair_batch.both_mask.sum())  # counted on the host, before the copy
-            info.update({f"pair:{k}": v for k, v in pair_batch.langs.items()})
-            pair_batch = pair_batch.to(rt.device, non_blocking=True)
-        # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
-        # so no step reads the device to find out, and unpadded steps skip every masking pass.
-        parts = self.terms_fn(
-            self.models.teacher,
-            plan.teacher_layer,
-            self.model,
-            batch and batch.input_ids,
-            batch and batch.attention_mask,
-            plan.cfg,
-            plan.head,
-            pair_batch,
-        )
-        loss = weighted_loss(parts, plan.cfg)
-        return training.StepOutput(loss, logged(parts), tokens, info)
+def _probe_untrained(models: Models, rt: training.Runtime, metrics) -> None:
+    """A fresh run with --probe-tatoeba: the probe of the student before any step, recorded as step 0."""
+    found = _run_probe(models.probe, models.student, rt, 0)
+    if found:
+        metrics.write({"step": 0, **found, "train_s": 0.0})
+    rt.barrier()
 
-    def on_log(self, step: int, payload: dict) -> None:
-        info = payload["info"]
-        drawn = {k[5:]: v for k, v in info.items() if k.startswith("lang:")}
-        total = sum(drawn.values()) or 1
-        if drawn:
-            payload["record"]["language_mix"] = {k: round(v / total, 4) for k, v in sorted(drawn.items())}
-        self.mix_total.update(drawn)
 
-    def mix(self) -> dict[str, float]:
-        total = sum(self.mix_total.values()) or 1
-        return {k: round(v / total, 4) for k, v in sorted(self.mix_total.items())}
+def _run_steps(
+    plan: DistillPlan,
+    rt: training.Runtime,
+    where: Where,
+    models: Models,
+    run_cfg: DistillConfig,
+    state,
+    step: DistillStep,
+    start: int,
+) -> training.LoopResult:
+    """The training loop from `start`: the step's language mix in the logged records, the probe every
+    --probe-every steps when there is one."""
+    cfg = plan.cfg
+
+    def run_probe(at: int) -> dict | None:
+        return _run_probe(models.probe, models.student, rt, at)
+
+    return training.run_steps(
+        training.Steps(
+            run_cfg,
+            rt,
+            state.model,
+            models.student,
+            state.optimizer,
+            state.scheduler,
+            step.compute,
+            start,
+            state.scaler,
+        ),
+        training.Reporting(
+            where.out,
+            state.metrics,
+            description=f"distill {where.title}",
+            on_log=step.on_log,
+            checkpoint_state=lambda at: {"sampler": "stateless(seed, step)", "seed": cfg.seed},
+            probe=run_probe if cfg.probe_tatoeba is not None else None,
+            probe_every=cfg.probe_every,
+        ),
+    )
+
+
+def _export_trained(
+    plan: DistillPlan,
+    rt: training.Runtime,
+    where: Where,
+    hooks: Hooks,
+    models: Models,
+    batch: BatchPlan,
+    mix: dict[str, float],
+    final_loss: float | None,
+) -> None:
+    """Main process: the realised language mix logged, the trained student exported with its card."""
+    if mix:
+        log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
+    card = card_info(plan, where.title, models.picked)
+    card.update(
+        {
+            "batch": f"{batch.micro_batch} x {batch.grad_accum} accumulation x {rt.world} processes",
+            "final_loss": final_loss,
+        }
+    )
+    hooks.export_model(models.student, plan.tokenizer, where.export_dir, card, sentence_teacher=plan.cfg.teacher)
+    log.info("student exported to %s", where.export_dir)
 
 
 def fill_target_cache(

@@ -85,6 +85,26 @@ def resolve_spec(
     n = int(config.num_hidden_layers)
     problems: list[str] = []
     rules: dict = {}
+    index, rules["layer"] = _choose_layer(model, n, st, layer, problems)
+    modes, rules["pooling"] = _choose_pooling(model, st, pooling, problems)
+    text, rules["prefix"] = _choose_prefix(st, prefix)
+    limit = position_limit(config)
+    length, rules["max_length"] = _choose_max_length(model, limit, max_length, default_max_length, problems)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    weights = model
+    if st is not None:
+        rules["sentence_transformers"] = _sentence_transformers_record(model, st)
+        if st.transformer_path and os.path.isdir(model):
+            weights = str(Path(model) / st.transformer_path)
+    return EmbeddingSpec(weights, index, n, tuple(modes), text, length, rules=rules)
+
+
+def _choose_layer(
+    model: str, n: int, st: SentenceTransformerSetup | None, layer: int | None, problems: list[str]
+) -> tuple[int, str]:
+    """(hidden-states index, rule): --layer (negative from the end), the last with a sentence-transformers setup,
+    else XTREME's."""
     if layer is not None:
         index = layer + n + 1 if layer < 0 else layer
         if not 0 <= index <= n:
@@ -92,64 +112,75 @@ def resolve_spec(
                 f"--layer {layer} is out of range for model {model} with {n} layers "
                 f"(0 = the embedding output, 1..{n} = the output of that layer, -1 = the last)"
             )
-        rules["layer"] = "--layer"
-    elif st is not None:
-        index, rules["layer"] = n, "last layer: the model's sentence-transformers setup"
-    else:
-        index = default_layer(n)
-        rules["layer"] = f"XTREME's choice for base encoders: layers // 2 + 1 = {index} of {n}"
+        return index, "--layer"
+    if st is not None:
+        return n, "last layer: the model's sentence-transformers setup"
+    index = default_layer(n)
+    return index, f"XTREME's choice for base encoders: layers // 2 + 1 = {index} of {n}"
+
+
+def _choose_pooling(
+    model: str, st: SentenceTransformerSetup | None, pooling: str, problems: list[str]
+) -> tuple[tuple[str, ...], str]:
+    """(pooling modes, rule): --pooling, the model's Pooling module (modes this module implements), else mean."""
     if pooling != "auto":
-        modes, rules["pooling"] = (pooling,), "--pooling"
-    elif st is not None:
-        modes, rules["pooling"] = st.pooling, "the model's sentence-transformers Pooling module"
-        bad = [m for m in modes if m not in POOLING_MODES]
+        return (pooling,), "--pooling"
+    if st is not None:
+        bad = [m for m in st.pooling if m not in POOLING_MODES]
         if bad:
             problems.append(
                 f"model {model} pools with {'+'.join(bad)}, which eval-tatoeba does not implement; "
                 f"choose one with --pooling {'|'.join(('mean', 'cls', 'max'))}"
             )
-    else:
-        modes, rules["pooling"] = ("mean",), "mean over real tokens (XTREME)"
+        return st.pooling, "the model's sentence-transformers Pooling module"
+    return ("mean",), "mean over real tokens (XTREME)"
+
+
+def _choose_prefix(st: SentenceTransformerSetup | None, prefix: str | None) -> tuple[str, str]:
+    """(prefix, rule): --prefix, the model's "query" prompt, else none."""
     if prefix is not None:
-        text, rules["prefix"] = prefix, "--prefix"
-    elif st is not None and st.query_prompt:
-        text, rules["prefix"] = st.query_prompt, "the model's 'query' prompt (config_sentence_transformers.json)"
-    else:
-        text, rules["prefix"] = "", "none"
-    limit = position_limit(config)
+        return prefix, "--prefix"
+    if st is not None and st.query_prompt:
+        return st.query_prompt, "the model's 'query' prompt (config_sentence_transformers.json)"
+    return "", "none"
+
+
+def _choose_max_length(
+    model: str, limit: int | None, max_length: int | None, default_max_length: int, problems: list[str]
+) -> tuple[int, str]:
+    """(max length, rule): --max-length (within the model's `limit` positions), else the default, or the limit
+    when that is lower."""
     if max_length is not None:
-        length, rules["max_length"] = max_length, "--max-length"
         if limit is not None and max_length > limit:
             problems.append(
                 f"--max-length {max_length} is longer than model {model} allows ({limit} positions); "
                 f"use --max-length {limit} or less"
             )
-    elif limit is not None and limit < default_max_length:
-        length, rules["max_length"] = limit, f"the model's position limit (below the default {default_max_length})"
-    else:
-        length, rules["max_length"] = default_max_length, "default (XTREME)"
-    if problems:
-        raise ConfigError("; ".join(problems))
-    weights = model
-    if st is not None:
-        rules["sentence_transformers"] = {
-            "pooling": list(st.pooling),
-            "normalize": st.normalize,
-            "include_prompt": st.include_prompt,
-            "query_prompt": st.query_prompt,
-            "max_seq_length": st.max_seq_length,
-            "not_applied": list(st.not_applied),
-        }
-        if st.not_applied:
-            log.warning(
-                "model %s has %s after pooling, which eval-tatoeba does not apply: its embeddings differ "
-                "from the model's own encode()",
-                model,
-                ", ".join(st.not_applied),
-            )
-        if st.transformer_path and os.path.isdir(model):
-            weights = str(Path(model) / st.transformer_path)
-    return EmbeddingSpec(weights, index, n, tuple(modes), text, length, rules=rules)
+        return max_length, "--max-length"
+    if limit is not None and limit < default_max_length:
+        return limit, f"the model's position limit (below the default {default_max_length})"
+    return default_max_length, "default (XTREME)"
+
+
+def _sentence_transformers_record(model: str, st: SentenceTransformerSetup) -> dict:
+    """The model's sentence-transformers setup for the report; a warning for the modules after pooling that
+    eval-tatoeba does not apply."""
+    record = {
+        "pooling": list(st.pooling),
+        "normalize": st.normalize,
+        "include_prompt": st.include_prompt,
+        "query_prompt": st.query_prompt,
+        "max_seq_length": st.max_seq_length,
+        "not_applied": list(st.not_applied),
+    }
+    if st.not_applied:
+        log.warning(
+            "model %s has %s after pooling, which eval-tatoeba does not apply: its embeddings differ "
+            "from the model's own encode()",
+            model,
+            ", ".join(st.not_applied),
+        )
+    return record
 
 
 def prompt_length(tokenizer, spec: EmbeddingSpec, st: SentenceTransformerSetup | None) -> int:

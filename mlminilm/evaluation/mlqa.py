@@ -12,7 +12,6 @@ JSON file per data file, named like it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,16 +35,17 @@ from mlminilm.evaluation.common import (
     to_device,
     write_json,
 )
+from mlminilm.evaluation.qa_files import (
+    find_qa_files,
+    prediction_name,
+    read_prediction_files,
+)
 from mlminilm.metrics import mlqa as mlqa_scorer
 from mlminilm.metrics import squad_v1
 from mlminilm.tasks.qa_features import postprocess_predictions, prepare_eval_features
 from mlminilm.tasks.squad import (
     QAExample,
     QAFile,
-    find_mlqa_files,
-    find_tydiqa_files,
-    find_xquad_files,
-    qa_file_info,
     read_squad,
 )
 from mlminilm.version import __version__
@@ -77,57 +77,7 @@ _BENCHMARK_FILES = {"mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-# --------------------------------------------------------------------------------------------- files
-
-
-def find_qa_files(
-    data: str | Path, split: str, gxlt: bool = False, langs: Sequence[str] | None = None, lang: str | None = None
-) -> tuple[str, dict[str, QAFile]]:
-    """(benchmark, {key: QAFile}) for --data: one SQuAD-format file, an MLQA directory (monolingual pairs keyed by
-    language, or with `gxlt` every pair keyed "C-Q"), or a directory of XQuAD / TyDiQA-GoldP files."""
-    path = Path(data)
-    if path.is_file():
-        info = qa_file_info(path, lang)
-        key = (
-            info.context_lang
-            if info.context_lang == info.question_lang
-            else f"{info.context_lang}-{info.question_lang}"
-        )
-        return _benchmark_of(path.name), {key: info}
-    if lang is not None:
-        raise ConfigError("--lang names the language of a single --data file; for a directory use --langs")
-    if not path.is_dir():
-        raise DataError(f"--data {path}: no such file or directory")
-    mlqa_pattern = f"{split}-context-*-question-*.json*"
-    if any(path.glob(mlqa_pattern)) or any((path / split).glob(mlqa_pattern)):
-        return "mlqa", find_mlqa_files(path, split, gxlt, langs)
-    if gxlt:
-        raise ConfigError(f"--gxlt needs the MLQA layout ({split}-context-C-question-Q.json files); none in {path}")
-    for benchmark, pattern, finder in (
-        ("xquad", "xquad.*.json*", lambda: find_xquad_files(path, langs)),
-        ("tydiqa", f"tydiqa.goldp.*.{split}.json*", lambda: find_tydiqa_files(path, split, langs)),
-    ):
-        present = sorted(path.glob(pattern))
-        if not present:
-            continue
-        if langs:
-            return benchmark, finder()
-        infos = [qa_file_info(p) for p in present]
-        return benchmark, {info.context_lang: info for info in infos}
-    raise DataError(
-        f"no QA files for split {split!r} in {path}: expected MLQA ({split}-context-C-question-Q.json, also in "
-        f"{path / split}), XQuAD (xquad.XX.json) or TyDiQA-GoldP (tydiqa.goldp.XX.{split}.json) files"
-    )
-
-
-def _benchmark_of(name: str) -> str:
-    if name.startswith(("dev-context-", "test-context-")):
-        return "mlqa"
-    if name.startswith("xquad."):
-        return "xquad"
-    if name.startswith("tydiqa."):
-        return "tydiqa"
-    return "squad-format"
+# ------------------------------------------------------------------------------------------- scorers
 
 
 def resolve_scorer(choice: str, benchmark: str) -> dict:
@@ -149,26 +99,6 @@ def score_file(scorer: str, dataset: dict, predictions: dict[str, str], context_
     if scorer == "mlqa":
         return mlqa_scorer.evaluate_dataset(dataset, predictions, context_lang)
     return squad_v1.evaluate_dataset(dataset, predictions)
-
-
-def prediction_name(path: Path) -> str:
-    """The prediction file answering a data file: the same name (without .gz)."""
-    return path.name[:-3] if path.name.endswith(".gz") else path.name
-
-
-def read_predictions(path: Path) -> dict[str, str]:
-    """An official-format prediction file: one JSON object {question_id: answer_text}."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such prediction file")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: not a JSON prediction file ({exc})") from None
-    if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
-        raise DataError(
-            f"{path}: not an official prediction file: expected one JSON object {{question_id: answer_text}}"
-        )
-    return obj
 
 
 # ------------------------------------------------------------------------------------------- predict
@@ -270,52 +200,7 @@ def run(cfg: EvalMlqaConfig) -> dict:
         cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data, "--predictions": cfg.predictions}
     )
     card = card_to_update(cfg)
-    problems: list[str] = []
-    data_problem = False
-    benchmark, files, datasets = "mlqa", {}, {}
-    try:
-        benchmark, files = find_qa_files(cfg.data, cfg.split, cfg.gxlt, list(cfg.langs) or None, cfg.lang)
-        if resolve_scorer(cfg.scorer, benchmark)["name"] == "mlqa":  # its rules exist, before any model runs
-            mlqa_scorer.require_rules(info.context_lang for info in files.values())
-        datasets = {key: read_squad(info.path) for key, info in files.items()}
-        unlabelled = [
-            key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)
-        ]
-        if unlabelled:
-            raise DataError(
-                f"every gold answer is empty in {', '.join(prediction_name(files[k].path) for k in unlabelled)} "
-                "(unlabelled files?): there is nothing to score against"
-            )
-    except MlminilmError as exc:
-        problems.append(str(exc))
-        data_problem = True
-    predictions: dict[str, dict[str, str]] = {}
-    settings = qa_settings(cfg)
-    if cfg.predictions is not None:
-        missing_files = []
-        for key, info in files.items():
-            path = Path(cfg.predictions) / prediction_name(info.path)
-            if not path.is_file():
-                missing_files.append(path.name)
-                continue
-            try:
-                predictions[key] = read_predictions(path)
-            except MlminilmError as exc:
-                problems.append(str(exc))
-        if missing_files:
-            shown = ", ".join(missing_files[:5]) + (
-                f" and {len(missing_files) - 5} more" if len(missing_files) > 5 else ""
-            )
-            problems.append(f"--predictions {cfg.predictions}: no prediction file {shown} (named like the data files)")
-        data_problem = data_problem or bool(problems)
-    else:
-        try:
-            config = check_head(cfg.model, "qa")
-            check_length(config, cfg.model, settings["max_seq_len"])
-        except MlminilmError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise (DataError if data_problem else ConfigError)("; ".join(problems))
+    benchmark, files, datasets, predictions, settings = _check(cfg)
 
     languages: dict[str, dict] = {}
     throughput = None
@@ -325,27 +210,7 @@ def run(cfg: EvalMlqaConfig) -> dict:
     if cfg.predictions is None:
         throughput = _run_model(cfg, files, datasets, settings, predictions, languages)
     for key, info in files.items():
-        scores = score_file(scorer["name"], datasets[key].raw, predictions[key], info.context_lang)
-        known = {e.id for e in datasets[key].examples}
-        scores["unknown_ids"] = sum(1 for qid in predictions[key] if qid not in known)
-        if scores["missing"]:
-            log.warning(
-                "%s: %d of %d questions have no prediction in %s; they score 0",
-                key,
-                scores["missing"],
-                scores["examples"],
-                prediction_name(info.path),
-            )
-        languages[key] = {
-            **scores,
-            **languages.get(key, {}),
-            "context_lang": info.context_lang,
-            "question_lang": info.question_lang,
-            "file": str(info.path),
-        }
-        log.info(
-            "%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"], f"{scores['examples']:,}"
-        )
+        languages[key] = _score(key, info, scorer["name"], datasets[key], predictions[key], languages.get(key, {}))
     doc = _document(cfg, benchmark, scorer, files, languages, settings, throughput, time.perf_counter() - t_all)
 
     def write_predictions(pred_dir: Path) -> None:
@@ -353,6 +218,77 @@ def run(cfg: EvalMlqaConfig) -> dict:
             write_json(pred_dir / prediction_name(info.path), predictions[key])
 
     return report_dir.publish(doc, write_predictions, card)
+
+
+def _check(cfg: EvalMlqaConfig):
+    """Everything cheap first, all problems at once: the data files (read whole, labelled, the scorer's rules for
+    their languages), then the prediction files or the model's head and length. Returns the benchmark, its files
+    and parsed data by key, the predictions read (empty when a model runs) and the window settings."""
+    problems: list[str] = []
+    data_problem = False
+    benchmark, files, datasets = "mlqa", {}, {}
+    try:
+        benchmark, files = find_qa_files(cfg.data, cfg.split, cfg.gxlt, list(cfg.langs) or None, cfg.lang)
+        if resolve_scorer(cfg.scorer, benchmark)["name"] == "mlqa":  # its rules exist, before any model runs
+            mlqa_scorer.require_rules(info.context_lang for info in files.values())
+        datasets = {key: read_squad(info.path) for key, info in files.items()}
+        _check_labelled(files, datasets)
+    except MlminilmError as exc:
+        problems.append(str(exc))
+        data_problem = True
+    predictions: dict[str, dict[str, str]] = {}
+    settings = qa_settings(cfg)
+    if cfg.predictions is not None:
+        predictions = read_prediction_files(cfg.predictions, files, problems)
+        data_problem = data_problem or bool(problems)
+    else:
+        try:
+            config = check_head(cfg.model, "qa")
+            check_length(config, cfg.model, settings["max_seq_len"])
+        except MlminilmError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise (DataError if data_problem else ConfigError)("; ".join(problems))
+    return benchmark, files, datasets, predictions, settings
+
+
+def _check_labelled(files: dict[str, QAFile], datasets: dict) -> None:
+    """Refuse files whose gold answers are all empty (unlabelled test files): nothing to score against."""
+    unlabelled = [
+        key for key, d in datasets.items() if not any(a["text"].strip() for e in d.examples for a in e.answers)
+    ]
+    if unlabelled:
+        raise DataError(
+            f"every gold answer is empty in {', '.join(prediction_name(files[k].path) for k in unlabelled)} "
+            "(unlabelled files?): there is nothing to score against"
+        )
+
+
+def _score(key: str, info: QAFile, scorer: str, dataset, predicted: dict[str, str], model_record: dict) -> dict:
+    """One file's report entry: its scores (with the model's features and speed, `model_record`), logged; a
+    warning for questions without a prediction."""
+    scores = score_file(scorer, dataset.raw, predicted, info.context_lang)
+    known = {e.id for e in dataset.examples}
+    scores["unknown_ids"] = sum(1 for qid in predicted if qid not in known)
+    if scores["missing"]:
+        log.warning(
+            "%s: %d of %d questions have no prediction in %s; they score 0",
+            key,
+            scores["missing"],
+            scores["examples"],
+            prediction_name(info.path),
+        )
+    entry = {
+        **scores,
+        **model_record,
+        "context_lang": info.context_lang,
+        "question_lang": info.question_lang,
+        "file": str(info.path),
+    }
+    log.info(
+        "%s: EM %.2f  F1 %.2f on %s questions", key, scores["exact_match"], scores["f1"], f"{scores['examples']:,}"
+    )
+    return entry
 
 
 def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:

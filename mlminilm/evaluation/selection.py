@@ -1,10 +1,12 @@
-"""`finetune`'s checkpoint selection: the English dev score of the model being trained (`DevEvaluator`) and the
-best checkpoint so far (`Selection`, written to selection.json)."""
+"""`finetune`'s checkpoint selection: the English dev score of the model being trained (`DevEvaluator`), the
+best checkpoint so far (`Selection`, written to selection.json), and both at work during a run
+(`CheckpointSelection`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -125,3 +127,60 @@ class Selection:
                 "max_steps": cfg.max_steps,
             },
         )
+
+
+class CheckpointSelection:
+    """Selection while a run trains: the main process scores each saved checkpoint on English dev and, when it is
+    the best so far, exports it (`export_best()`: the model as it is now, to checkpoints/best/); selection.json is
+    rewritten after every score. Without dev (`dev` None) nothing is scored until `select_last`."""
+
+    def __init__(
+        self,
+        dev: DevEvaluator | None,
+        selection: Selection,
+        model,
+        export_best: Callable[[], None],
+        out: Path,
+        cfg: FinetuneConfig,
+        rt,
+    ):
+        self.dev, self.selection, self.model, self.export_best = dev, selection, model, export_best
+        self.out, self.cfg, self.rt = out, cfg, rt
+
+    def score(self, step: int) -> dict:
+        """Main process: score checkpoint `step` on dev, export it when it is the best so far."""
+        metric = self.selection.metric
+        scores = self.dev.score(self.model)
+        if self.selection.offer(step, scores[metric]):
+            self.export_best()
+        self.selection.write(self.out, self.cfg, self.cfg.dev)
+        log.info(
+            "step %d: %s %.2f (best %.2f at step %d)",
+            step,
+            metric,
+            scores[metric],
+            self.selection.best_score,
+            self.selection.best_step,
+        )
+        return {**scores, "best_step": self.selection.best_step}
+
+    def after_save(self, step: int) -> dict | None:
+        """The training loop's hook after each checkpoint: its dev scores (main process), every process waiting."""
+        if self.dev is None:
+            return None
+        result = self.score(step) if self.rt.is_main else None
+        self.rt.barrier()
+        return result
+
+    def catch_up(self, start: int, metrics) -> None:
+        """A run resumed at checkpoint `start` that stopped before its dev evaluation: evaluate it now, as the full
+        run did."""
+        if self.dev is not None and start > 0:
+            if self.rt.is_main and start not in self.selection.scores:
+                metrics.write({"step": start, **self.score(start)})
+            self.rt.barrier()
+
+    def select_last(self) -> None:
+        """Without dev (main process): the last step is the selected model, exported now."""
+        self.selection.offer(self.cfg.max_steps, None)
+        self.export_best()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import (
+    EmbeddingSpec,
     embed,
     encode,
     prompt_length,
@@ -128,24 +130,13 @@ def _check(cfg: EvalTatoebaConfig):
 def run(cfg: EvalTatoebaConfig) -> dict:
     """Evaluate `cfg.model` on every requested language; returns the metrics document (and writes the report
     into `cfg.out` when given)."""
-    import torch
-
-    from mlminilm.models.loading import load_encoder, load_tokenizer
-
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
     card = card_to_update(cfg)  # the top directory's card, for a sentence-transformers model too
     data, unregistered, st, spec, export = _check(cfg)
     warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
     rt = backends.runtime(cfg)
-    tokenizer = load_tokenizer(spec.weights)
-    if export is not None:  # the graph, called as the PyTorch model is (its last layer only)
-        model = backends.onnx_model(export)
-    else:
-        # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
-        model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
-    spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    model, tokenizer, spec = _load_model(spec, st, export, rt)
     total = 2 * sum(len(s) for s in data.values())
     log.info(
         "Tatoeba: %d languages, %s sentences; model %s on %s; %s",
@@ -155,44 +146,92 @@ def run(cfg: EvalTatoebaConfig) -> dict:
         backends.where(export, rt),
         spec.describe(),
     )
-    languages: dict[str, dict] = {}
-    predictions: dict[str, dict[str, np.ndarray]] = {}
     t_all = time.perf_counter()
-    with mlog.counter("tatoeba", total, "sent") as advance:
-        for lang, pairs in data.items():
-            t0 = time.perf_counter()
-            vectors, cut = {}, {}
-            for side, sentences in (("xx", pairs.source), ("eng", pairs.english)):
-                rows, cut[side] = encode(tokenizer, sentences, spec.prefix, spec.max_length)
-                vectors[side] = embed(
-                    model, rows, spec, batch_size=cfg.batch_size, rt=rt, pad_id=pad_id, on_batch=advance
-                )
-            scores, predictions[lang] = retrieval_scores(vectors["xx"], vectors["eng"])
-            elapsed = time.perf_counter() - t0
-            scores.update(
-                {
-                    "iso639_3": pairs.files.iso,
-                    "files": {"xx": str(pairs.files.source), "eng": str(pairs.files.english)},
-                    "truncated": cut,
-                    "duplicate_lines": {"xx": _duplicates(pairs.source), "eng": _duplicates(pairs.english)},
-                    "sentences_per_s": 2 * len(pairs) / max(elapsed, 1e-9),
-                }
-            )
-            languages[lang] = scores
-            log.info(
-                "%s: xx->en %.2f%%, en->xx %.2f%% on %s pairs",
-                lang,
-                scores["xx_to_en"],
-                scores["en_to_xx"],
-                f"{len(pairs):,}",
-            )
+    languages, predictions = _evaluate(data, model, tokenizer, spec, cfg, rt, total)
     elapsed = time.perf_counter() - t_all
     if any(sum(s["truncated"].values()) for s in languages.values()):
         log.warning(
             "some sentences were longer than %d tokens and were cut (see `truncated` in metrics.json)", spec.max_length
         )
+    doc = _document(cfg, spec, languages, unregistered, total, elapsed, rt)
+    backends.stamp(doc, export, rt)
+    return report_dir.publish(doc, _prediction_writer(predictions), card)
+
+
+def _load_model(spec: EmbeddingSpec, st, export, rt):
+    """(model, tokenizer, spec with the prompt tokens to skip): the ONNX graph, called as the PyTorch model is (its
+    last layer only), or the encoder in float32 cut above the spec's layer."""
+    import torch
+
+    from mlminilm.models.loading import load_encoder, load_tokenizer
+
+    tokenizer = load_tokenizer(spec.weights)
+    if export is not None:
+        model = backends.onnx_model(export)
+    else:
+        # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
+        model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
+    spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
+    return model, tokenizer, spec
+
+
+def _evaluate(
+    data: dict[str, TatoebaSet], model, tokenizer, spec: EmbeddingSpec, cfg: EvalTatoebaConfig, rt, total: int
+) -> tuple[dict[str, dict], dict[str, dict[str, np.ndarray]]]:
+    """Every language's scores and predicted indices, each language logged, one progress counter for all."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    languages: dict[str, dict] = {}
+    predictions: dict[str, dict[str, np.ndarray]] = {}
+    with mlog.counter("tatoeba", total, "sent") as advance:
+        for lang, pairs in data.items():
+            languages[lang], predictions[lang] = _evaluate_language(
+                pairs, model, tokenizer, spec, cfg.batch_size, rt, pad_id, advance
+            )
+            log.info(
+                "%s: xx->en %.2f%%, en->xx %.2f%% on %s pairs",
+                lang,
+                languages[lang]["xx_to_en"],
+                languages[lang]["en_to_xx"],
+                f"{len(pairs):,}",
+            )
+    return languages, predictions
+
+
+def _evaluate_language(
+    pairs: TatoebaSet, model, tokenizer, spec: EmbeddingSpec, batch_size: int, rt, pad_id: int, advance
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """One language's scores (with its files, truncations, duplicates and speed) and predicted indices."""
+    t0 = time.perf_counter()
+    vectors, cut = {}, {}
+    for side, sentences in (("xx", pairs.source), ("eng", pairs.english)):
+        rows, cut[side] = encode(tokenizer, sentences, spec.prefix, spec.max_length)
+        vectors[side] = embed(model, rows, spec, batch_size=batch_size, rt=rt, pad_id=pad_id, on_batch=advance)
+    scores, predicted = retrieval_scores(vectors["xx"], vectors["eng"])
+    elapsed = time.perf_counter() - t0
+    scores.update(
+        {
+            "iso639_3": pairs.files.iso,
+            "files": {"xx": str(pairs.files.source), "eng": str(pairs.files.english)},
+            "truncated": cut,
+            "duplicate_lines": {"xx": _duplicates(pairs.source), "eng": _duplicates(pairs.english)},
+            "sentences_per_s": 2 * len(pairs) / max(elapsed, 1e-9),
+        }
+    )
+    return scores, predicted
+
+
+def _document(
+    cfg: EvalTatoebaConfig,
+    spec: EmbeddingSpec,
+    languages: dict[str, dict],
+    unregistered: list[str],
+    total: int,
+    elapsed: float,
+    rt,
+) -> dict:
+    """The metrics document (metrics.json)."""
     pairs_total = sum(s["examples"] for s in languages.values())
-    doc = {
+    return {
         "task": "tatoeba",
         "protocol": PROTOCOL.format(embedding=spec.describe()),
         "summary": f"embedding: {spec.describe()}",
@@ -221,6 +260,8 @@ def run(cfg: EvalTatoebaConfig) -> dict:
         "mlminilm": __version__,
     }
 
+
+def _prediction_writer(predictions: dict[str, dict[str, np.ndarray]]) -> Callable[[Path], None]:
     def write_predictions(pred_dir: Path) -> None:
         # XTREME's submission format: one line per query sentence, the 0-based line of its nearest neighbour.
         for lang, predicted in predictions.items():
@@ -228,5 +269,4 @@ def run(cfg: EvalTatoebaConfig) -> dict:
                 text = "\n".join(str(int(i)) for i in predicted[name]) + "\n"
                 (pred_dir / f"test-{lang}{suffix}.tsv").write_text(text, encoding="utf-8")
 
-    backends.stamp(doc, export, rt)
-    return report_dir.publish(doc, write_predictions, card)
+    return write_predictions

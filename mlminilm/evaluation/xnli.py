@@ -167,8 +167,34 @@ def run(cfg: EvalXnliConfig) -> dict:
     into `cfg.out` when given)."""
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
     card = card_to_update(cfg)
+    data, skipped, files, max_seq_len, config, label_map, export = _check(cfg)
+    warn_unregistered(data, "evaluated under the file's code")
+
+    rt = backends.runtime(cfg)
+    model, tokenizer = _load_model(cfg.model, export, rt)
+    total = sum(len(v) for v in data.values())
+    log.info(
+        "XNLI %s: %d languages, %s examples; model %s on %s",
+        cfg.split,
+        len(data),
+        f"{total:,}",
+        cfg.model,
+        backends.where(export, rt),
+    )
+    t_all = time.perf_counter()
+    classify = _classifier(model, tokenizer, label_map, max_seq_len, cfg.batch_size, rt)
+    languages, predictions = _evaluate(classify, data, skipped, files, f"xnli {cfg.split}", total)
+    elapsed = time.perf_counter() - t_all
+    doc = _document(cfg, files, config, label_map, languages, max_seq_len, total, elapsed, rt)
+    backends.stamp(doc, export, rt)
+    return report_dir.publish(doc, _prediction_writer(predictions, cfg.split), card)
+
+
+def _check(cfg: EvalXnliConfig):
+    """Everything cheap first, all problems at once: the data (parsed whole), the model's head and length. Returns
+    the examples and skipped rows per language, their files, the max length, the model's config and label map,
+    and the ONNX export (None: PyTorch)."""
     langs = list(cfg.langs) or None
-    # Everything cheap first, all problems at once: the data (parsed whole), the model's head and length.
     problems: list[str] = []
     data: dict[str, list[NLIExample]] = {}
     skipped: dict[str, int] = {}
@@ -191,40 +217,43 @@ def run(cfg: EvalXnliConfig) -> dict:
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
-    warn_unregistered(data, "evaluated under the file's code")
+    return data, skipped, files, max_seq_len, config, label_map, export
 
-    rt = backends.runtime(cfg)
-    if export is not None:  # the graph, called as the PyTorch classifier is
+
+def _load_model(name: str, export, rt):
+    """(model, tokenizer): the ONNX graph, called as the PyTorch classifier is, or the classifier itself."""
+    if export is not None:
         from mlminilm.models.loading import load_tokenizer
 
-        model, tokenizer = backends.onnx_model(export), load_tokenizer(cfg.model)
-    else:
-        model, tokenizer = load_classifier(cfg.model, rt)
-    total = sum(len(v) for v in data.values())
-    log.info(
-        "XNLI %s: %d languages, %s examples; model %s on %s",
-        cfg.split,
-        len(data),
-        f"{total:,}",
-        cfg.model,
-        backends.where(export, rt),
-    )
+        return backends.onnx_model(export), load_tokenizer(name)
+    return load_classifier(name, rt)
+
+
+def _classifier(model, tokenizer, label_map: np.ndarray, max_seq_len: int, batch_size: int, rt) -> Callable:
+    """classify(examples, on_batch): each pair's predicted class as an NLI_LABELS index."""
+
+    def classify(examples: Sequence[NLIExample], on_batch: Callable[[int], None]) -> np.ndarray:
+        rows = encode_pairs(tokenizer, examples, max_seq_len)
+        raw = predict(model, rows, batch_size=batch_size, rt=rt, pad_id=tokenizer.pad_token_id or 0, on_batch=on_batch)
+        return label_map[raw]
+
+    return classify
+
+
+def _evaluate(
+    classify: Callable,
+    data: dict[str, list[NLIExample]],
+    skipped: dict[str, int],
+    files: dict[str, str],
+    description: str,
+    total: int,
+) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """Every language's scores and predicted labels, each language logged, one progress counter for all."""
     languages: dict[str, dict] = {}
     predictions: dict[str, list[str]] = {}
-    t_all = time.perf_counter()
-    with mlog.counter(f"xnli {cfg.split}", total, "ex") as advance:
+    with mlog.counter(description, total, "ex") as advance:
         for lang, examples in data.items():
-            t0 = time.perf_counter()
-            rows = encode_pairs(tokenizer, examples, max_seq_len)
-            raw = predict(
-                model, rows, batch_size=cfg.batch_size, rt=rt, pad_id=tokenizer.pad_token_id or 0, on_batch=advance
-            )
-            predicted = label_map[raw]
-            gold = np.asarray([e.label for e in examples])
-            scores = language_scores(gold, predicted)
-            scores["skipped"] = skipped.get(lang, 0)
-            elapsed = time.perf_counter() - t0
-            scores["examples_per_s"] = len(examples) / max(elapsed, 1e-9)
+            scores, predicted = _evaluate_language(classify, examples, skipped.get(lang, 0), advance)
             if lang in files:
                 scores["file"] = files[lang]
             languages[lang] = scores
@@ -240,8 +269,36 @@ def run(cfg: EvalXnliConfig) -> dict:
                 log.warning(
                     "%s: %d rows without a gold label ('-' or empty) skipped, not scored", lang, scores["skipped"]
                 )
-    elapsed = time.perf_counter() - t_all
-    doc = {
+    return languages, predictions
+
+
+def _evaluate_language(
+    classify: Callable, examples: list[NLIExample], skipped: int, advance: Callable[[int], None]
+) -> tuple[dict, np.ndarray]:
+    """One language's scores (with its skipped rows and speed) and predicted classes."""
+    t0 = time.perf_counter()
+    predicted = classify(examples, advance)
+    gold = np.asarray([e.label for e in examples])
+    scores = language_scores(gold, predicted)
+    scores["skipped"] = skipped
+    elapsed = time.perf_counter() - t0
+    scores["examples_per_s"] = len(examples) / max(elapsed, 1e-9)
+    return scores, predicted
+
+
+def _document(
+    cfg: EvalXnliConfig,
+    files: dict[str, str],
+    config,
+    label_map: np.ndarray,
+    languages: dict[str, dict],
+    max_seq_len: int,
+    total: int,
+    elapsed: float,
+    rt,
+) -> dict:
+    """The metrics document (metrics.json)."""
+    return {
         "task": "xnli",
         "split": cfg.split,
         "protocol": PROTOCOL.format(split=cfg.split),
@@ -268,13 +325,14 @@ def run(cfg: EvalXnliConfig) -> dict:
         "mlminilm": __version__,
     }
 
+
+def _prediction_writer(predictions: dict[str, list[str]], split: str) -> Callable[[Path], None]:
     def write_predictions(pred_dir: Path) -> None:
         for lang, labels in predictions.items():
             # XTREME's submission format: one predicted label per line, in the order of the input file.
-            (pred_dir / f"{cfg.split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
+            (pred_dir / f"{split}-{lang}.tsv").write_text("\n".join(labels) + "\n", encoding="utf-8")
 
-    backends.stamp(doc, export, rt)
-    return report_dir.publish(doc, write_predictions, card)
+    return write_predictions
 
 
 def load_classifier(name: str, rt):

@@ -3,6 +3,7 @@
 - `loading`: an encoder, its config or tokenizer by hub id or path (`resolve_model`, `load_encoder`, `load_teacher`);
 - `layers`: the anatomy of a BERT-like encoder (its layer list, layer indices, truncation);
 - `student`: a student's config from its teacher's, `init_layers` (which teacher layers a rule picks), freezing;
+- `task_heads`: an encoder with a fine-tuning task's head (XNLI classification, QA span extraction);
 - `export`: a plain HF directory with its model card (`cards`) and sentence-transformers files (`sentence_encoder`);
 - `pooling`: sentence-transformers' pooling of token states into one vector;
 - `embedding_grad`: the student's word-embedding gradient without a dense copy;

@@ -196,77 +196,29 @@ def select_ids(
       ids by falling count, then `fill_rankings[lang]` (ids its counts do not show, likeliest first);
 
     at most `max_vocab` ids in all: the pooled ids fill what room the others leave, which must fit."""
-    counts = np.asarray(counts, dtype=np.int64)
-    size = len(counts)
-    forced = np.unique(np.asarray(sorted(forced), dtype=np.int64))
-    other = np.ones(size, bool)
-    other[forced] = False
-    total = int(counts[other].sum())
-    if total == 0:
-        raise DataError(
-            "the token counts hold no tokens besides special tokens: nothing to keep (is the corpus empty?)"
-        )
-    if max_vocab is not None and max_vocab <= len(forced):
-        raise ConfigError(
-            f"--max-vocab {max_vocab} leaves no room: the model has {len(forced)} special and "
-            "added tokens, which are always kept; raise --max-vocab"
-        )
-    if not np.any(other & (counts >= min_count)):
-        raise ConfigError(
-            f"nothing left to keep: no id besides the special tokens occurs at least --min-count "
-            f"{min_count} times (the most frequent occurs {int(counts[other].max())} times)"
-        )
+    counts, forced, other = _forced_and_other(counts, forced)
+    size, total = len(counts), int(counts[other].sum())
+    _check_something_to_keep(counts, other, total, len(forced), min_count, max_vocab)
     per_language = {lang: np.asarray(c, dtype=np.int64) for lang, c in sorted((per_language or {}).items())}
 
     stages: list[tuple[str, np.ndarray]] = [("specials", forced)]
     top: dict[str, int] = {}
     if per_lang_top_k is not None:
-        chosen = []
-        for lang, lang_counts in per_language.items():
-            best = _by_count(np.flatnonzero(other & (lang_counts >= min_count)), lang_counts)[:per_lang_top_k]
-            top[lang] = len(best)
-            chosen.append(best)
-        stages.append(("per_lang_top_k", np.concatenate(chosen) if chosen else np.empty(0, np.int64)))
+        chosen, top = _top_k_per_language(per_language, other, min_count, per_lang_top_k)
+        stages.append(("per_lang_top_k", chosen))
     extra = [(name, _valid(ids, size)) for name, ids in (always or {}).items()]
     kept = _mask(stages + extra, size)
-
-    # The pooled rule, before --max-vocab: an id another rule keeps already still counts as the pooled rule's (for
-    # the record) but adds no coverage.
     pooled = np.empty(0, np.int64)
     if coverage is not None:
-        candidates = _by_count(np.flatnonzero(other & ~_mask(stages, size) & (counts >= min_count)), counts)
-        room = len(candidates)
-        if coverage < 1.0:
-            need = math.ceil(coverage * total - 1e-9 * total) - int(counts[kept & other].sum())
-            gained = np.cumsum(np.where(kept[candidates], 0, counts[candidates]))
-            room = 0 if need <= 0 else min(room, int(np.searchsorted(gained, need)) + 1)
-        pooled = candidates[:room]
-
+        eligible = other & ~_mask(stages, size) & (counts >= min_count)
+        pooled = _pooled_to_coverage(counts, eligible, kept, other, coverage, total)
     if fill:
         counted = kept.copy()
         counted[pooled] = True
-        added = []
-        for lang, lang_counts in per_language.items():
-            queue = np.concatenate(
-                [
-                    _by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
-                    _valid((fill_rankings or {}).get(lang, ()), size),
-                ]
-            )
-            added.append(queue[~counted[queue]][:fill])
-        extra.append(("script_fill", np.concatenate(added) if added else np.empty(0, np.int64)))
+        extra.append(("script_fill", _script_fill(per_language, other, counted, fill, fill_rankings or {}, size)))
         kept = _mask(stages + extra, size)
-
-    rule_kept = int(kept.sum())
     if max_vocab is not None:
-        if rule_kept > max_vocab:
-            parts = ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in _added(stages + extra, size).items())
-            raise ConfigError(
-                f"--max-vocab {max_vocab} leaves no room: the ids kept by rule already number "
-                f"{rule_kept:,} ({parts}); raise --max-vocab, or lower --per-lang-top-k / --script-fill"
-            )
-        new = ~kept[pooled]
-        pooled = pooled[: int(np.searchsorted(np.cumsum(new), max_vocab - rule_kept, side="right"))]
+        pooled = _pooled_within(max_vocab, pooled, kept, stages + extra, size)
     kept[pooled] = True
     old_ids = np.flatnonzero(kept).astype(np.int64)
     return Selection(
@@ -278,6 +230,102 @@ def select_ids(
         _added(stages + [("pooled", pooled)] + extra, size),
         top,
     )
+
+
+def _forced_and_other(counts, forced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The counts as int64, the forced ids sorted without repeats, and the mask of the other ids."""
+    counts = np.asarray(counts, dtype=np.int64)
+    forced = np.unique(np.asarray(sorted(forced), dtype=np.int64))
+    other = np.ones(len(counts), bool)
+    other[forced] = False
+    return counts, forced, other
+
+
+def _check_something_to_keep(
+    counts: np.ndarray, other: np.ndarray, total: int, n_forced: int, min_count: int, max_vocab: int | None
+) -> None:
+    """Refuse counts without ordinary tokens, a --max-vocab the forced ids fill, a --min-count no id reaches."""
+    if total == 0:
+        raise DataError(
+            "the token counts hold no tokens besides special tokens: nothing to keep (is the corpus empty?)"
+        )
+    if max_vocab is not None and max_vocab <= n_forced:
+        raise ConfigError(
+            f"--max-vocab {max_vocab} leaves no room: the model has {n_forced} special and "
+            "added tokens, which are always kept; raise --max-vocab"
+        )
+    if not np.any(other & (counts >= min_count)):
+        raise ConfigError(
+            f"nothing left to keep: no id besides the special tokens occurs at least --min-count "
+            f"{min_count} times (the most frequent occurs {int(counts[other].max())} times)"
+        )
+
+
+def _top_k_per_language(
+    per_language: dict[str, np.ndarray], other: np.ndarray, min_count: int, k: int
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Each language's k most frequent other ids with at least `min_count` occurrences there (all languages' ids
+    together), and how many each language gave."""
+    chosen, top = [], {}
+    for lang, lang_counts in per_language.items():
+        best = _by_count(np.flatnonzero(other & (lang_counts >= min_count)), lang_counts)[:k]
+        top[lang] = len(best)
+        chosen.append(best)
+    return (np.concatenate(chosen) if chosen else np.empty(0, np.int64)), top
+
+
+def _pooled_to_coverage(
+    counts: np.ndarray, eligible: np.ndarray, kept: np.ndarray, other: np.ndarray, coverage: float, total: int
+) -> np.ndarray:
+    """The pooled rule, before --max-vocab: the `eligible` ids by falling pooled count, as many as it takes, with
+    the other ids already `kept`, to cover `coverage` of the other ids' `total` occurrences (all of them at
+    coverage 1). An id another rule keeps already still counts as the pooled rule's (for the record) but adds no
+    coverage."""
+    candidates = _by_count(np.flatnonzero(eligible), counts)
+    room = len(candidates)
+    if coverage < 1.0:
+        need = math.ceil(coverage * total - 1e-9 * total) - int(counts[kept & other].sum())
+        gained = np.cumsum(np.where(kept[candidates], 0, counts[candidates]))
+        room = 0 if need <= 0 else min(room, int(np.searchsorted(gained, need)) + 1)
+    return candidates[:room]
+
+
+def _script_fill(
+    per_language: dict[str, np.ndarray],
+    other: np.ndarray,
+    counted: np.ndarray,
+    fill: int,
+    fill_rankings: dict[str, np.ndarray],
+    size: int,
+) -> np.ndarray:
+    """For each language, the first `fill` ids of its list that `counted` does not hold: its counted ids by falling
+    count, then its `fill_rankings` ids."""
+    added = []
+    for lang, lang_counts in per_language.items():
+        queue = np.concatenate(
+            [
+                _by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
+                _valid(fill_rankings.get(lang, ()), size),
+            ]
+        )
+        added.append(queue[~counted[queue]][:fill])
+    return np.concatenate(added) if added else np.empty(0, np.int64)
+
+
+def _pooled_within(
+    max_vocab: int, pooled: np.ndarray, kept: np.ndarray, stages: list[tuple[str, np.ndarray]], size: int
+) -> np.ndarray:
+    """The pooled ids cut to the room --max-vocab leaves beside the ids the rules keep (`kept`); refused when those
+    alone pass it."""
+    rule_kept = int(kept.sum())
+    if rule_kept > max_vocab:
+        parts = ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in _added(stages, size).items())
+        raise ConfigError(
+            f"--max-vocab {max_vocab} leaves no room: the ids kept by rule already number "
+            f"{rule_kept:,} ({parts}); raise --max-vocab, or lower --per-lang-top-k / --script-fill"
+        )
+    new = ~kept[pooled]
+    return pooled[: int(np.searchsorted(np.cumsum(new), max_vocab - rule_kept, side="right"))]
 
 
 def _by_count(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:

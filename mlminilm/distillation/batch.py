@@ -1,0 +1,61 @@
+"""A distill run's micro-batch and accumulation (mlminilm/training/batch_size.py): as the options give them, or,
+with `--batch-size auto` on CUDA, the largest micro-batch whose real distill step fits in memory."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from mlminilm import logging as mlog
+from mlminilm import training
+from mlminilm.corpus.parallel import ParallelBatch
+from mlminilm.distillation.plan import DistillPlan
+from mlminilm.distillation.terms import uses_running_text, weighted_loss
+from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
+
+log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
+
+
+def resolve_batch(
+    plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
+) -> BatchPlan:
+    """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
+    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
+    cfg = plan.cfg
+    if cfg.batch_size != "auto" or rt.device.type != "cuda":
+        return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
+    trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)
+    optimizer_bytes = 2 * 4 * trained  # AdamW's two fp32 moments, allocated at the first step
+    total = torch.cuda.get_device_properties(rt.device).total_memory
+    generator = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    seq_len, vocab_size = plan.data.seq_len, plan.data.tokenizer.get("vocab_size")
+
+    def fits(size: int) -> bool:
+        ids = torch.randint(0, vocab_size or 2, (size, seq_len), generator=generator).to(rt.device)
+        pairs = None
+        if plan.pairs is not None:  # the longest pairs the term can draw, beside the running text
+            src = torch.randint(0, vocab_size or 2, (size, cfg.parallel_max_length), generator=generator).to(rt.device)
+            both = torch.cat([src, src])
+            pairs = ParallelBatch(src, torch.ones_like(src), both, torch.ones_like(both), {})
+        if not uses_running_text(cfg):
+            ids = None
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(rt.device)
+        try:
+            with rt.autocast():
+                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, pairs)
+                loss = weighted_loss(parts, cfg)
+            loss.backward()
+            peak = torch.cuda.max_memory_allocated(rt.device)
+            ok = peak + optimizer_bytes <= CUDA_MEMORY_SHARE * total
+            log.debug("--batch-size auto: %d sequences, peak %.2f GiB", size, peak / 2**30)
+        except torch.cuda.OutOfMemoryError:
+            ok = False
+        finally:
+            forward.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+        return ok
+
+    return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, fits=fits)

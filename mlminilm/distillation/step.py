@@ -1,0 +1,77 @@
+"""One distill step's micro-batch: the running text and the parallel pairs through the loss terms, and the
+language mix of the steps the loop logs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from torch import nn
+
+from mlminilm import training
+from mlminilm.corpus.parallel import ParallelSampler
+from mlminilm.distillation.plan import DistillPlan
+from mlminilm.distillation.terms import logged, weighted_loss
+from mlminilm.training.batch_size import BatchPlan
+
+
+class DistillStep:
+    """One micro-batch of the running text (`batches`: the loader's iterator, None when no term reads it) and the
+    pairs through the terms (`compute`), and the language mix of the logged steps (`on_log`)."""
+
+    def __init__(
+        self,
+        plan: DistillPlan,
+        rt: training.Runtime,
+        teacher: nn.Module,
+        pairs: ParallelSampler | None,
+        model: nn.Module,
+        batch: BatchPlan,
+        batches,
+        terms_fn: Callable,
+    ):
+        self.plan, self.rt, self.teacher, self.pairs, self.model = plan, rt, teacher, pairs, model
+        self.batch, self.batches, self.terms_fn = batch, batches, terms_fn
+        self.mix_total: Counter = Counter()
+
+    def compute(self, step: int, micro: int) -> training.StepOutput:
+        rt, plan, pairs = self.rt, self.plan, self.pairs
+        tokens, info, batch = 0, {}, None
+        if self.batches is not None:
+            batch = next(self.batches)
+            if (batch.step, batch.micro) != (step, micro):  # the loader and the loop must never drift apart
+                raise RuntimeError(f"data loader gave step {batch.step}.{batch.micro} for step {step}.{micro}")
+            batch = batch.to(rt.device, non_blocking=True)
+            tokens, info = batch.tokens, {f"lang:{k}": v for k, v in batch.langs.items()}
+        pair_batch = None
+        if pairs is not None:
+            pair_batch = pairs.batch(step, micro, self.batch.micro_batch, self.batch.grad_accum, rt.rank, rt.world)
+            tokens += int(pair_batch.both_mask.sum())  # counted on the host, before the copy
+            info.update({f"pair:{k}": v for k, v in pair_batch.langs.items()})
+            pair_batch = pair_batch.to(rt.device, non_blocking=True)
+        # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
+        # so no step reads the device to find out, and unpadded steps skip every masking pass.
+        parts = self.terms_fn(
+            self.teacher,
+            plan.teacher_layer,
+            self.model,
+            batch and batch.input_ids,
+            batch and batch.attention_mask,
+            plan.cfg,
+            plan.head,
+            pair_batch,
+        )
+        loss = weighted_loss(parts, plan.cfg)
+        return training.StepOutput(loss, logged(parts), tokens, info)
+
+    def on_log(self, step: int, payload: dict) -> None:
+        info = payload["info"]
+        drawn = {k[5:]: v for k, v in info.items() if k.startswith("lang:")}
+        total = sum(drawn.values()) or 1
+        if drawn:
+            payload["record"]["language_mix"] = {k: round(v / total, 4) for k, v in sorted(drawn.items())}
+        self.mix_total.update(drawn)
+
+    def mix(self) -> dict[str, float]:
+        total = sum(self.mix_total.values()) or 1
+        return {k: round(v / total, 4) for k, v in sorted(self.mix_total.items())}
