@@ -154,8 +154,9 @@ def test_embeddings_equal_the_full_models_hidden_states(encoder):
 
 def test_sentence_transformers_setup(encoder, tmp_path):
     from mlminilm.errors import ConfigError
-    from mlminilm.evaluation.embeddings import read_sentence_transformers, resolve_spec
+    from mlminilm.evaluation.embeddings import resolve_spec
     from mlminilm.models.loading import load_config
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
 
     model = tmp_path / "st"
     shutil.copytree(encoder, model)
