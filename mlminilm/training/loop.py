@@ -4,7 +4,6 @@ on the device between log intervals, divergence stops, checkpoints and hooks."""
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,7 +415,3 @@ def _duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-def is_finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
