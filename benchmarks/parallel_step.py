@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             loss.backward()
             v["optimizer"].step()
             v["optimizer"].zero_grad(set_to_none=True)
-            float(loss)
+            float(loss.detach())
             if round_:
                 v["times"].append(time.perf_counter() - start)
     base = statistics.median(variants[0]["times"])
