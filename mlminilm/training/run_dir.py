@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from mlminilm import logging as mlog
-from mlminilm.config import TrainConfig
+from mlminilm.config import TrainConfig, resume_changeable
 from mlminilm.errors import CheckpointError
 from mlminilm.io.atomic import write_json_atomic
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
@@ -31,7 +31,7 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"  # --report-to tensorboard: the event files (mlminilm.training.tracking)
 # Options that --resume may change (the advice after a divergence: lower --lr, longer --warmup), recorded in the run
 # record; any other option a command lists as defining its run must stay the same.
-RESUME_CHANGEABLE = ("lr", "warmup")
+RESUME_CHANGEABLE = resume_changeable(TrainConfig)  # declared on the fields (resume=CHANGEABLE): lr, warmup
 
 
 PREVIOUS_RUN = ".previous-run"  # where --overwrite keeps the run it replaces until the new one has finished
