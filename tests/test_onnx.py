@@ -595,8 +595,8 @@ def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsy
 
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
-    """benchmarks/onnx_speed.py --smoke: tiny models through every variant, the JSON and the tables (~40 s: four
-    exports)."""
+    """benchmarks/onnx_speed.py --smoke: tiny models through every variant (float32, three onnxruntime int8 methods,
+    OpenVINO float32 and int8), both thread counts, batch 32 and batch 1, the JSON and the tables."""
     import subprocess
 
     from helpers import REPO
@@ -619,9 +619,20 @@ def test_benchmark_smoke(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
-    assert set(results["speed"]["student"]) == {"torch-fp32", "onnx-fp32", "onnx-int8"}
-    assert results["ratios"]["onnx_fp32_max_abs_difference_from_torch"] == {"teacher": 0.0, "student": 0.0}
-    assert "int8 student / PyTorch fp32 teacher" in proc.stdout and "| average |" in proc.stdout
+    variants = {"torch-fp32", "onnx-fp32", "onnx-int8-dynamic", "onnx-int8-smooth", "onnx-int8-static"}
+    variants |= {"openvino-fp32", "openvino-int8"}
+    assert set(results["speed"]) == {"1", "2"}  # thread counts
+    for speed in results["speed"].values():
+        assert set(speed["student"]) == variants
+        assert all(v["single"]["p95_ms"] >= v["single"]["p50_ms"] > 0 for v in speed["teacher"].values())
+    ratios = results["ratios"]["variants"]
+    for model in ("teacher", "student"):
+        assert ratios[f"{model} onnx-fp32"]["drop"]["points"] == 0 == ratios[f"{model} openvino-fp32"]["drop"]["points"]
+    assert set(results["cpu"]["flags"]) >= {"avx512_vnni", "avx2"} and results["cpu"]["int8_dot_product"] in (
+        "VNNI",
+        "none",
+    )
+    assert "int8 dot product" in proc.stdout and "| average |" in proc.stdout and "batch 1 p95" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------ real data

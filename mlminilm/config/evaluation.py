@@ -27,9 +27,10 @@ from mlminilm.config.options import COMMA, option
 
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
 EVAL_SPLITS = ("dev", "test")  # eval-xnli / eval-mlqa --split
-# eval-xnli / eval-tatoeba --backend: torch (the PyTorch model), or onnx (an `mlminilm export` directory, run by
-# onnxruntime on the CPU; tokenisation, batching, pooling and scoring are the same code as torch's)
-EVAL_BACKENDS = ("torch", "onnx")
+# eval-xnli / eval-tatoeba --backend: torch (the PyTorch model), onnx or openvino (an `mlminilm export` directory
+# of that format, run by onnxruntime or OpenVINO on the CPU; tokenisation, batching, pooling and scoring are the
+# same code as torch's)
+EVAL_BACKENDS = ("torch", "onnx", "openvino")
 
 # Help of the options the evaluations share (eval-tatoeba's config is no EvalConfig; compare's --out and
 # --overwrite read as theirs).
@@ -42,26 +43,26 @@ UPDATE_CARD_HELP = (
     "table (a re-run replaces them; the rest of the card is kept). --model must be a local directory."
 )
 BACKEND_HELP = (
-    "torch: the PyTorch model; onnx: --model is a `mlminilm export` directory whose onnx/model.onnx runs "
-    "in onnxruntime on the CPU (float32 or int8, as exported), with the same tokenisation, batching and "
-    "scoring."
+    "torch: the PyTorch model; onnx / openvino: --model is a `mlminilm export` directory whose onnx/model.onnx "
+    "runs in onnxruntime (openvino/openvino_model.xml in OpenVINO) on the CPU (float32 or int8, as exported), with "
+    "the same tokenisation, batching and scoring."
 )
 
 
 def backend_problems(p: list[str], backend: str, precision: str, device: str) -> None:
-    """--backend onnx runs the graph as exported, on the CPU: no autocast precision, no CUDA."""
+    """--backend onnx / openvino runs the graph as exported, on the CPU: no autocast precision, no CUDA."""
     check_choice(p, backend, EVAL_BACKENDS, "--backend")
-    if backend != "onnx":
+    if backend not in ("onnx", "openvino"):
         return
     if precision in ("bf16", "fp16"):
         p.append(
-            f"--precision {precision} needs --backend torch: an ONNX graph computes in the dtype it was exported "
-            "in (float32, or int8 weights); leave --precision out or use --precision fp32"
+            f"--precision {precision} needs --backend torch: an exported graph computes in the dtype it was "
+            "exported in (float32, or int8 weights); leave --precision out or use --precision fp32"
         )
     if device == "cuda":
         p.append(
-            "--device cuda needs --backend torch: --backend onnx runs on the CPU (onnxruntime's "
-            "CPUExecutionProvider); use --device cpu or leave --device out"
+            f"--device cuda needs --backend torch: --backend {backend} runs on the CPU "
+            f"({'onnxruntime' if backend == 'onnx' else 'OpenVINO'}); use --device cpu or leave --device out"
         )
 
 

@@ -7,10 +7,19 @@ from pathlib import Path
 
 from mlminilm.config.common import check_choice, problems_to_error, quiet_option
 from mlminilm.config.limits import int_problems
-from mlminilm.config.options import option
+from mlminilm.config.options import COMMA, option
 
-EXPORT_FORMATS = ("onnx",)
-QUANTIZATIONS = ("none", "int8")  # int8: onnxruntime's dynamic quantisation (int8 weights, activations at run time)
+EXPORT_FORMATS = ("onnx", "openvino")
+QUANTIZATIONS = ("none", "int8")  # how int8 is made: --int8 (mlminilm.models.onnx_int8)
+# mlminilm.models.onnx_int8 says what each does; auto: dynamic for --format onnx, NNCF's static int8 (the only
+# one) for --format openvino. Each measured per language: docs/BENCHMARKS.md section 13.
+INT8_METHODS = ("auto", "dynamic", "static", "smooth")
+DEFAULT_INT8 = "auto"
+CALIBRATION_SENTENCES = 200  # per language: enough for the ranges to settle (docs/BENCHMARKS.md section 13)
+CALIBRATION_MAX_LENGTH = 128  # tokens: sentences as served; a longer calibration document is cut
+CHECK_SENTENCES = 500  # --check, per language and side: half of a Tatoeba file, about a minute per graph
+DEFAULT_MAX_DROP = 1.0  # points: the serving goal (docs/BENCHMARKS.md section 13)
+INT8_KEEP = ("qkv", "attn_out", "ffn_in", "ffn_out", "last_ffn", "embeddings")
 ONNX_OPSET = 18  # the opset torch's dynamo exporter writes natively (others go through onnx's version converter)
 
 
@@ -48,6 +57,43 @@ class ExportConfig:
         "quantisation: int8 weights per channel, activations quantised at run time; about 4x "
         "smaller).",
     )
+    int8: str = option(
+        DEFAULT_INT8,
+        choices=INT8_METHODS,
+        help="With --quantize int8, how. --format openvino: NNCF's static int8 (calibrated on --calibration text), "
+        "the only one (auto). --format onnx (auto = dynamic): dynamic (activations scaled at run time; no "
+        "calibration), static (activation scales fixed from --calibration text, QDQ) or smooth (activation outliers "
+        "moved into the weights from --calibration text, then dynamic).",
+    )
+    int8_keep: tuple[str, ...] = option(
+        (),
+        repeat=COMMA,
+        metavar="ROLE,...",
+        show_default="none",
+        help="With --quantize int8, weights left in float32: qkv, attn_out, ffn_in, ffn_out (every layer's), "
+        "last_ffn (the last layer's feed-forward), embeddings.",
+    )
+    calibration: Path | None = option(
+        None,
+        help="Calibration text for --int8 smooth/static: a `prepare` output or a folder of <lang>.txt files "
+        "(prepare's formats). Default: the prepared data the model was distilled from (its mlminilm.json).",
+    )
+    calibration_sentences: int = option(
+        CALIBRATION_SENTENCES, min=1, help="Calibration sentences drawn per language (seeded)."
+    )
+    check: Path | None = option(
+        None,
+        help="With --quantize int8: a Tatoeba-style folder (or <lang>.txt files) whose sentences the float32 and "
+        "the int8 graph both embed; per language cosine, top-1 agreement and the retrieval drop go into "
+        "onnx/export.json and the card.",
+    )
+    check_sentences: int = option(CHECK_SENTENCES, min=2, help="--check sentences per language (and per side).")
+    max_drop: float = option(
+        DEFAULT_MAX_DROP,
+        check="non-negative",
+        help="--check: a language whose drop exceeds this many points is named in a warning (refused with --strict).",
+    )
+    strict: bool = option(False, help="--check: refuse the export (write nothing) when a language exceeds --max-drop.")
     # within ONNX_OPSET_MIN..ONNX_OPSET_MAX (mlminilm.config.limits)
     opset: int = option(ONNX_OPSET, help="ONNX opset of the graph.")
     overwrite: bool = option(False, help="Replace an existing export at --out.", replay=False)
@@ -61,5 +107,30 @@ class ExportConfig:
             p.append("--out is required (the directory to write the export to)")
         check_choice(p, self.format, EXPORT_FORMATS, "--format")
         check_choice(p, self.quantize, QUANTIZATIONS, "--quantize")
+        check_choice(p, self.int8, INT8_METHODS, "--int8")
+        for role in self.int8_keep:
+            check_choice(p, role, INT8_KEEP, "--int8-keep")
+        if self.quantize != "int8":
+            given = [
+                flag
+                for flag, value in (
+                    ("--int8-keep", self.int8_keep),
+                    ("--calibration", self.calibration),
+                    ("--check", self.check),
+                    ("--strict", self.strict),
+                )
+                if value
+            ]
+            if given:
+                p.append(f"{', '.join(given)} only apply with --quantize int8")
+        elif self.format == "openvino" and (self.int8 != "auto" or self.int8_keep):
+            p.append(
+                "--int8 and --int8-keep choose among onnxruntime's methods (--format onnx); OpenVINO's int8 is "
+                "NNCF's static quantisation: leave them out"
+            )
+        elif self.calibration is not None and self.format == "onnx" and self.int8 in ("auto", "dynamic"):
+            p.append("--calibration is for --int8 smooth or static (or --format openvino); --int8 dynamic needs none")
+        if self.strict and self.check is None:
+            p.append("--strict needs --check (the sentences the int8 graph is checked on)")
         p += int_problems(self)  # --opset within ONNX_OPSET_MIN..ONNX_OPSET_MAX
         problems_to_error(p)

@@ -10,15 +10,26 @@ protocol).
 
 from __future__ import annotations
 
+from mlminilm.errors import ConfigError
 from mlminilm.models.onnx_runtime import ExportRecord, OnnxModel, read_export, refuse_torch_on_export, require_onnx
 
 
 def check(backend: str, model: str, task: str) -> ExportRecord | None:
     """Before any work: with onnx, the optional packages and `model`'s export record (of `task`); with torch, a
     model directory that is an export without PyTorch weights is refused with the flag that reads it."""
-    if backend == "onnx":
-        require_onnx("--backend onnx")
-        return read_export(model, task)
+    if backend in ("onnx", "openvino"):
+        if backend == "onnx":
+            require_onnx("--backend onnx")
+        else:
+            from mlminilm.models.openvino_runtime import require_openvino
+
+            require_openvino("--backend openvino")
+        record = read_export(model, task)
+        if record.format != backend:
+            raise ConfigError(
+                f"{model} is an export of --format {record.format}: evaluate it with --backend {record.format}"
+            )
+        return record
     refuse_torch_on_export(model)
     return None
 
@@ -28,13 +39,18 @@ def runtime(cfg):
     in its own dtype; the runtime only says where batches are built)."""
     from mlminilm import training
 
-    if cfg.backend == "onnx":
+    if cfg.backend in ("onnx", "openvino"):
         return training.setup_runtime("cpu", "fp32")
     return training.setup_runtime(cfg.device, cfg.precision)
 
 
-def onnx_model(record: ExportRecord) -> OnnxModel:
-    """The export's graph in an onnxruntime session with as many threads as torch uses here."""
+def onnx_model(record: ExportRecord):
+    """The export's graph in an onnxruntime session (OpenVINO for an OpenVINO export) with as many threads as
+    torch uses here."""
+    if record.format == "openvino":
+        from mlminilm.models.openvino_runtime import OpenVinoModel
+
+        return OpenVinoModel(record.directory, record=record)
     return OnnxModel(record.directory, record=record)
 
 
@@ -51,13 +67,20 @@ def record(export: ExportRecord | None, rt) -> dict:
 
     from mlminilm.models.onnx_runtime import versions
 
+    if export.format == "openvino":
+        from mlminilm.models.openvino_runtime import versions as openvino_versions
+
+        engine = f"OpenVINO {openvino_versions().get('openvino')} (CPU, {torch.get_num_threads()} threads)"
+    else:
+        engine = (
+            f"onnxruntime {versions().get('onnxruntime')} (CPUExecutionProvider, {torch.get_num_threads()} threads)"
+        )
     return {
-        "name": "onnx",
+        "name": export.format,
         "dtype": export.dtype,
         "graph": export.doc.get("graph"),
         "opset": export.doc.get("opset"),
-        "runtime": f"onnxruntime {versions().get('onnxruntime')} (CPUExecutionProvider, "
-        f"{torch.get_num_threads()} threads)",
+        "runtime": engine,
         "exported_from": (export.doc.get("source") or {}).get("model"),
         "quantization": export.doc.get("quantization"),
     }
@@ -70,7 +93,7 @@ def stamp(doc: dict, export: ExportRecord | None, rt) -> dict:
     if export is not None:
         if isinstance(doc.get("throughput"), dict):
             doc["throughput"]["precision"] = export.dtype
-            doc["throughput"]["backend"] = "onnxruntime"
+            doc["throughput"]["backend"] = "OpenVINO" if export.format == "openvino" else "onnxruntime"
         line = f"backend: {export.describe()}"
         doc["summary"] = f"{doc['summary']}; {line}" if doc.get("summary") else line
         if isinstance(doc.get("embedding"), dict):

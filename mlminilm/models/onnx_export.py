@@ -33,7 +33,8 @@ from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.errors import CheckpointError, ConfigError, Problems
 from mlminilm.models import onnx_graph
-from mlminilm.models.onnx_runtime import GRAPH, RECORD, TASKS, is_export, require_onnx, versions
+from mlminilm.models.onnx_runtime import GRAPH, OPENVINO_RECORD, RECORD, TASKS, is_export, require_onnx, versions
+from mlminilm.models.openvino_runtime import IR
 from mlminilm.version import __version__
 
 log = mlog.get(__name__)
@@ -71,6 +72,7 @@ class _Source:
     tokenizer: object
     task: str  # a key of onnx_runtime.TASKS
     sentence_files: bool  # copy the sentence-transformers files
+    int8: object = None  # onnx_int8_export.Int8Inputs with --quantize int8
 
     @property
     def input_names(self) -> list[str]:
@@ -146,7 +148,16 @@ def _validate(config: ExportConfig, claim) -> _Source:
     if tokenizer is not None and model_config is not None:
         attempt(lambda: check_vocabulary(model_config, len(tokenizer), config.model))
     problems.raise_any()
-    return _Source(model_dir, weights, model_config, tokenizer, task, sentence_files)
+    if config.format == "openvino":
+        from mlminilm.models.openvino_runtime import require_openvino
+
+        require_openvino("mlminilm export --format openvino", quantize=config.quantize == "int8")
+    int8 = None
+    if config.quantize == "int8":  # calibration text and --check sentences read now: their errors before the trace
+        from mlminilm.models.onnx_int8_export import read_inputs
+
+        int8 = read_inputs(config, model_dir, weights, model_config, tokenizer, task)
+    return _Source(model_dir, weights, model_config, tokenizer, task, sentence_files, int8)
 
 
 def _task(model_config, name: str) -> str:
@@ -172,27 +183,49 @@ def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
     wrapper = onnx_graph.Graph(model, output).eval()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
     with claim.staging() as tmp:  # never a half-written export beside the output
-        graph = tmp / GRAPH
-        graph.parent.mkdir(parents=True)
+        onnx_file = tmp / GRAPH
+        onnx_file.parent.mkdir(parents=True)
         t0 = time.perf_counter()
-        float_graph = graph if config.quantize == "none" else graph.with_name("model-float32.onnx")
+        # The float32 ONNX graph comes first whatever is written: int8 and OpenVINO are made from it.
+        keep_float = config.quantize == "none" and config.format == "onnx"
+        float_graph = onnx_file if keep_float else onnx_file.with_name("model-float32.onnx")
         example = onnx_graph.model_inputs(
             source.tokenizer, source.task, onnx_graph.EXAMPLE, onnx_graph.EXAMPLE[::-1], names
         )
         onnx_graph.trace(wrapper, example, names, output, float_graph, config.opset, large)
         log.info("traced %s (%s) in %.1f s", config.model, source.task, time.perf_counter() - t0)
-        if config.quantize == "int8":
-            t0 = time.perf_counter()
-            onnx_graph.quantize_int8(float_graph, graph, large)
-            for path in float_graph.parent.glob(float_graph.name + "*"):  # the float32 graph and its data file
-                path.unlink()
-            log.info("quantised to int8 in %.1f s", time.perf_counter() - t0)
+        io = _io(float_graph)
+        graph = tmp / (IR if config.format == "openvino" else GRAPH)
+        fidelity = None
+        if config.quantize == "int8" or config.format == "openvino":
+            from mlminilm.models import onnx_int8_export
+
+            onnx_int8_export.make_graph(source.int8, config.format, float_graph, graph, source.tokenizer, names, large)
+            if source.int8 is not None and source.int8.check is not None:
+                partial = {"task": source.task, "num_layers": int(source.config.num_hidden_layers), "inputs": io[0]}
+                fidelity = onnx_int8_export.fidelity(
+                    source.int8, tmp, float_graph, graph, partial, source.tokenizer, config
+                )
+            shutil.rmtree(float_graph.parent) if config.format == "openvino" else _remove(float_graph)
         with torch.inference_mode():
             check = onnx_graph.check(wrapper, graph, source.tokenizer, source.task, names, output, config.quantize)
-        record = _record(config, source, graph, check)
+        record = _record(config, source, graph, check, fidelity, io)
         _write_directory(config, source, model, tmp, record)
-    log.info("export written to %s (%s graph, %.1f MB)", out, record["dtype"], record["graph_bytes"] / 1e6)
+    log.info("export written to %s (%s %s, %.1f MB)", out, record["dtype"], config.format, record["graph_bytes"] / 1e6)
     return record
+
+
+def _io(graph: Path) -> tuple[list, list]:
+    """The graph's inputs and outputs as the record lists them (names, dtypes, dynamic axes)."""
+    from mlminilm.models.onnx_runtime import session
+
+    graph_session = session(graph, 1)
+    return onnx_graph.io_record(graph_session.get_inputs()), onnx_graph.io_record(graph_session.get_outputs())
+
+
+def _remove(float_graph: Path) -> None:
+    for path in float_graph.parent.glob(float_graph.name + "*"):  # the float32 graph and its data file
+        path.unlink()
 
 
 def _load(source: _Source) -> nn.Module:
@@ -214,33 +247,46 @@ def _load(source: _Source) -> nn.Module:
     return model.eval()
 
 
-def _record(config: ExportConfig, source: _Source, graph: Path, check: dict) -> dict:
-    from mlminilm.models.onnx_runtime import session
-
-    graph_session = session(graph, 1)
-    data_files = sorted(p.name for p in graph.parent.iterdir() if p.name.startswith("model.onnx") and p != graph)
+def _record(config: ExportConfig, source: _Source, graph: Path, check: dict, fidelity: dict | None, io: tuple) -> dict:
+    stem = graph.name.split(".")[0]  # model (model.onnx + its data file) or openvino_model (.xml + .bin)
+    files = [p for p in graph.parent.iterdir() if p.name.startswith(stem + ".")]
+    openvino = config.format == "openvino"
     return {
         "format_version": FORMAT_VERSION,
-        "format": "onnx",
-        "graph": GRAPH,
-        "external_data": data_files,
-        "graph_bytes": sum(p.stat().st_size for p in graph.parent.iterdir() if p.name.startswith("model.onnx")),
+        "format": config.format,
+        "graph": IR if openvino else GRAPH,
+        "external_data": sorted(p.name for p in files if p != graph),
+        "graph_bytes": sum(p.stat().st_size for p in files),
         "dtype": "int8" if config.quantize == "int8" else "float32",
-        "quantization": dict(onnx_graph.INT8) if config.quantize == "int8" else None,
+        "quantization": _quantization(source) if config.quantize == "int8" else None,
         "opset": config.opset,
         "task": source.task,
-        "inputs": onnx_graph.io_record(graph_session.get_inputs()),
-        "outputs": onnx_graph.io_record(graph_session.get_outputs()),
+        "inputs": io[0],
+        "outputs": io[1],
         "num_layers": int(source.config.num_hidden_layers),
         "hidden_size": int(source.config.hidden_size),
         "model_type": source.config.model_type,
         "exporter": "torch.onnx.export(dynamo=True): torch.export, translated by onnxscript, dynamic batch and "
-        "sequence axes",
+        "sequence axes" + ("; then openvino.convert_model" if openvino else ""),
         "source": {"model": config.model, "model_dir": str(source.model_dir)},
         "check": check,
-        "versions": {**versions(), "mlminilm": __version__},
+        "fidelity": fidelity,
+        "versions": {**versions(), **(_openvino_versions() if openvino else {}), "mlminilm": __version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _openvino_versions() -> dict:
+    from mlminilm.models.openvino_runtime import versions as openvino_versions
+
+    return openvino_versions()
+
+
+def _quantization(source: _Source) -> dict:
+    record = source.int8.plan.record()
+    if source.int8.calibration is not None:
+        record["calibration"] = {**source.int8.calibration.record(), "prefix": source.int8.prefix}
+    return record
 
 
 def _write_directory(config: ExportConfig, source: _Source, model, tmp: Path, record: dict) -> None:
@@ -253,7 +299,9 @@ def _write_directory(config: ExportConfig, source: _Source, model, tmp: Path, re
     for name in _RUN_FILES:
         if (Path(source.model_dir) / name).is_file():
             shutil.copyfile(Path(source.model_dir) / name, tmp / name)
-    (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    (tmp / (OPENVINO_RECORD if config.format == "openvino" else RECORD)).write_text(
+        json.dumps(record, indent=2) + "\n", encoding="utf-8"
+    )
     _write_card(config, source, model, tmp, record, sentence_encoder)
 
 
@@ -268,12 +316,7 @@ def _write_card(config: ExportConfig, source: _Source, model, tmp: Path, record:
         "base_model": config.model,
         "graph": f"{GRAPH} (opset {record['opset']})"
         + (f" + {', '.join(record['external_data'])}" if record["external_data"] else ""),
-        "weights": (
-            "int8: onnxruntime dynamic quantisation (QInt8 weights per channel, MatMul and embeddings; "
-            "activations quantised at run time)"
-        )
-        if int8
-        else "float32",
+        "weights": _int8_line(record["quantization"]) if int8 else "float32",
         "inputs": ", ".join(f"{i['name']} {i['shape']}" for i in record["inputs"]),
         "output": f"{record['outputs'][0]['name']} {record['outputs'][0]['shape']} ({record['task']})",
         "check": f"max abs difference to the PyTorch model {check['max_abs_diff']:.3g} on {check['inputs']}",
@@ -296,10 +339,56 @@ def _write_card(config: ExportConfig, source: _Source, model, tmp: Path, record:
         '`onnxruntime.InferenceSession("onnx/model.onnx")` beside `AutoTokenizer.from_pretrained(dir)`; '
         "`mlminilm eval-tatoeba` / `eval-xnli --backend onnx` evaluate it."
     )
+    if record.get("fidelity"):
+        load += "\n\n" + fidelity_table(record["fidelity"])
     card = render_card(info, data, summary, load_line=load)
     (tmp / "README.md").write_text(str(card), encoding="utf-8")
     doc = {**info, **({"source": source_info} if source_info else {})}
     (tmp / "mlminilm.json").write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def _int8_line(quantization: dict) -> str:
+    kept = quantization.get("float32_kept") or []
+    calibration = quantization.get("calibration")
+    return (
+        f"int8 ({quantization['method']}: {quantization['how']}; QInt8 weights per channel"
+        + (f"; float32 kept: {', '.join(kept)}" if kept else "")
+        + (
+            f"; calibrated on {sum(calibration['languages'].values())} sentences in "
+            f"{len(calibration['languages'])} languages ({calibration['kind']})"
+            if calibration
+            else ""
+        )
+        + ")"
+    )
+
+
+def fidelity_table(report: dict) -> str:
+    """The card's per-language table of what int8 costs (onnx/export.json's `fidelity`)."""
+    pairs = report["kind"] == "tatoeba"
+    lines = [
+        f"int8 against float32, per language (`--check {report['check']}`; drop: {report['drop_means']}):",
+        "",
+        "| language | sentences | cosine mean | cosine min | top-1 agreement (%) | "
+        + ("accuracy xx->en float32 / int8 | accuracy en->xx float32 / int8 | " if pairs else "")
+        + "drop |",
+        "|---|---:|---:|---:|---:|" + ("---:|---:|" if pairs else "") + "---:|",
+    ]
+    for lang, r in report["languages"].items():
+        accuracy = (
+            "".join(
+                f" {r['accuracy'][d]['float32']:.1f} / {r['accuracy'][d]['int8']:.1f} |"
+                for d in ("xx_to_en", "en_to_xx")
+            )
+            if pairs
+            else ""
+        )
+        flag = " (over --max-drop)" if lang in report["over_max_drop"] else ""
+        lines.append(
+            f"| {lang} | {r['sentences']} | {r['cosine_mean']:.4f} | {r['cosine_min']:.4f} | "
+            f"{r['top1_agreement']:.1f} |{accuracy} {r['drop']:.1f}{flag} |"
+        )
+    return "\n".join(lines)
 
 
 def _read_json(path: Path):

@@ -8,20 +8,8 @@ BERT), so it is not offered. Every export is checked: the graph and the PyTorch 
 lengths than the example's, padded, and a float32 graph that differs by more than 1e-3 (relative to the largest
 output) is an error and nothing is written.
 
-int8 (`--quantize int8`) is onnxruntime's dynamic quantisation (`quantize_dynamic`): weights of every MatMul and
-of the embedding tables (Gather) as QInt8 with one scale per output channel, activations quantised at run time.
-Per channel keeps the mean-pooled vectors closer to float32 than one scale per tensor at the same speed (600
-Tatoeba sentences in 6 languages, cosine to the float32 graph, min: multilingual-e5-small 0.991 vs 0.978, a 6x384
-student 0.997 vs 0.993); quantising the embeddings too costs no fidelity there (0.991 vs 0.988, 0.997 vs 0.998)
-and makes the file 4x smaller (e5-small 119 MB vs 408 MB: its 250k-row embeddings are most of its weights).
-onnxruntime's pre-processing (quant_pre_process) is not run: its symbolic shape inference fails on these graphs,
-and dynamic quantisation does not need it.
-Measured on the 6x384 e5 student (benchmarks/onnx_speed.py, 2 cores): 1.75x the PyTorch float32 student's
-sentences/s, 3.6x the PyTorch float32 teacher's, at a cost of 1.8 Tatoeba points on average (3.7 at most, zh
-en->xx). Leaving the feed-forward output MatMuls in float32 (their inputs, after GELU, have outliers that one
-dynamic scale per tensor resolves poorly) costs 0.7 points on average (2.0 at most) but runs at 2.6x the teacher;
-onnxruntime's transformer optimiser before quantising (SkipLayerNorm, BiasGelu fusion; no attention fusion on
-these graphs) was no faster. Neither is done.
+int8 (`--quantize int8`): mlminilm.models.onnx_int8 (the methods, measured per language in docs/BENCHMARKS.md
+section 13) and mlminilm.models.onnx_int8_export (calibration text, the per-language check).
 """
 
 from __future__ import annotations
@@ -50,14 +38,6 @@ CHECK = [
 ]
 CHECK_PAIRS = ["Kein Hund ist im Park.", "猫在睡觉。", "Мы читаем."]  # second segments of a classifier's check
 FLOAT32_TOLERANCE = 1e-3  # max |ONNX - PyTorch| / max(1, max |PyTorch|) a float32 graph may show
-INT8 = {
-    "method": "onnxruntime.quantization.quantize_dynamic",
-    "weight_type": "QInt8",
-    "per_channel": True,
-    "op_types": "every supported (MatMul, Gather: the embeddings)",
-    "activations": "quantised at run time",
-    "reduce_range": False,
-}
 
 
 class Graph(nn.Module):
@@ -141,31 +121,6 @@ def failure(what: str, exc: Exception) -> MlminilmError:
     return CheckpointError(f"{what}: {first[:300]}; nothing was written (MLMINILM_DEBUG=1 shows the traceback)")
 
 
-def quantize_int8(source: Path, target: Path, large: bool) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = logging.getLogger()  # quantize_dynamic warns through the root logger ("consider pre-processing": its
-    quiet = logging.NullHandler()  # symbolic shape inference fails on these graphs and is not needed for dynamic)
-    level = root.level
-    root.addHandler(quiet)  # a root with a handler is not given a stderr handler by logging.warning()
-    root.setLevel(logging.ERROR)
-    try:
-        with quiet_exporter():
-            quantize_dynamic(
-                str(source),
-                str(target),
-                weight_type=QuantType.QInt8,
-                per_channel=INT8["per_channel"],
-                reduce_range=INT8["reduce_range"],
-                use_external_data_format=large,
-            )
-    except Exception as exc:
-        raise failure("onnxruntime could not quantise the graph to int8", exc) from exc
-    finally:
-        root.setLevel(level)
-        root.removeHandler(quiet)
-
-
 def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: str, quantize: str) -> dict:
     """The graph against the PyTorch model on CHECK (another batch size and length than the trace's, padded): the
     largest difference over real tokens (last_hidden_state) or over the logits. A float32 graph beyond
@@ -176,10 +131,18 @@ def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: 
 
     batch = model_inputs(tokenizer, task, CHECK, CHECK_PAIRS, names)
     expected = wrapper(*[batch[n] for n in names]).float().numpy()
+    feed = {n: batch[n].numpy() for n in names}
     try:
-        (got,) = session(graph).run([output], {n: batch[n].numpy() for n in names})
+        if graph.suffix == ".xml":  # OpenVINO's IR
+            from mlminilm.models.openvino_runtime import compiled
+
+            got = np.array(next(iter(compiled(graph).create_infer_request().infer(feed).values())), dtype=np.float32)
+        else:
+            (got,) = session(graph).run([output], feed)
     except Exception as exc:
-        raise failure("onnxruntime could not run the exported graph", exc) from exc
+        raise failure(
+            f"{'OpenVINO' if graph.suffix == '.xml' else 'onnxruntime'} could not run the exported graph", exc
+        ) from exc
     mask = batch["attention_mask"].numpy().astype(bool)
     if output == "last_hidden_state":
         diff = float(np.abs(got - expected)[mask].max())

@@ -20,6 +20,8 @@ from mlminilm.errors import ConfigError
 ONNX_EXTRA = "pip install 'mlminilm[onnx]'"
 GRAPH = "onnx/model.onnx"  # where sentence-transformers' backend="onnx" (and optimum) look by default
 RECORD = "onnx/export.json"
+OPENVINO_RECORD = "openvino/export.json"  # `export --format openvino`: the record beside the IR
+RECORDS = (RECORD, OPENVINO_RECORD)
 TASKS = {"feature-extraction": "last_hidden_state", "sequence-classification": "logits"}  # task -> graph output
 
 
@@ -76,22 +78,36 @@ class ExportRecord:
     def inputs(self) -> list[str]:
         return [i["name"] for i in self.doc["inputs"]]
 
+    @property
+    def format(self) -> str:
+        return self.doc.get("format", "onnx")  # onnx or openvino
+
     def describe(self) -> str:
+        if self.format == "openvino":
+            return f"OpenVINO, {self.dtype} model ({self.doc.get('graph')})"
         return f"onnxruntime, {self.dtype} graph ({self.doc.get('graph', GRAPH)}, opset {self.doc.get('opset')})"
 
 
+def record_path(model: str | Path) -> Path | None:
+    """The export record of the directory `model` (ONNX or OpenVINO), or None."""
+    for name in RECORDS:
+        if (Path(model) / name).is_file():
+            return Path(model) / name
+    return None
+
+
 def is_export(model: str | Path) -> bool:
-    return (Path(model) / RECORD).is_file()
+    return record_path(model) is not None
 
 
 def read_export(model: str | Path, task: str | None = None) -> ExportRecord:
     """The record of the export directory `model`; ConfigError when `model` is not one (or not of `task`)."""
     directory = Path(model)
-    path = directory / RECORD
-    if not path.is_file():
+    path = record_path(directory)
+    if path is None:
         raise ConfigError(
-            f"--backend onnx needs a directory written by `mlminilm export`; {model} has no {RECORD}: run "
-            f"`mlminilm export --model {model} --format onnx --out DIR` and evaluate DIR"
+            f"--backend onnx / openvino needs a directory written by `mlminilm export`; {model} has no "
+            f"{' or '.join(RECORDS)}: run `mlminilm export --model {model} --format onnx --out DIR` and evaluate DIR"
         )
     record = None
     try:

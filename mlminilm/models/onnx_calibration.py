@@ -1,0 +1,145 @@
+"""Calibration text for static int8 (`export --quantize int8 --int8 static`): a few hundred sentences per language.
+
+Static quantisation fixes each activation's int8 scale ahead of time from the ranges the float32 graph shows on
+real input, so the input must cover every language the model serves: a range measured on English alone clips the
+activations of a script it never saw. Where the text comes from (`--calibration PATH`, else the model's own):
+- a `prepare` output (its manifest.json): each language's sequences split back into the documents they were packed
+  from (at the separator token) and decoded with the model's tokenizer, which must be the one that prepared them;
+- a folder of `<lang>.txt`, `.txt.gz`, `.jsonl` or `.jsonl.gz` files, as `prepare` reads them (one document a line);
+- neither given: the prepared data the model was distilled from, as its mlminilm.json records it (`data`).
+
+From each language, `per_language` documents are drawn at random (seeded: the same export twice calibrates on
+the same text); each is one model input, the model's query prefix before it, cut at `max_length` tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlminilm.config.export import CALIBRATION_SENTENCES
+from mlminilm.errors import DataError
+
+CALIBRATION_SEED = 0
+CALIBRATION_MAX_LENGTH = 128  # tokens: sentences, as served; longer documents are cut
+_READ_LIMIT = 50  # documents read per language for each one drawn: a sample of a huge file without reading it all
+
+
+@dataclass(frozen=True)
+class CalibrationText:
+    """Sentences per language and where they came from."""
+
+    source: str  # the folder
+    kind: str  # "prepared data" or "text files"
+    sentences: dict[str, list[str]] = field(default_factory=dict)
+
+    def record(self) -> dict:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "languages": {lang: len(s) for lang, s in self.sentences.items()},
+            "seed": CALIBRATION_SEED,
+        }
+
+
+def default_source(model_dir: str | Path | None) -> str | None:
+    """The prepared data the model was distilled from (its mlminilm.json's `data`), when that folder still exists."""
+    if model_dir is None:
+        return None
+    card = Path(model_dir) / "mlminilm.json"
+    try:
+        data = json.loads(card.read_text(encoding="utf-8")).get("data") if card.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return str(data) if isinstance(data, str) and (Path(data) / "manifest.json").is_file() else None
+
+
+def read_calibration(path: str | Path, tokenizer, per_language: int = CALIBRATION_SENTENCES) -> CalibrationText:
+    """`per_language` sentences of every language at `path` (a `prepare` output or a folder of text files);
+    DataError when the folder is missing, holds no language, or a language has no sentence."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError(
+            f"--calibration {path} is not a folder (give a `prepare` output or a folder of <lang>.txt files)"
+        )
+    if (root / "manifest.json").is_file():
+        sentences, kind = _from_prepared(root, tokenizer, per_language), "prepared data"
+    else:
+        sentences, kind = _from_text(root, per_language), "text files"
+    if not sentences:
+        raise DataError(
+            f"--calibration {path} holds no language: expected a `prepare` output (manifest.json) or "
+            "<lang>.txt / .txt.gz / .jsonl / .jsonl.gz files"
+        )
+    empty = sorted(lang for lang, s in sentences.items() if not s)
+    if empty:
+        raise DataError(f"--calibration {path}: no sentences for {', '.join(empty)} (every language needs some)")
+    return CalibrationText(str(root), kind, dict(sorted(sentences.items())))
+
+
+def _draw(documents, per_language: int) -> list[str]:
+    """`per_language` documents drawn at random (seeded) from the first `per_language * _READ_LIMIT`."""
+    pool = []
+    for text in documents:
+        if text.strip():
+            pool.append(text.strip())
+        if len(pool) >= per_language * _READ_LIMIT:
+            break
+    if len(pool) <= per_language:
+        return pool
+    return random.Random(CALIBRATION_SEED).sample(pool, per_language)
+
+
+def _from_text(root: Path, per_language: int) -> dict[str, list[str]]:
+    from mlminilm.corpus.readers import _directory_sources
+
+    by_lang: dict[str, list] = {}
+    for source in _directory_sources(root):
+        by_lang.setdefault(source.lang, []).append(source)
+
+    def documents(sources):
+        for source in sources:
+            yield from source.documents("text")
+
+    return {lang: _draw(documents(sources), per_language) for lang, sources in by_lang.items()}
+
+
+def _from_prepared(root: Path, tokenizer, per_language: int) -> dict[str, list[str]]:
+    from mlminilm.corpus.dataset import PreparedData
+    from mlminilm.corpus.manifest import tokenizer_identity
+
+    data = PreparedData.open(root)
+    theirs, ours = data.tokenizer.get("vocab_sha256"), tokenizer_identity(tokenizer)["vocab_sha256"]
+    if theirs != ours:
+        raise DataError(
+            f"--calibration {root} was prepared with another vocabulary than the model's (a trimmed model, or "
+            "another teacher): its token ids cannot be read back as text; give a folder of <lang>.txt files"
+        )
+    ids = {name: data.tokenizer.get(f"{name}_token_id") for name in ("cls", "sep", "pad")}
+
+    def documents(lang: str, whole: bool):
+        """The documents of `lang`'s sequences; `whole`: only those the packing did not cut (the pieces between
+        two separators of one sequence, and the first piece of the language's first sequence)."""
+        for index in range(data.num_sequences(lang)):
+            row = data.get(lang, index).tolist()
+            while row and row[-1] == ids["pad"]:
+                row.pop()
+            chunk = row[1:-1]  # inside the wrapper: cls chunk sep
+            pieces, piece = [], []
+            for token in chunk:
+                if token == ids["sep"]:
+                    pieces.append(piece)
+                    piece = []
+                else:
+                    piece.append(token)
+            pieces.append(piece)  # after the last separator: cut by the sequence's end (empty when it was not)
+            keep = pieces if not whole else ([pieces[0]] if index == 0 else []) + pieces[1:-1]
+            yield from (tokenizer.decode(p) for p in keep if p)
+
+    def sample(lang: str) -> list[str]:
+        drawn = _draw(documents(lang, whole=True), per_language)
+        return drawn or _draw(documents(lang, whole=False), per_language)  # every document longer than a sequence
+
+    return {lang: sample(lang) for lang in data.languages}
