@@ -144,30 +144,28 @@ class Stages:
             env.pop(var, None)
         return env
 
-    def run(self, name: str, args: list[str], procs: int = 1, kill_when: Path | None = None) -> int:
-        """The CLI (through the launcher; torchrun with `procs` > 1): its exit code, -9 when killed on purpose."""
+    def run(self, name: str, args: list[str], procs: int = 1, kill: str | None = None) -> int:
+        """The CLI (through the launcher; torchrun with `procs` > 1): its exit code (-9: killed by `kill`, the
+        launcher's N:PATH; 124: stopped after the plan's timeout)."""
         cmd = [sys.executable, str(LAUNCHER), *args]
         if procs > 1:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"] + cmd[1:]
         t0 = time.perf_counter()
         with open(self.out / "logs" / f"{name}.log", "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(name), start_new_session=True
-            )
-            code = self._wait(proc, kill_when, t0)
+            env = {**self.env(name), **({"MLMINILM_GPU_CHECK_KILL_AT": kill} if kill else {})}
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            code = self._wait(proc)
         self.seconds[name] = time.perf_counter() - t0
         print(f"gpu-check: {name}: exit {code} in {self.seconds[name]:.0f} s", flush=True)
         return code
 
-    def _wait(self, proc: subprocess.Popen, kill_when: Path | None, t0: float) -> int:
-        while proc.poll() is None:
-            late = time.perf_counter() - t0 > self.plan.timeout_s
-            if late or (kill_when is not None and kill_when.exists()):
-                os.killpg(proc.pid, signal.SIGKILL)  # the whole session: torchrun and its workers
-                proc.wait()
-                return 124 if late else -9
-            time.sleep(0.1)
-        return proc.returncode
+    def _wait(self, proc: subprocess.Popen) -> int:
+        try:
+            return proc.wait(timeout=self.plan.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole session: torchrun, its workers, loader processes
+            proc.wait()
+            return 124
 
     def probes(self, name: str) -> tuple[list[dict], int]:
         """The launcher's per-process records of stage `name` and its most recompiles in one process (their
@@ -212,7 +210,7 @@ def distill_stage(st: Stages, teacher: Path, data: Path) -> tuple[list[report.Ch
     plan, run = st.plan, st.out / "work" / "run"
     args = distill_args(teacher, data, run, plan, plan.batch, plan.steps)
     whole = run / "checkpoints" / f"step-{plan.kill_at}" / "state.json"
-    first = st.run("distill", args, kill_when=whole)
+    first = st.run("distill", args, kill=f"{plan.kill_at}:{whole}")
     finished_early = (run / "checkpoints" / f"step-{plan.steps}" / "state.json").exists()
     resumed = st.run("distill-resume", [*args, "--resume"])
     records = report.read_metrics(run)

@@ -6,6 +6,7 @@ $MLMINILM_GPU_CHECK_PROBE:
   it happens (a killed run keeps them);
 - PREFIX-rankN.json, at exit: compiled graphs (dynamo's unique_graphs), peak CUDA memory, the device's name.
 
+$MLMINILM_GPU_CHECK_KILL_AT=N:PATH kills the process as step N starts, once PATH exists (`kill_at`).
 $MLMINILM_GPU_CHECK_BACKEND (the CPU toy run: aot_eager) replaces torch.compile's backend: the same graphs are
 traced and recompile alike, without inductor's minute of C++ code generation on a CPU.
 """
@@ -16,7 +17,9 @@ import atexit
 import json
 import logging
 import os
+import signal
 import sys
+import time
 
 import torch
 
@@ -49,6 +52,25 @@ def write_probe() -> None:
         json.dump(probe, f)
 
 
+def kill_at(spec: str) -> None:
+    """`N:PATH`: kill this process (SIGKILL, no clean-up, as a preempted job dies) as step N starts, once PATH (the
+    step-N checkpoint's state.json, written last) exists: a kill at a known point, however fast the steps are
+    (the seam tests/test_ddp.py and tests/test_gpu.py use: training.loop.step_seed runs once at each step's start)."""
+    from mlminilm.training import loop
+
+    step, path = spec.split(":", 1)
+    real_seed = loop.step_seed
+
+    def step_seed(seed: int, at: int, rank: int) -> int:
+        if at == int(step):
+            while not os.path.exists(path):
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_seed(seed, at, rank)
+
+    loop.step_seed = step_seed
+
+
 def main() -> None:
     torch._logging.set_logs(recompiles=True)  # dynamo logs a recompile only when asked to
     logging.getLogger(RECOMPILE_LOG).addHandler(RecompileCounter())
@@ -56,6 +78,8 @@ def main() -> None:
     if backend:
         real_compile = torch.compile
         torch.compile = lambda fn=None, **kw: real_compile(fn, **{**kw, "backend": backend})
+    if os.environ.get("MLMINILM_GPU_CHECK_KILL_AT"):
+        kill_at(os.environ["MLMINILM_GPU_CHECK_KILL_AT"])
     atexit.register(write_probe)
     sys.argv = ["mlminilm", *sys.argv[1:]]
     from mlminilm.commands.app import main as cli
