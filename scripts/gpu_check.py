@@ -39,9 +39,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 LAUNCHER = Path(__file__).resolve().with_name("gpu_check_cli.py")
-for path in (REPO / "benchmarks", Path(__file__).resolve().parent, REPO):
+for path in (Path(__file__).resolve().parent, REPO / "benchmarks", REPO):  # appended: never shadows an import
     if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+        sys.path.append(str(path))
 
 import gpu_check_report as report  # noqa: E402
 from gpu_check_inputs import build_teacher, write_text  # noqa: E402
