@@ -61,12 +61,13 @@ on top of it, the teacher's unused top layer and the student's, counts as waste,
 FLOPs utilisation (MFU) = per-token FLOPs x tokens/s / peak. The issue's arithmetic (all teacher and student
 layers, 175 + 67 MFLOP/token at seq 128 for XLM-R base -> 6x384) is printed alongside as `issue_mflop`.
 
-Peaks. MFU is against one hardware peak for both paths (what the machine can do, whatever dtype a path
-chose). CUDA: the device's dense bf16 peak from its data sheet (H100/H200 SXM 989 TFLOP/s, A100 312); a bf16
-8192^3 GEMM is also measured at start. CPU: the larger of an estimate (threads x the clock /proc/cpuinfo
-reports x FLOP/cycle, assuming two 512-bit FMA pipes per core: 64 fp32 FLOP/cycle with AVX-512, 128 bf16
-FLOP/cycle with AVX512-BF16 dot products) and a measured 2048^3 GEMM, in bf16 where the CPU has native bf16
-(the reported clock is the nominal one; a boosting CPU's GEMM beats the estimate). `GEMM%` is the achieved
+Peaks. MFU is against one hardware peak for both paths (what the machine can do, whatever dtype a path chose).
+CUDA: the part's dense bf16 peak from its data sheet (step_hardware.GPU_PARTS: H100 SXM and H200 989 TFLOP/s, H100
+NVL 835, H100 PCIe 756, A100 312; a name that says no part has none, and MFU is then against the measured GEMM); a
+bf16 8192^3 GEMM is also measured at start. CPU: the larger of an estimate (threads x the clock /proc/cpuinfo
+reports x FLOP/cycle, assuming two 512-bit FMA pipes per core: 64 fp32 FLOP/cycle with AVX-512, 128 bf16 FLOP/cycle
+with AVX512-BF16 dot products) and a measured 2048^3 GEMM, in bf16 where the CPU has native bf16 (the reported
+clock is the nominal one; a boosting CPU's GEMM beats the estimate). `GEMM%` is the achieved
 model FLOP/s against the measured GEMM of the dtype the path's matmuls run in.
 
 Relation memory (`--relation-memory`): the MiniLM v1 loss alone (attention and value relation, forward +
@@ -99,7 +100,7 @@ from pathlib import Path
 import step_paths
 import torch
 from step_configs import CONFIGS, GPU_CONFIGS  # the step_* modules put the repository on sys.path
-from step_hardware import GPU_PEAKS, cpu_info, cpu_peaks, emulating_avx2, measured_gemm, reexec_emulating_avx2
+from step_hardware import cpu_info, cpu_peaks, emulating_avx2, gpu_part, measured_gemm, reexec_emulating_avx2
 from step_relations import print_relation_memory, relation_memory, run_relation_child
 from step_timing import bench_one, environment, run_memory_child
 
@@ -237,11 +238,12 @@ def main(argv=None) -> int:
 
     if device.type == "cuda":
         gpu = torch.cuda.get_device_name(device)
-        spec = next((v for k, v in GPU_PEAKS.items() if k in gpu), None)
+        part = gpu_part(gpu)
+        spec = part[1] if part else None
         peaks = {
             "spec": {"bf16": spec},
             "gemm": {"bf16": measured_gemm(device, torch.bfloat16, 8192, 20)},
-            "assumption": f"{gpu}: data-sheet dense bf16 peak",
+            "assumption": f"{gpu}: " + (f"{part[0]} data-sheet dense bf16 peak" if part else "unknown part, no peak"),
         }
         peaks["hardware"] = spec or peaks["gemm"]["bf16"]
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,8 +46,28 @@ def emulating_avx2() -> bool:
 
 # ------------------------------------------------------------------------------------------------ peaks
 
-# Dense bf16 tensor-core peaks from the data sheets (SXM parts), FLOP/s.
-GPU_PEAKS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+# Dense bf16 tensor-core peaks from NVIDIA's data sheets (half the "with sparsity" figure), FLOP/s, per part: an
+# "H100" is three parts whose peaks differ by 30 %. Matched in order on torch.cuda.get_device_name, which says
+# "NVIDIA H100 80GB HBM3" for the SXM part, "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200" (SXM), "NVIDIA
+# H200 NVL". A name matching none (a bare "NVIDIA H100", a part not listed) has no peak: None, and callers say so.
+GPU_PARTS = (
+    ("H100 NVL", r"H100.*\bNVL\b", 835e12),
+    ("H100 PCIe", r"H100.*\bPCIe\b", 756e12),
+    ("H100 SXM", r"H100.*\b(SXM\w*|HBM3)\b", 989.4e12),
+    ("H200 NVL", r"H200.*\bNVL\b", 835e12),
+    ("H200 SXM", r"H200", 989.4e12),
+    ("A100", r"A100", 312e12),
+    ("L40S", r"L40S", 362e12),
+    ("A10", r"\bA10\b", 125e12),
+)
+
+
+def gpu_part(device_name: str) -> tuple[str, float] | None:
+    """(the part, its dense bf16 peak FLOP/s) for a CUDA device name, or None when the name does not say which."""
+    for part, pattern, flops in GPU_PARTS:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return part, flops
+    return None
 
 
 def cpu_info() -> dict:

@@ -28,6 +28,7 @@ from mlminilm.models.loading import (
 )
 from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.training.batch_size import plan_batch
+from mlminilm.training.compile_support import check_compile, device_type_of
 
 log = mlog.get(__name__)
 
@@ -205,6 +206,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
             "leaves nothing to train: keep a term, or give --parallel FILE"
         )
     tokenizer = load_tokenizer(cfg.teacher)
+    check_compile(cfg.compile, device_type_of(cfg.device))  # --compile on without Triton on CUDA: refused now
     rule = plans.init_rule(cfg)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer), rule)
     # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE).

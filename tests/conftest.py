@@ -63,6 +63,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_realdata)
 
 
+@pytest.fixture(scope="session")
+def _cuda_probed_as_started():
+    """torch reads CUDA_VISIBLE_DEVICES once, when it first asks the driver: ask it now, before any test hides the
+    devices from its subprocesses, so that the `gpu` tests of the same session still see them."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_gpu(request, monkeypatch, _cuda_probed_as_started):
+    """Every test without the `gpu` marker runs on the CPU, also on a GPU box: `--device auto` would pick CUDA and
+    `--compile auto` compile there, and the bit-exact resume tests hold on the CPU only (on CUDA flash attention's
+    backward and inductor's embedding backward add with atomics). In this process torch.cuda.is_available() says
+    False; subprocesses (the CLI, torchrun) get CUDA_VISIBLE_DEVICES="" and see no device. `gpu` tests keep CUDA."""
+    if "gpu" in request.node.keywords:
+        return
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture
 def make_lines():
     """`sample_lines` as a fixture: make_lines(lang, count, seed=0) -> list of lines."""

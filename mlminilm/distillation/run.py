@@ -35,6 +35,7 @@ from mlminilm.models.student import (
     student_config,
 )
 from mlminilm.training.batch_size import BatchPlan
+from mlminilm.training.compile_support import resolve_compile
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
 
@@ -177,7 +178,9 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
             batch.how,
         )
     run_cfg = replace(cfg, batch_size=batch.micro_batch, grad_accum=batch.grad_accum, global_batch=None)
-    compiled = cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda")
+    compiled, warning = resolve_compile(cfg.compile, rt.device.type)  # auto without Triton on CUDA: eager
+    if warning and rt.is_main:
+        log.warning(warning)
     models.record["batch"] = batch.to_dict()
     models.record["compile"] = compiled
     _write_run_record(where.out, models.record, rt)

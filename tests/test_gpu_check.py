@@ -1,0 +1,288 @@
+"""`make gpu-check` (scripts/gpu_check.py) without a GPU: on this machine it is one line and a non-zero exit; its
+`pytest -m gpu` stage fails on a skip; its checks, MFU and summaries are computed right; the whole pipeline runs on
+the CPU at toy shape (slow). Also: the default test run stays on the CPU on a GPU box (conftest), and the
+benchmarks name the GPU part behind a device name."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+SCRIPT = REPO / "scripts" / "gpu_check.py"
+sys.path += [str(REPO / "scripts"), str(REPO / "benchmarks")]  # appended: they shadow no other test's imports
+
+import gpu_check_report as report  # noqa: E402
+
+
+def script_env(**extra) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("MLMINILM_GPU_CHECK_TOY", None)
+    return {**env, **extra}
+
+
+# ------------------------------------------------------------------------------ on a machine without CUDA
+
+
+def test_gpu_check_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
+    """conftest hides CUDA from this test's subprocesses (CUDA_VISIBLE_DEVICES=""), so this holds on a GPU box too."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=script_env(),
+        timeout=120,
+    )
+    seconds = time.perf_counter() - t0
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: gpu-check cannot run here: no CUDA device"), proc.stderr
+    assert not (tmp_path / "out").exists()
+    assert seconds < 60, seconds  # no training: an import of torch and a look
+
+
+def test_make_gpu_check_calls_the_script():
+    """The Makefile target runs scripts/gpu_check.py (make -n: what it would run, with this venv's python)."""
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        ["make", "-n", "gpu-check", f"BIN={bin_dir}", "-o", f"{bin_dir}/.installed"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == f"{bin_dir}/python scripts/gpu_check.py"
+
+
+# --------------------------------------------------------------------------------- pytest -m gpu: no skips
+
+
+def test_the_pytest_stage_fails_on_a_skip_and_passes_without_one(tmp_path, monkeypatch):
+    """The stage runs pytest -m gpu for real on a generated test file: one passing gpu test passes; a skipped one
+    fails the check (as every gpu test does on a CPU build, where plain pytest exits 0)."""
+    import gpu_check
+
+    (tmp_path / "logs").mkdir()
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_probe.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.gpu\n"
+        "def test_runs():\n    assert True\n"
+        "@pytest.mark.gpu\n"
+        "@pytest.mark.skipif(os.environ.get('PROBE_SKIP') == '1', reason='no device')\n"
+        "def test_maybe_skipped():\n    assert True\n"
+        "def test_not_gpu():\n    assert False\n",  # deselected by -m gpu
+        encoding="utf-8",
+    )
+    (tests / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    monkeypatch.setenv("PROBE_SKIP", "1")
+    skipped = gpu_check.run_pytest(tmp_path, [str(tests)])
+    monkeypatch.delenv("PROBE_SKIP")
+    passed = gpu_check.run_pytest(tmp_path, [str(tests)])
+    assert not skipped.ok and "1 skipped" in skipped.detail and "(exit 0)" in skipped.detail, skipped
+    assert passed.ok and passed.detail.startswith("2 passed, 0 failed, 0 errors, 0 skipped"), passed
+
+
+def test_a_pytest_stage_that_hangs_is_a_failed_check(tmp_path):
+    import gpu_check
+
+    (tmp_path / "logs").mkdir()
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_hang.py").write_text(
+        "import time, pytest\n@pytest.mark.gpu\ndef test_hangs():\n    time.sleep(60)\n", encoding="utf-8"
+    )
+    (tests / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    check = gpu_check.run_pytest(tmp_path, [str(tests)], timeout_s=5)
+    assert not check.ok and check.detail.startswith("timed out after 5 s"), check
+
+
+def test_the_pytest_check_needs_tests_and_a_report():
+    ok = {"tests": 3, "failures": 0, "errors": 0, "skipped": 0}
+    assert report.pytest_check(0, ok).ok
+    assert not report.pytest_check(1, ok).ok
+    assert not report.pytest_check(5, {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}).ok  # none collected
+    assert not report.pytest_check(0, {**ok, "errors": 1}).ok
+    assert not report.pytest_check(2, None).ok
+
+
+# ------------------------------------------------------------------------------------ checks and figures
+
+
+def test_loss_checks():
+    falling = [(s, 1.0 / s) for s in range(10, 310, 10)]
+    assert all(c.ok for c in report.loss_checks(falling, 300))
+    flat = [(s, 0.5) for s in range(10, 310, 10)]
+    names = {c.name: c.ok for c in report.loss_checks(flat, 300)}
+    assert names == {"loss finite": True, "loss falls": False, "all steps logged": True}
+    nan = falling[:-1] + [(300, math.nan)]
+    assert not {c.name: c.ok for c in report.loss_checks(nan, 300)}["loss finite"]
+    assert not {c.name: c.ok for c in report.loss_checks(falling[:-1], 300)}["all steps logged"]
+    assert not any(c.ok for c in report.loss_checks([], 300))
+
+
+def test_loss_records_keep_the_last_record_of_a_step_and_skip_other_records():
+    records = [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.5}, {"step": 20, "loss": 1.4}, {"step": 0, "x": 1}]
+    assert report.loss_records(records) == [(10, 2.0), (20, 1.4)]
+
+
+def test_steady_rate_leaves_out_the_compiling_windows():
+    records = [{"step": s, "tokens_per_s": r} for s, r in ((10, 5.0), (20, 100.0), (30, 110.0), (210, 1.0))]
+    assert report.steady_rate(records, {10, 210}) == 105.0
+    assert report.steady_rate(records[:1], {10}) is None
+
+
+def test_mfu_against_the_part_and_the_reference():
+    # 1e5 tokens/s x 1e9 FLOP/token = 1e14 FLOP/s: 13.2 % of an H100 PCIe (756), 10.1 % of an SXM (989.4).
+    got = report.mfu(1e5, 1e9, ("H100 PCIe", 756e12))
+    assert got == pytest.approx({"H100 PCIe (756 TFLOP/s)": 1e14 / 756e12, "H100 SXM (989 TFLOP/s)": 1e14 / 989.4e12})
+    assert list(report.mfu(1e5, 1e9, None)) == ["H100 SXM (989 TFLOP/s)"]
+    assert report.mfu(None, 1e9, None) == {}
+
+
+def test_ddp_checks():
+    one = [(10, 2.0), (20, 1.5)]
+    files = {"run.json", "metrics.jsonl"}
+    assert all(c.ok for c in report.ddp_checks(one, [(10, 2.01), (20, 1.51)], (files, set(files))))
+    off = {c.name: c.ok for c in report.ddp_checks(one, [(10, 2.1), (20, 1.5)], (files, files | {"rank1.json"}))}
+    assert off == {"2 processes = 1 process (losses)": False, "only rank 0 writes": False}
+    assert not report.ddp_checks(one, [(10, 2.0)], (files, files))[0].ok  # a step missing
+
+
+def test_summary_and_markdown(tmp_path):
+    doc = {
+        "date": "2026-11-27",
+        "device": "NVIDIA H100 80GB HBM3",
+        "part": ("H100 SXM", 989.4e12),
+        "torch": "2.13.0",
+        "cuda": "12.8",
+        "triton": "3.5.0",
+        "gpus": 1,
+        "shape": {
+            "teacher": "12x768",
+            "student": "6x384",
+            "vocab": 250002,
+            "batch": 32,
+            "seq": 128,
+            "steps": 300,
+            "compile": "on",
+            "device": "cuda",
+        },  # fmt: skip
+        "figures": {
+            "tokens_per_s": 123456.0,
+            "flops_per_token": 2.5e8,
+            "mfu": {"H100 SXM (989 TFLOP/s)": 0.3},
+            "peak_memory_gib": 12.5,
+            "recompiles": 1,
+            "recompile_reasons": ["f: mask is None"],
+        },  # fmt: skip
+        "checks": [report.Check("a", True, "fine"), report.Check("b", False, "broken")],
+        "stages": {"prepare": 12.0},
+        "wall_s": 400.0,
+    }
+    s = report.summary(doc)
+    assert (s["ok"], s["passed"]) == (False, 1)
+    json_path, md_path = report.write(tmp_path, s)
+    assert json.loads(json_path.read_text())["checks"][1] == {"name": "b", "ok": False, "detail": "broken"}
+    md = md_path.read_text()
+    assert md.startswith("### `make gpu-check` on NVIDIA H100 80GB HBM3 (2026-11-27)")
+    assert "FAILED: 1 of 2 checks" in md and "| b | FAIL | broken |" in md
+    assert "| tokens/s (median of the logged windows, compiling left out) | 123,456 |" in md
+    assert "30.0% of H100 SXM (989 TFLOP/s)" in md and "12.50 GiB" in md and "- recompiled: f: mask is None" in md
+    assert report.summary({**doc, "checks": []})["ok"] is False  # nothing checked is no pass
+
+
+# ------------------------------------------------------------------------------------- naming the GPU part
+
+
+@pytest.mark.parametrize(
+    "name,part,tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.4),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+        ("NVIDIA H100 NVL", "H100 NVL", 835),
+        ("NVIDIA H200", "H200 SXM", 989.4),
+        ("NVIDIA H200 NVL", "H200 NVL", 835),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312),
+        ("NVIDIA A10", "A10", 125),
+        ("NVIDIA H100", None, None),  # which H100? no guess
+        ("NVIDIA A10G", None, None),
+        ("Tesla T4", None, None),
+    ],
+)
+def test_gpu_part_names_the_part_behind_a_device_name(name, part, tflops):
+    from step_hardware import gpu_part
+
+    got = gpu_part(name)
+    if part is None:
+        assert got is None
+    else:
+        assert got[0] == part and got[1] == pytest.approx(tflops * 1e12)
+
+
+# ----------------------------------------------------------------------------- the default run is CPU-only
+
+
+def test_plain_tests_run_on_the_cpu_on_a_gpu_box():
+    """tests/gpu_pinning_probe.py in a pytest process whose torch.cuda.is_available() says True (as on a GPU box):
+    its plain test resolves `--device auto` to the CPU and hides CUDA from subprocesses; its gpu test keeps CUDA."""
+    code = (
+        "import sys, torch, pytest\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/gpu_pinning_probe.py']))\n"
+    )
+    env = script_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # this test's own process is pinned; the probe's must start unpinned
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout, proc.stdout
+
+
+def test_this_plain_test_sees_no_cuda():
+    import torch
+
+    assert torch.cuda.is_available() is False
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+# --------------------------------------------------------------------------------- the pipeline, CPU toy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ddp", [False, True], ids=["one-process", "with-2-gloo-processes"])
+def test_the_pipeline_at_toy_shape_on_the_cpu(tiny_sentencepiece_dir, tmp_path, ddp):
+    """Every stage but pytest, for real on the CPU: a tiny XLM-R teacher, prepare, distill killed at its checkpoint
+    and resumed, compiled with aot_eager (recompiles counted), with `ddp` 2 gloo processes against 1; the JSON and
+    Markdown summaries. About 1 minute (2 with ddp) on 2 busy cores."""
+    out = tmp_path / "out"
+    env = script_env(MLMINILM_GPU_CHECK_TOY="1", MLMINILM_GPU_CHECK_TOY_DDP="1" if ddp else "0")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--tokenizer", str(tiny_sentencepiece_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    s = json.loads((out / "gpu-check.json").read_text())
+    failed = [c for c in s["checks"] if not c["ok"]]
+    assert proc.returncode == 0 and s["ok"] and not failed, (failed, proc.stdout[-3000:], proc.stderr[-3000:])
+    names = {c["name"] for c in s["checks"]}
+    assert {"--resume continues", "at most 2 recompiles", "checkpoint + export written", "loss falls"} <= names
+    assert ("2 processes = 1 process (losses)" in names) is ddp
+    assert 1 <= s["figures"]["recompiles"] <= 2  # packed and padded micro-batches: two graphs
+    assert any("distill_terms" in r and "mask is None" in r for r in s["figures"]["recompile_reasons"]), s["figures"]
+    assert s["figures"]["tokens_per_s"] > 0 and s["shape"]["vocab"] < 1000
+    md = (out / "gpu-check.md").read_text()
+    assert md.startswith("### `make gpu-check` on cpu (toy run)") and "PASSED" in md
+    assert proc.stdout.strip().splitlines()[-1].startswith("gpu-check: PASSED")
