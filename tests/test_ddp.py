@@ -157,3 +157,25 @@ def test_compiled_two_processes_with_accumulation_match_one_eager_process(setup,
     wb = load_file(single / "student" / "model.safetensors")
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_batch_size_auto_agrees_on_the_smallest_micro_batch_over_the_ranks(setup, tmp_path):
+    """`--batch-size auto` probes on every rank; ranks whose devices fit different micro-batches (here rank 0
+    fits 4 sequences, rank 1 only 1) each kept their own: rank 0 trained on 4 x 1, rank 1 on 1 x 4, slicing the
+    step's global batch differently (rows 0-3 and rows 1, 3, 5, 7: some twice, some never), silently. Every
+    rank now takes the smallest micro-batch any rank fits, and trains as one process on the same 8 sequences."""
+    teacher, data, launcher = setup
+    out, single = tmp_path / "auto", tmp_path / "single"
+    extra = ("--global-batch", "8")
+    proc = run(launcher, out, teacher, data, "auto", 2, extra, {"MLMINILM_TEST_FITS": "4,1"}, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert recorded(out, "micro_batch") == {"rank0": ["1"], "rank1": ["1"]}
+    proc = run(launcher, single, teacher, data, batch=2, nproc=1, extra=("--grad-accum", "4"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (step, la), (_, lb) in zip(losses(out), losses(single), strict=True):
+        assert la == pytest.approx(lb, rel=1e-5), (step, la, lb)
+    batch = json.loads((out / "run.json").read_text())["batch"]
+    assert (batch["micro_batch"], batch["grad_accum"], batch["global_batch"], batch["how"]) == (1, 4, 8, "auto")
+    for rank, found in rows(out).items():  # one all-reduce per step, after the 4th micro-batch, on each rank
+        order = "".join("m" if k == "variant" else "r" for k, _ in found if k in ("variant", "allreduce"))
+        assert order == "mmmmr" * 4, (rank, order)
