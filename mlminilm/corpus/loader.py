@@ -185,13 +185,14 @@ def make_loader(
     return MicroBatchLoader(loader)
 
 
-def default_workers(device_type: str, world: int = 1) -> int:
+def default_workers(device_type: str, local_world: int = 1) -> int:
     """Loader workers per process. CPU: 0, the cores run the model and a worker only takes time slices from it
-    (benchmarks/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own."""
+    (benchmarks/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own. The node's cores
+    are shared by its own `local_world` processes only (on 2 nodes of 8 GPUs, 8, not the 16 of WORLD_SIZE)."""
     if device_type != "cuda":
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(CUDA_WORKERS, cores // max(world, 1) - 1))
+    return max(0, min(CUDA_WORKERS, cores // max(local_world, 1) - 1))
 
 
 def default_pin_memory(device_type: str) -> bool:
