@@ -32,6 +32,8 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     proc = run(launcher, single, teacher, data, batch=4, nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
+    # DDP broadcasts no buffers before each forward (the student's are constants: test_ddp_setup.py).
+    assert recorded(ddp, "broadcast_buffers") == {"rank0": ["False"], "rank1": ["False"]}
     # The same loss trajectory, step by step.
     a, b = losses(ddp), losses(single)
     assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]

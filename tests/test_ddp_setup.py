@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+import torch
 import torch.distributed as dist
 from ddp_launch import run, write_launcher, writes
 
@@ -119,3 +120,35 @@ def test_resume_stops_every_rank_when_they_see_different_runs(trained, tmp_path,
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing written, nothing moved
     assert not writes(out)
     print(f"[resume check] both ranks stopped in {seconds:.1f} s (interpreter and torch start included)")
+
+
+@pytest.mark.parametrize("kind", ["bert", "xlmr"])
+def test_the_students_buffers_never_change_in_training(kind, tiny_wordpiece_dir, tmp_path):
+    """Why DDP may skip broadcasting buffers (broadcast_buffers=False, one collective less per forward): the
+    student's buffers are constants (position and token-type ids), never written by a training step."""
+    from transformers import AutoConfig
+
+    from mlminilm.config import StudentShape
+    from mlminilm.distillation.objective import StudentQKV
+    from mlminilm.models.student import build_student, student_config
+
+    teacher = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher", kind=kind)
+    config = student_config(AutoConfig.from_pretrained(teacher), StudentShape(2, 32, 4, 64), dropout=0.1)
+    student = build_student(config, seed=0)
+    before = {name: b.clone() for name, b in student.named_buffers()}
+    assert before and set(before) <= {"embeddings.position_ids", "embeddings.token_type_ids"}, set(before)
+    forward = StudentQKV(student).train()
+    optimizer = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    for step in range(3):
+        ids = torch.randint(5, config.vocab_size, (4, 16), generator=generator)
+        mask = torch.ones_like(ids)
+        mask[0, 10:] = 0  # a padded row too
+        q, k, v = forward(ids, mask if step else None)
+        (q.float().square().mean() + k.float().square().mean() + v.float().square().mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    after = dict(student.named_buffers())
+    assert all(torch.equal(before[n], after[n]) for n in before), [
+        n for n in before if not torch.equal(before[n], after[n])
+    ]

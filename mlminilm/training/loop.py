@@ -48,10 +48,14 @@ def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn
     if rt.distributed:
         # Default buckets: each bucket's all-reduce starts as soon as its gradients are ready, overlapping the rest
         # of the backward. Gradients as views of the buckets save a copy and the memory of a second gradient set.
+        # No buffer broadcast before every forward (DDP's default, one more collective per micro-batch): the models
+        # trained here hold only constant buffers (position and token-type ids; no batch norm, no running
+        # statistics, tests/test_ddp_setup.py), equal on every rank from the same construction.
         model = nn.parallel.DistributedDataParallel(
             forward,
             device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
+            broadcast_buffers=False,
         )
     optimizer = make_optimizer(params, cfg, rt.device)
     scheduler = linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
