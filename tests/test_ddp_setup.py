@@ -52,7 +52,7 @@ def test_the_process_group_times_out_after_30_minutes_or_as_asked(torchrun_env, 
     monkeypatch.setenv("MLMINILM_DIST_TIMEOUT_MIN", "90")
     setup_runtime("cpu", "fp32")
     assert torchrun_env[-1]["timeout"] == timedelta(minutes=90)
-    for bad in ("soon", "0", "-5"):
+    for bad in ("soon", "0", "-5", "inf", "nan"):
         monkeypatch.setenv("MLMINILM_DIST_TIMEOUT_MIN", bad)
         with pytest.raises(ConfigError, match="MLMINILM_DIST_TIMEOUT_MIN"):
             setup_runtime("cpu", "fp32")

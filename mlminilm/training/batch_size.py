@@ -87,11 +87,11 @@ def largest_fitting(per_process: int, fits: Callable[[int], bool], cap: int | No
 def agree_across_ranks(found: BatchPlan, rt: Runtime) -> BatchPlan:
     """Under torchrun, `--batch-size auto` as every rank can run it: the smallest micro-batch any rank found.
 
-    Each rank probes its own device, and devices differ (another process's memory, a smaller card): ranks that
-    kept their own micro-batch would run different accumulations, so different numbers of gradient all-reduces
-    per step, and wait for each other forever. Every candidate is a power of two dividing the per-process share,
-    so the smallest divides it too. One all-reduce (MIN), before training; the other modes need none (the options
-    alone decide them, alike on every rank)."""
+    Each rank probes its own device, and devices differ (another process's memory, a smaller card). Ranks that
+    kept their own micro-batch would slice each step's global batch by different sizes (the sampler's slices
+    assume one), training on some sequences twice and others never, silently (tests/test_ddp.py). Every candidate
+    is a power of two dividing the per-process share, so the smallest divides it too. One all-reduce (MIN),
+    before training; the other modes need none (the options alone decide them, alike on every rank)."""
     if not rt.distributed or found.how != "auto":
         return found
     import torch

@@ -4,6 +4,7 @@ group."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -84,7 +85,7 @@ def process_group_timeout() -> timedelta:
         minutes = float(value)
     except ValueError:
         minutes = -1.0
-    if not minutes > 0:
+    if not (math.isfinite(minutes) and minutes > 0):
         from mlminilm.errors import ConfigError
 
         raise ConfigError(f"{TIMEOUT_ENV}={value!r}: give the process group's timeout as a positive number of minutes")
