@@ -9,12 +9,16 @@ with the recording added). Environment variables make it stand in for what a CPU
   graphs as on CUDA, which then run eagerly, without inductor's minute of C++ code generation);
 - MLMINILM_TEST_FITS=A,B,...: rank r's `--batch-size auto` probe says a micro-batch of b sequences fits when
   b <= the r-th number (ranks whose GPUs have different free memory);
+- MLMINILM_TEST_ROWS=1: the word embedding's gradient all-reduced row-sparse on the CPU too, as on CUDA
+  (mlminilm/training/row_sparse_reduce.py), the other gradients through the same hook;
 - MLMINILM_TEST_OUT_RANK1=DIR: rank 1 reads and writes DIR as its --out (a node that does not see the others'
   filesystem: the same path names another directory there).
 
 Besides the writes, each rank records the micro-batch it trains with (`micro_batch`), for every micro-batch
 whether the running text reached the loss with an attention mask (`variant`: masked / packed), DDP's
-`broadcast_buffers` and each gradient bucket's all-reduce as it starts (`allreduce`, the bucket's index), and under
+`broadcast_buffers`, with MLMINILM_TEST_ROWS each gradient bucket's all-reduce as it starts (`allreduce`, the
+bucket's index) and the rows of the word embedding's gradient that went over the wire (`rows`: "sent/total"),
+and under
 MLMINILM_TEST_COMPILE_BACKEND the frames dynamo compiled (`compiled_frames`, at exit).
 """
 
@@ -78,19 +82,28 @@ real_setup = training.setup_training
 
 def setup_training(*args, **kwargs):
     state = real_setup(*args, **kwargs)
-    if hasattr(state.model, "register_comm_hook"):  # DDP: each bucket's all-reduce, recorded as it starts
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
+    if hasattr(state.model, "broadcast_buffers"):
         record("broadcast_buffers", state.model.broadcast_buffers)
-
-        def hook(process_group, bucket):
-            record("allreduce", bucket.index())
-            return allreduce_hook(process_group, bucket)
-
-        state.model.register_comm_hook(None, hook)
     return state
 
 training.setup_training = setup_training
+
+from mlminilm.training import row_sparse_reduce
+
+real_bucket, real_rows = row_sparse_reduce.reduce_bucket, row_sparse_reduce.reduce_rows
+
+def reduce_bucket(rows_of, bucket):
+    record("allreduce", bucket.index())
+    return real_bucket(rows_of, bucket)
+
+def reduce_rows(grad):
+    sent = real_rows(grad)
+    record("rows", f"{sent}/{grad.shape[0]}")
+    return sent
+
+row_sparse_reduce.reduce_bucket, row_sparse_reduce.reduce_rows = reduce_bucket, reduce_rows
+if os.environ.get("MLMINILM_TEST_ROWS"):  # the row-sparse reduce on the CPU too (by default CUDA only)
+    row_sparse_reduce.ON_DEVICES = ("cuda", "cpu")
 
 if os.environ.get("MLMINILM_TEST_COMPILE_BACKEND"):
     import torch

@@ -129,7 +129,7 @@ def test_compiled_two_processes_with_accumulation_match_one_eager_process(setup,
     global batch (2 processes x 2 sequences x 2 micro-batches = 1 x 4 x 2)."""
     teacher, data, launcher = setup
     ddp, single = tmp_path / "ddp", tmp_path / "single"
-    compiled = {"MLMINILM_TEST_COMPILE_BACKEND": "aot_eager"}
+    compiled = {"MLMINILM_TEST_COMPILE_BACKEND": "aot_eager", "MLMINILM_TEST_ROWS": "1"}  # CUDA's reduce too
     proc = run(launcher, ddp, teacher, data, 2, 2, ("--compile", "on", "--grad-accum", "2"), compiled)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run(launcher, single, teacher, data, batch=4, nproc=1, extra=("--compile", "off", "--grad-accum", "2"))
@@ -169,7 +169,8 @@ def test_batch_size_auto_agrees_on_the_smallest_micro_batch_over_the_ranks(setup
     teacher, data, launcher = setup
     out, single = tmp_path / "auto", tmp_path / "single"
     extra = ("--global-batch", "8")
-    proc = run(launcher, out, teacher, data, "auto", 2, extra, {"MLMINILM_TEST_FITS": "4,1"}, timeout=150)
+    env = {"MLMINILM_TEST_FITS": "4,1", "MLMINILM_TEST_ROWS": "1"}  # ROWS: each bucket's all-reduce recorded
+    proc = run(launcher, out, teacher, data, "auto", 2, extra, env, timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert recorded(out, "micro_batch") == {"rank0": ["1"], "rank1": ["1"]}
     proc = run(launcher, single, teacher, data, batch=2, nproc=1, extra=("--grad-accum", "4"))
@@ -181,3 +182,34 @@ def test_batch_size_auto_agrees_on_the_smallest_micro_batch_over_the_ranks(setup
     for rank, found in rows(out).items():  # one all-reduce per step, after the 4th micro-batch, on each rank
         order = "".join("m" if k == "variant" else "r" for k, _ in found if k in ("variant", "allreduce"))
         assert order == "mmmmr" * 4, (rank, order)
+
+
+def test_embedding_gradients_reduced_by_rows_equal_the_dense_all_reduce(setup, tmp_path):
+    """On CUDA, DDP reduces the word embedding's gradient by rows, only those some rank looked up
+    (mlminilm/training/row_sparse_reduce.py); turned on here on the CPU: the same losses and student, to 1e-6
+    (bit-equal with 2 ranks), as the whole [vocabulary, hidden] all-reduce of DDP's own hook, with accumulation
+    (the gradient sums two micro-batches' rows)."""
+    from safetensors.torch import load_file
+
+    teacher, data, launcher = setup
+    rows_out, dense = tmp_path / "rows", tmp_path / "dense"
+    extra = ("--grad-accum", "2")
+    proc = run(launcher, rows_out, teacher, data, 2, 2, extra, {"MLMINILM_TEST_ROWS": "1"})  # as on CUDA
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run(launcher, dense, teacher, data, batch=2, nproc=2, extra=extra)  # the CPU's default: DDP's own
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    sent = recorded(rows_out, "rows")
+    assert sent["rank0"] == sent["rank1"] and sent["rank0"], sent  # the ranks agree on the rows to send
+    word = [tuple(map(int, s.split("/"))) for s in sent["rank0"]]  # the word embedding's, once a step
+    assert len(word) == 4 and all(0 < n < total / 2 for n, total in word), word  # a step's rows only
+    assert not any(recorded(dense, "rows").values())
+    a, b = losses(rows_out), losses(dense)
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    for (step, la), (_, lb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-6, abs=1e-9), (step, la, lb)
+    wa = load_file(rows_out / "student" / "model.safetensors")
+    wb = load_file(dense / "student" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=1e-6, msg=key)
