@@ -194,6 +194,7 @@ def _start(plan: FinetunePlan, rt, n: int, out: Path):
         },
     )
     if cfg.resume:
+        training.check_same_run_everywhere(out, rt, RUN_RECORD)
         training.check_resume_compatible(out, record, RESUME_KEYS, record_file=RUN_RECORD, write=rt.is_main)
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)

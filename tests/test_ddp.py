@@ -1,74 +1,18 @@
 """Data parallelism: 2 gloo processes with batch B train exactly like 1 process with batch 2B, and only rank 0 writes.
 
-Both runs go through a small launcher that records every checkpoint, JSON file and export each rank writes,
-then hands over to the real CLI (`torchrun ... launcher.py distill ...` is `torchrun -m mlminilm distill ...`
-with the recording added).
+Both runs go through tests/ddp_launch.py's launcher, which records every checkpoint, JSON file and export each
+rank writes, then hands over to the real CLI.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from ddp_launch import losses, recorded, rows, run, write_launcher, writes
 
-from helpers import REPO, prepare_data, save_tiny_teacher
-
-LAUNCHER = """
-import json, os, sys
-from mlminilm.training import checkpoint_writer
-from mlminilm import distill, training
-
-rank = os.environ.get("RANK", "0")
-log_path = os.path.join(os.environ["MLMINILM_WRITES_LOG"], f"rank{rank}.jsonl")
-
-def record(kind, what):
-    with open(log_path, "a", encoding="utf-8") as f:
-        f.write(json.dumps([kind, str(what)]) + "\\n")
-
-real_save, real_json, real_export = checkpoint_writer.write_snapshot, training.write_json_atomic, distill.export_model
-
-def write_snapshot(out, snap, keep):
-    record("checkpoint", snap.step)
-    return real_save(out, snap, keep)
-
-def write_json_atomic(path, obj):
-    record("json", os.path.basename(path))
-    return real_json(path, obj)
-
-def export_model(model, tokenizer, out, *args, **kwargs):
-    record("export", os.path.basename(out))
-    return real_export(model, tokenizer, out, *args, **kwargs)
-
-checkpoint_writer.write_snapshot, training.write_json_atomic = write_snapshot, write_json_atomic
-distill.export_model = export_model
-
-# MLMINILM_KILL_AT=N:DIR: every rank kills itself (SIGKILL, no cleanup) as step N starts, once DIR/state.json exists
-# (the checkpoint before it is whole), the way a preempted job dies.
-if os.environ.get("MLMINILM_KILL_AT"):
-    import signal, time
-    kill_step, kill_wait = os.environ["MLMINILM_KILL_AT"].split(":", 1)
-    from mlminilm.training import loop
-
-    real_seed = loop.step_seed
-
-    def step_seed(seed, step, rank_):
-        if step == int(kill_step):
-            while not os.path.exists(os.path.join(kill_wait, "state.json")):
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real_seed(seed, step, rank_)
-
-    loop.step_seed = step_seed
-sys.argv = ["mlminilm", *sys.argv[1:]]
-from mlminilm.commands.app import main
-main()
-"""
+from helpers import prepare_data, save_tiny_teacher
 
 
 @pytest.fixture(scope="module")
@@ -77,100 +21,7 @@ def setup(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory):
     # Dropout 0 (the student takes the teacher's): no random numbers differ between the two layouts.
     teacher = save_tiny_teacher(tiny_wordpiece_dir, root / "teacher", dropout=0.0)
     data = prepare_data(teacher, tiny_corpus_dir, root / "data")
-    launcher = root / "launcher.py"
-    launcher.write_text(LAUNCHER, encoding="utf-8")
-    return teacher, data, launcher
-
-
-def free_port() -> int:
-    # Other test sessions may run torchrun on this machine at the same time: never assume a port is free.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(
-    launcher: Path,
-    out: Path,
-    teacher: Path,
-    data: Path,
-    batch: int,
-    nproc: int,
-    extra: tuple = (),
-    env_extra: dict | None = None,
-) -> subprocess.CompletedProcess:
-    logs = out.parent / f"{out.name}-writes"
-    logs.mkdir(exist_ok=True)
-    args = [
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
-        "--max-steps",
-        "4",
-        "--batch-size",
-        str(batch),
-        "--save-every",
-        "2",
-        "--log-every",
-        "1",
-        "--lr",
-        "1e-3",
-        "--warmup",
-        "0",
-        "--precision",
-        "fp32",
-        "--device",
-        "cpu",
-        "--quiet",
-        *extra,
-    ]
-    if nproc > 1:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={nproc}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            str(launcher),
-            *args,
-        ]
-    else:
-        cmd = [sys.executable, str(launcher), *args]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-        "MLMINILM_NO_PROGRESS": "1",
-        "MLMINILM_WRITES_LOG": str(logs),
-        "PYTHONPATH": str(REPO),
-        **(env_extra or {}),
-    }
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240, env=env)
-
-
-def writes(out: Path) -> dict[str, list]:
-    logs = out.parent / f"{out.name}-writes"
-    return {p.stem: [tuple(json.loads(l)) for l in p.read_text().splitlines()] for p in sorted(logs.glob("*.jsonl"))}
-
-
-def losses(out: Path) -> list[tuple[int, float]]:
-    records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+    return teacher, data, write_launcher(root)
 
 
 def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
@@ -181,6 +32,8 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     proc = run(launcher, single, teacher, data, batch=4, nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
+    # DDP broadcasts no buffers before each forward (the student's are constants: test_ddp_setup.py).
+    assert recorded(ddp, "broadcast_buffers") == {"rank0": ["False"], "rank1": ["False"]}
     # The same loss trajectory, step by step.
     a, b = losses(ddp), losses(single)
     assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
@@ -267,3 +120,96 @@ def test_two_processes_killed_and_resumed_equal_the_uninterrupted_run(setup, tmp
     proc = run(launcher, plain, teacher, data, batch=2, nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert losses(plain) != losses(whole)
+
+
+def test_compiled_two_processes_with_accumulation_match_one_eager_process(setup, tmp_path):
+    """DDP under torch.compile (dynamo and AOT autograd trace the graphs as on CUDA; the `aot_eager` backend then
+    runs them eagerly, without inductor's minute of C++ generation) with --grad-accum 2, so the first micro-batch of
+    every step runs under DDP's no_sync: the same losses and student, in fp32, as one eager process with the
+    global batch (2 processes x 2 sequences x 2 micro-batches = 1 x 4 x 2)."""
+    teacher, data, launcher = setup
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    compiled = {"MLMINILM_TEST_COMPILE_BACKEND": "aot_eager", "MLMINILM_TEST_ROWS": "1"}  # CUDA's reduce too
+    proc = run(launcher, ddp, teacher, data, 2, 2, ("--compile", "on", "--grad-accum", "2"), compiled)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run(launcher, single, teacher, data, batch=4, nproc=1, extra=("--compile", "off", "--grad-accum", "2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    assert json.loads((ddp / "run.json").read_text())["compile"] is True
+    frames = recorded(ddp, "compiled_frames")
+    assert set(frames) == {"rank0", "rank1"} and all(int(n[0]) > 0 for n in frames.values()), frames
+    # Both ranks ran the masked and the packed graph at the same micro-batches (one rank's padded slice makes
+    # the micro-batch masked on both), so neither compiled while the other waited in the all-reduce.
+    variants = recorded(ddp, "variant")
+    assert variants["rank0"] == variants["rank1"] and len(set(variants["rank0"])) == 2, variants
+    assert frames["rank0"] == frames["rank1"], frames
+    # no_sync held under compile: each rank's gradients were all-reduced once per step, after its second
+    # micro-batch, never after the first (which would give the same sums, a bucket's traffic later).
+    for rank, found in rows(ddp).items():
+        order = "".join("m" if k == "variant" else "r" for k, _ in found if k in ("variant", "allreduce"))
+        assert order.replace("mmr", "") == "" and order.count("mmr") == 4, (rank, order)
+    a, b = losses(ddp), losses(single)
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    for (step, la), (_, lb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-5), (step, la, lb)
+    assert a[-1][1] != a[0][1]
+    from safetensors.torch import load_file
+
+    wa = load_file(ddp / "student" / "model.safetensors")
+    wb = load_file(single / "student" / "model.safetensors")
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_batch_size_auto_agrees_on_the_smallest_micro_batch_over_the_ranks(setup, tmp_path):
+    """`--batch-size auto` probes on every rank; ranks whose devices fit different micro-batches (here rank 0
+    fits 4 sequences, rank 1 only 1) each kept their own: rank 0 trained on 4 x 1, rank 1 on 1 x 4, slicing the
+    step's global batch differently (rows 0-3 and rows 1, 3, 5, 7: some twice, some never), silently. Every
+    rank now takes the smallest micro-batch any rank fits, and trains as one process on the same 8 sequences."""
+    teacher, data, launcher = setup
+    out, single = tmp_path / "auto", tmp_path / "single"
+    extra = ("--global-batch", "8")
+    env = {"MLMINILM_TEST_FITS": "4,1", "MLMINILM_TEST_ROWS": "1"}  # ROWS: each bucket's all-reduce recorded
+    proc = run(launcher, out, teacher, data, "auto", 2, extra, env, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert recorded(out, "micro_batch") == {"rank0": ["1"], "rank1": ["1"]}
+    proc = run(launcher, single, teacher, data, batch=2, nproc=1, extra=("--grad-accum", "4"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (step, la), (_, lb) in zip(losses(out), losses(single), strict=True):
+        assert la == pytest.approx(lb, rel=1e-5), (step, la, lb)
+    batch = json.loads((out / "run.json").read_text())["batch"]
+    assert (batch["micro_batch"], batch["grad_accum"], batch["global_batch"], batch["how"]) == (1, 4, 8, "auto")
+    for rank, found in rows(out).items():  # one all-reduce per step, after the 4th micro-batch, on each rank
+        order = "".join("m" if k == "variant" else "r" for k, _ in found if k in ("variant", "allreduce"))
+        assert order == "mmmmr" * 4, (rank, order)
+
+
+def test_embedding_gradients_reduced_by_rows_equal_the_dense_all_reduce(setup, tmp_path):
+    """On CUDA, DDP reduces the word embedding's gradient by rows, only those some rank looked up
+    (mlminilm/training/row_sparse_reduce.py); turned on here on the CPU: the same losses and student, to 1e-6
+    (bit-equal with 2 ranks), as the whole [vocabulary, hidden] all-reduce of DDP's own hook, with accumulation
+    (the gradient sums two micro-batches' rows)."""
+    from safetensors.torch import load_file
+
+    teacher, data, launcher = setup
+    rows_out, dense = tmp_path / "rows", tmp_path / "dense"
+    extra = ("--grad-accum", "2")
+    proc = run(launcher, rows_out, teacher, data, 2, 2, extra, {"MLMINILM_TEST_ROWS": "1"})  # as on CUDA
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run(launcher, dense, teacher, data, batch=2, nproc=2, extra=extra)  # the CPU's default: DDP's own
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    sent = recorded(rows_out, "rows")
+    assert sent["rank0"] == sent["rank1"] and sent["rank0"], sent  # the ranks agree on the rows to send
+    word = [tuple(map(int, s.split("/"))) for s in sent["rank0"]]  # the word embedding's, once a step
+    assert len(word) == 4 and all(0 < n < total / 2 for n, total in word), word  # a step's rows only
+    assert not any(recorded(dense, "rows").values())
+    a, b = losses(rows_out), losses(dense)
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    for (step, la), (_, lb) in zip(a, b):
+        assert la == pytest.approx(lb, rel=1e-6, abs=1e-9), (step, la, lb)
+    wa = load_file(rows_out / "student" / "model.safetensors")
+    wb = load_file(dense / "student" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=1e-6, msg=key)

@@ -67,12 +67,14 @@ def expected(data, sampler, step, micro, rank, world, pad):
 
 
 def check(batch: MicroBatch, data, sampler, step, micro, rank, world, pad=0) -> bool:
-    """Asserts `batch` is (step, micro)'s in-step batch; returns whether it was padded."""
+    """Asserts `batch` is (step, micro)'s in-step batch; returns whether it was padded: masked when any rank's
+    slice of the micro-batch holds padding (every rank then runs the same variant of the step)."""
     ids, mask, langs = expected(data, sampler, step, micro, rank, world, pad)
     assert (batch.step, batch.micro) == (step, micro)
     assert batch.input_ids.dtype == torch.long and torch.equal(batch.input_ids, torch.from_numpy(ids).long())
     assert batch.tokens == int(mask.sum()) and batch.langs == dict(langs)
-    assert batch.padded == (not mask.all())
+    anywhere = any(not expected(data, sampler, step, micro, r, world, pad)[1].all() for r in range(world))
+    assert batch.padded == anywhere
     if batch.padded:
         assert batch.attention_mask.dtype == torch.long
         assert torch.equal(batch.attention_mask, torch.from_numpy(mask).long())
@@ -91,6 +93,23 @@ def test_batches_equal_the_in_step_reads(data, workers):
         for i, batch in enumerate(batches):
             padded.append(check(batch, data, sampler, *divmod(i, ACCUM), rank, world))
     assert any(padded) and not all(padded)  # both paths: with a mask and without
+
+
+def test_every_rank_runs_the_same_variant_of_each_micro_batch(data):
+    """Whether a micro-batch goes to the model with an attention mask (padded) or without (packed) is decided
+    for all ranks at once: under torch.compile the two are different graphs, and a rank meeting its first
+    padded micro-batch alone would compile while every other rank waits for it in the gradient all-reduce."""
+    sampler = sampler_for(data)
+    world = 2
+    ranks = [list(loader(data, sampler, rank=r, world=world)) for r in range(world)]
+    own = [
+        [not expected(data, sampler, *divmod(i, ACCUM), r, world, 0)[1].all() for i in range(STEPS * ACCUM)]
+        for r in range(world)
+    ]
+    assert own[0] != own[1]  # the slices alone would disagree: the case this is about
+    for i, (a, b) in enumerate(zip(*ranks)):
+        assert a.padded == b.padded == (own[0][i] or own[1][i]), i
+        assert (a.attention_mask is None) == (b.attention_mask is None) == (not a.padded), i
 
 
 def test_ranks_take_different_slices(data):

@@ -5,6 +5,11 @@ the index (the sampler is stateless), so a loader started at any step yields exa
 uninterrupted run would have, whatever the number of workers. Everything a step needs to know about its batch
 (padding, real-token count, language counts) is computed here on the host, so the step never reads back from
 the device for it.
+
+Whether a micro-batch is padded (goes to the model with an attention mask) is decided for all processes at once,
+from the global draw every rank computes alike: under torch.compile the masked and the unmasked step are two
+graphs, and a rank deciding alone would compile the second one while every other rank waited for it in the
+gradient all-reduce (minutes on CUDA), at a different step on each rank.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ CUDA_WORKERS = 4  # enough to hide a micro-batch's read behind a GPU step; more 
 class MicroBatch:
     """One process's micro-batch `micro` of optimizer step `step`.
 
-    `attention_mask` is None when no position is padding (pass attention_mask=None to the model then);
-    otherwise it is exactly (input_ids != pad_id) as long. `tokens` counts the real (non-pad) tokens.
+    `padded`: some process's slice of this micro-batch holds padding; `attention_mask` is then exactly
+    (input_ids != pad_id) as long (all ones when the padding is another rank's), otherwise None (pass
+    attention_mask=None to the model then). `tokens` counts the real (non-pad) tokens of this process's slice.
     """
 
     step: int
@@ -70,6 +76,24 @@ class MicroBatches(Dataset):
         self.data, self.sampler = data, sampler
         self.batch_size, self.accum, self.rank, self.world = batch_size, accum, rank, world
         self.pad_id, self.max_steps = pad_id, max_steps
+        self.padded_last = self._padded_last_sequences()
+
+    def _padded_last_sequences(self) -> np.ndarray:
+        """Per sampler language: whether its last sequence holds padding. `prepare` packs a language's text into
+        full sequences and pads only its last one (corpus/packing.py), so a draw is padded exactly when it takes
+        a padded last sequence: known from the indices alone, for every rank's slice, without reading them."""
+        if self.pad_id is None:
+            return np.zeros(len(self.sampler.langs), bool)
+        return np.array(
+            [
+                bool((self.data.get(lang, int(count) - 1) == self.pad_id).any()) if count else False
+                for lang, count in zip(self.sampler.langs, self.sampler.counts)
+            ]
+        )
+
+    def _any_rank_padded(self, step: int, micro: int) -> bool:
+        lang, index = self.sampler.all_ranks(step, micro, self.batch_size, self.accum, self.world)
+        return bool((self.padded_last[lang] & (index == self.sampler.counts[lang] - 1)).any())
 
     def __len__(self) -> int:
         return self.max_steps * self.accum
@@ -83,7 +107,8 @@ class MicroBatches(Dataset):
         ids = self.data.batch([(langs[l], int(i)) for l, i in zip(lang_idx, seq_idx)])
         real = ids != self.pad_id if self.pad_id is not None else None
         tokens = int(real.sum()) if real is not None else ids.size
-        padded = tokens < ids.size
+        # Its own padding always counts (data packed otherwise than by `prepare` stays correct on this rank).
+        padded = tokens < ids.size or self._any_rank_padded(step, micro)
         return MicroBatch(
             step=step,
             micro=micro,
@@ -160,13 +185,14 @@ def make_loader(
     return MicroBatchLoader(loader)
 
 
-def default_workers(device_type: str, world: int = 1) -> int:
+def default_workers(device_type: str, local_world: int = 1) -> int:
     """Loader workers per process. CPU: 0, the cores run the model and a worker only takes time slices from it
-    (benchmarks/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own."""
+    (benchmarks/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own. The node's cores
+    are shared by its own `local_world` processes only (on 2 nodes of 8 GPUs, 8, not the 16 of WORLD_SIZE)."""
     if device_type != "cuda":
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(CUDA_WORKERS, cores // max(world, 1) - 1))
+    return max(0, min(CUDA_WORKERS, cores // max(local_world, 1) - 1))
 
 
 def default_pin_memory(device_type: str) -> bool:

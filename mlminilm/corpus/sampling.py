@@ -29,6 +29,11 @@ class BatchSampler:
 
     def micro_batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int):
         """This process's slice of the global batch for micro-batch `micro` of step `step`."""
+        lang, index = self.all_ranks(step, micro, batch, accum, world)
+        return lang[rank * batch : (rank + 1) * batch], index[rank * batch : (rank + 1) * batch]
+
+    def all_ranks(self, step: int, micro: int, batch: int, accum: int, world: int):
+        """Micro-batch `micro` of step `step` over every process: rank r's slice is rows r*batch .. (r+1)*batch-1."""
         lang, index = self.global_batch(step, batch * accum * world)
-        start = (micro * world + rank) * batch
-        return lang[start : start + batch], index[start : start + batch]
+        start = micro * world * batch
+        return lang[start : start + world * batch], index[start : start + world * batch]

@@ -1,5 +1,5 @@
 """A distill run's micro-batch and accumulation (mlminilm/training/batch_size.py): as the options give them, or,
-with `--batch-size auto` on CUDA, the largest micro-batch whose real distill step fits in memory."""
+with `--batch-size auto` on CUDA, the largest micro-batch whose real distill step fits in memory on every rank."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mlminilm import training
 from mlminilm.corpus.parallel import ParallelBatch
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
-from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
+from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, agree_across_ranks, plan_batch
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
 
@@ -22,10 +22,29 @@ def resolve_batch(
     plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
 ) -> BatchPlan:
     """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
-    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
+    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit, on every
+    rank, and every rank then takes the smallest any of them found (training.batch_size.agree_across_ranks)."""
     cfg = plan.cfg
-    if cfg.batch_size != "auto" or rt.device.type != "cuda":
-        return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
+    fits = memory_probe(plan, rt, teacher, forward, distill_terms) if cfg.batch_size == "auto" else None
+    found = plan_batch(
+        cfg.batch_size,
+        cfg.grad_accum,
+        cfg.global_batch,
+        rt.world,
+        fits=fits,
+        cap=CPU_AUTO_LIMIT if fits is None else None,
+    )
+    return agree_across_ranks(found, rt)
+
+
+def memory_probe(
+    plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
+) -> Callable[[int], bool] | None:
+    """On CUDA, `fits(size)`: whether a distill step of `size` sequences, with AdamW's moments beside it, fits in
+    this device's memory; None elsewhere (the CPU has no memory limit to find: auto stops at CPU_AUTO_LIMIT)."""
+    if rt.device.type != "cuda":
+        return None
+    cfg = plan.cfg
     trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)
     optimizer_bytes = 2 * 4 * trained  # AdamW's two fp32 moments, allocated at the first step
     total = torch.cuda.get_device_properties(rt.device).total_memory
@@ -58,4 +77,4 @@ def resolve_batch(
             torch.cuda.empty_cache()
         return ok
 
-    return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, fits=fits)
+    return fits

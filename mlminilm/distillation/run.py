@@ -93,6 +93,7 @@ def execute(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks)
         {"teacher_model_type": plan.teacher_config.model_type, "data_manifest": plan.data.manifest.get("tokenizer")},
     )
     if cfg.resume:
+        training.check_same_run_everywhere(where.out, rt, training.RUN_RECORD)
         training.check_resume_compatible(where.out, record, where.resume_keys, write=rt.is_main)
     models = _load_models(plan, rt, hooks, record)
     if cfg.max_steps == 0:
@@ -238,7 +239,7 @@ def _running_text_loader(plan: DistillPlan, rt: training.Runtime, batch: BatchPl
     only the parallel term on, the running text is not read at all: a null context."""
     cfg = plan.cfg
     sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
-    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.world)
+    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.local_world)
     if not uses_running_text(cfg):
         return contextlib.nullcontext()
     return make_loader(

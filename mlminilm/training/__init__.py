@@ -15,7 +15,7 @@ The names below are the ones the commands use, importable from `mlminilm.trainin
 from mlminilm.io.atomic import write_json_atomic
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
 from mlminilm.training.checkpoint_writer import save_checkpoint
-from mlminilm.training.checkpoints import load_checkpoint, resume_point
+from mlminilm.training.checkpoints import check_same_run_everywhere, load_checkpoint, resume_point
 from mlminilm.training.loop import (
     LoopResult,
     Reporting,
@@ -62,6 +62,7 @@ __all__ = [
     "RunLayout",
     "TrainingState",
     "check_resume_compatible",
+    "check_same_run_everywhere",
     "claimed_output",
     "checkpoint_dirs",
     "cpu_has_native_bf16",

@@ -10,10 +10,13 @@ CPU_AUTO_LIMIT (there is no memory limit to find, and larger batches stop paying
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from mlminilm.config import AUTO
 from mlminilm.errors import ConfigError
+
+if TYPE_CHECKING:  # this module's arithmetic imports no torch
+    from mlminilm.training.runtime import Runtime
 
 CPU_AUTO_LIMIT = 32  # the default --batch-size
 # A CUDA micro-batch fits when its step's peak memory plus AdamW's two moments of every trained parameter stay
@@ -79,3 +82,23 @@ def largest_fitting(per_process: int, fits: Callable[[int], bool], cap: int | No
             "use a smaller student, shorter sequences (prepare --seq-len) or --precision bf16"
         )
     return best
+
+
+def agree_across_ranks(found: BatchPlan, rt: Runtime) -> BatchPlan:
+    """Under torchrun, `--batch-size auto` as every rank can run it: the smallest micro-batch any rank found.
+
+    Each rank probes its own device, and devices differ (another process's memory, a smaller card). Ranks that
+    kept their own micro-batch would slice each step's global batch by different sizes (the sampler's slices
+    assume one), training on some sequences twice and others never, silently (tests/test_ddp.py). Every candidate
+    is a power of two dividing the per-process share, so the smallest divides it too. One all-reduce (MIN),
+    before training; the other modes need none (the options alone decide them, alike on every rank)."""
+    if not rt.distributed or found.how != "auto":
+        return found
+    import torch
+    import torch.distributed as dist
+
+    micro = torch.tensor([found.micro_batch], dtype=torch.long, device=rt.device)
+    dist.all_reduce(micro, op=dist.ReduceOp.MIN)
+    smallest = int(micro.item())
+    per_process = found.global_batch // rt.world
+    return BatchPlan(smallest, per_process // smallest, found.global_batch, found.how)

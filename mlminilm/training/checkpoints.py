@@ -4,6 +4,7 @@ point a --resume run starts from."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import torch
@@ -13,6 +14,7 @@ from mlminilm import logging as mlog
 from mlminilm.config import TrainConfig
 from mlminilm.errors import CheckpointError
 from mlminilm.training.checkpoint_layout import CHECKPOINTS, checkpoint_dirs
+from mlminilm.training.runtime import Runtime
 
 log = mlog.get(__name__)
 
@@ -80,6 +82,36 @@ def resume_point(out: Path, cfg: TrainConfig, raw_model, optimizer, scheduler) -
     _set_peak_lr(optimizer, scheduler, cfg.lr)
     log.info("resumed from %s", path)
     return step, state
+
+
+def check_same_run_everywhere(out: Path, rt: Runtime, record_file: str) -> None:
+    """Under torchrun, before --resume reads anything of the run in `out`: every rank must see it as rank 0 does
+    (the same newest whole checkpoint, the run record or none), else every rank raises the same CheckpointError.
+
+    A rank reads `out` through its own node's filesystem. Where that is not shared, ranks of other nodes find
+    another checkpoint or none, start from other steps and run other numbers of steps: their collectives no longer
+    pair up, and the run hangs or trains on wrong gradients. One all_gather of what each rank sees, before any
+    rank acts on it, lets each compare all of them alike, so they all stop, at once, with the same line."""
+    if not rt.distributed:
+        return
+    import torch.distributed as dist
+
+    found = checkpoint_dirs(out)
+    mine = {"checkpoint": found[-1][0] if found else None, "record": (Path(out) / record_file).is_file()}
+    views: list = [None] * rt.world
+    dist.all_gather_object(views, (socket.gethostname(), mine))
+    if all(view == views[0][1] for _, view in views):
+        return
+    seen = "; ".join(f"rank {r} on {host}: {_describe(view, record_file)}" for r, (host, view) in enumerate(views))
+    raise CheckpointError(
+        f"--resume: the ranks do not see the same run in {out} ({seen}); --out must be one directory that every "
+        "node sees (a shared filesystem), or a copy of the same run on each node"
+    )
+
+
+def _describe(view: dict, record_file: str) -> str:
+    checkpoint = f"checkpoint step-{view['checkpoint']}" if view["checkpoint"] is not None else "no checkpoint"
+    return f"{checkpoint}, {record_file if view['record'] else 'no ' + record_file}"
 
 
 def _set_peak_lr(optimizer, scheduler, lr: float) -> None:

@@ -16,6 +16,7 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm.config import TrainConfig
 from mlminilm.errors import TrainingDiverged
+from mlminilm.training import row_sparse_reduce
 from mlminilm.training.checkpoint_layout import checkpoint_dirs
 from mlminilm.training.checkpoints import resume_point
 from mlminilm.training.optim import linear_schedule, make_optimizer
@@ -48,11 +49,16 @@ def setup_training(cfg: TrainConfig, rt: Runtime, forward: nn.Module, params: nn
     if rt.distributed:
         # Default buckets: each bucket's all-reduce starts as soon as its gradients are ready, overlapping the rest
         # of the backward. Gradients as views of the buckets save a copy and the memory of a second gradient set.
+        # No buffer broadcast before each forward (one collective less per micro-batch): the models trained here
+        # hold only constant buffers (position and token-type ids, tests/test_ddp_setup.py), alike on every rank.
         model = nn.parallel.DistributedDataParallel(
             forward,
             device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
+            broadcast_buffers=False,
         )
+        # On CUDA the word embedding's gradient is all-reduced row-sparse: only the rows some rank looked up (exact).
+        row_sparse_reduce.register(model, forward, rt.device)
     optimizer = make_optimizer(params, cfg, rt.device)
     scheduler = linear_schedule(optimizer, cfg.warmup_steps(), cfg.max_steps)
     scaler = make_grad_scaler(rt)

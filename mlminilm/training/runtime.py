@@ -4,8 +4,10 @@ group."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -15,6 +17,13 @@ from mlminilm import logging as mlog
 
 log = mlog.get(__name__)
 
+# How long a collective may wait for the slowest rank before the process group gives up with an error (instead of
+# waiting forever, or NCCL's 10-minute default). Generous, because ranks legitimately wait for each other: rank 0
+# alone fills the parallel term's teacher-target cache, and the first step compiles on every rank (minutes on CUDA).
+# A run whose target cache takes longer raises it with this variable, in minutes.
+TIMEOUT_ENV = "MLMINILM_DIST_TIMEOUT_MIN"
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -23,6 +32,7 @@ class Runtime:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    local_world: int = 1  # processes on this node (per-node resources, such as loader workers, divide by it)
 
     @property
     def is_main(self) -> bool:
@@ -60,11 +70,34 @@ def cpu_has_native_bf16() -> bool:
         return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def local_world_size(world: int) -> int:
+    """The processes on this node: torchrun's LOCAL_WORLD_SIZE; `world` (one node) when a launcher sets only
+    WORLD_SIZE."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
+def process_group_timeout() -> timedelta:
+    """DEFAULT_TIMEOUT, or MLMINILM_DIST_TIMEOUT_MIN minutes."""
+    value = os.environ.get(TIMEOUT_ENV)
+    if value is None:
+        return DEFAULT_TIMEOUT
+    try:
+        minutes = float(value)
+    except ValueError:
+        minutes = -1.0
+    if not (math.isfinite(minutes) and minutes > 0):
+        from mlminilm.errors import ConfigError
+
+        raise ConfigError(f"{TIMEOUT_ENV}={value!r}: give the process group's timeout as a positive number of minutes")
+    return timedelta(minutes=minutes)
+
+
 def setup_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
     """Pick the device and precision, and join the torchrun process group when launched by torchrun."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = local_world_size(world)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -75,12 +108,13 @@ def setup_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
+        timeout = process_group_timeout()
         if dev.type == "cuda":
             # Bound to this process's GPU from the start: NCCL then creates its communicators eagerly on the right
             # device instead of guessing it at the first collective.
-            dist.init_process_group(backend="nccl", device_id=dev)
+            dist.init_process_group(backend="nccl", device_id=dev, timeout=timeout)
         else:
-            dist.init_process_group(backend="gloo")
+            dist.init_process_group(backend="gloo", timeout=timeout)
     if precision == "auto":
         precision = (
             "bf16"
@@ -88,7 +122,7 @@ def setup_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
             else ("fp16" if dev.type == "cuda" else "fp32")
         )
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    return Runtime(dev, dtype, rank, world, local_rank)
+    return Runtime(dev, dtype, rank, world, local_rank, local_world)
 
 
 def teardown_runtime(rt: Runtime) -> None:
