@@ -56,8 +56,14 @@ def register(ddp: nn.parallel.DistributedDataParallel, module: nn.Module, device
 
 
 def hook(rows_of, bucket):  # unannotated: DDP refuses any return annotation but the exact Future[Tensor] object
-    """The bucket reduced in place, synchronously (its collectives are ordered on the current stream), as a
-    completed future; on CUDA one that knows the device, so DDP's use of the buffer waits for this stream."""
+    """A bucket without the embedding: DDP's own asynchronous all-reduce (it overlaps the rest of the backward).
+    The embedding's bucket (the last of the backward: nothing is left to overlap) reduced in place, synchronously
+    (its collectives are ordered on the current stream), as a completed future; on CUDA one that knows the device,
+    so DDP's use of the buffer waits for this stream."""
+    if not any(id(param) in rows_of for param in bucket.parameters()):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        return default_hooks.allreduce_hook(None, bucket)
     reduce_bucket(rows_of, bucket)
     buffer = bucket.buffer()
     done: torch.futures.Future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
