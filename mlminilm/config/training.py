@@ -112,7 +112,7 @@ class TrainConfig:
             p.append(
                 f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off (got {self.max_grad_norm})"
             )
-        if self.save_every < 1:
+        if self.save_every is not None and self.save_every < 1:
             p.append(f"--save-every must be at least 1 (got {self.save_every})")
         if self.keep < 1:
             p.append(f"--keep must be at least 1 (got {self.keep})")
