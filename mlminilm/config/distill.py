@@ -85,17 +85,22 @@ class DistillConfig(TrainConfig):
         "spending compute).",
     )
     # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
-    # with --global-batch kept by accumulation (mlminilm/training/batch_size.py).
-    batch_size: int | str = redeclare(
+    # with --global-batch kept by accumulation (mlminilm/training/batch_size.py). None (left out): 32 on a CPU, as
+    # always; on CUDA auto, with enough accumulation for GPU_TOKENS_PER_STEP tokens per GPU per optimizer step
+    # (mlminilm/distillation/plan.py: default_batch).
+    batch_size: int | str | None = redeclare(
         TrainConfig,
         "batch_size",
+        None,
         min=None,
         check="batch-size",
         metavar="N|auto",
-        show_default=True,
+        show_default="32 on CPU, on CUDA auto with 32k tokens per GPU per step",
         cli_type=str,
         help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU "
-        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.",
+        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json. Left out: "
+        "32 on CPU; on CUDA auto with a global batch of at least 32,768 tokens per GPU (unless --global-batch or "
+        "--grad-accum says otherwise).",
     )
     # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
     # --batch-size it sets the accumulation; --batch-size auto needs it.

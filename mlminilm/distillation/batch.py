@@ -11,7 +11,7 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.corpus.parallel import ParallelBatch
-from mlminilm.distillation.plan import DistillPlan
+from mlminilm.distillation.plan import DistillPlan, default_batch
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, plan_batch
 
@@ -22,8 +22,9 @@ def resolve_batch(
     plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
 ) -> BatchPlan:
     """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
-    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit."""
-    cfg = plan.cfg
+    distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit. A
+    --batch-size left out is decided here, with the device (plan.default_batch)."""
+    cfg = default_batch(plan.cfg, rt.device.type, plan.data.seq_len, rt.world)
     if cfg.batch_size != "auto" or rt.device.type != "cuda":
         return plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, rt.world, cap=CPU_AUTO_LIMIT)
     trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)

@@ -178,7 +178,10 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
         )
     run_cfg = replace(cfg, batch_size=batch.micro_batch, grad_accum=batch.grad_accum, global_batch=None)
     compiled = cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda")
-    models.record["batch"] = batch.to_dict()
+    models.record["batch"] = {
+        **batch.to_dict(),
+        "tokens_per_process_step": batch.global_batch // rt.world * plan.data.seq_len,
+    }
     models.record["compile"] = compiled
     _write_run_record(where.out, models.record, rt)
     rt.barrier()
