@@ -7,6 +7,13 @@ MiniLM v1 and v2 losses are compositions of these (see `mlminilm.losses`). Two f
   a whole [batch, heads, seq, seq] tensor when that would be large (seq 512 and up). The losses use it.
 - `relation_logits` + `relation_kl` materialise the logits; kept for inspection and as the reference.
 
+Beyond chunks of heads: a fused relation-KL kernel holds no [seq, seq] tensor at all. Per row, KL(P || Q) =
+sum_j exp(t_j - m) (t_j - s_j) / sum_j exp(t_j - m) - LSE(t) + LSE(s), so one pass over blocks of keys with online
+softmax (running maxima and sums for teacher and student, rescaled as each block raises the maximum) gives the KL
+and both log-sum-exps per row; the backward recomputes each block's p = exp(t - LSE(t)), q = exp(s - LSE(s)) and
+accumulates (q - p) g against the student's keys and queries. The design, its cost and its plain-torch reference
+(proven against float64) are in `mlminilm.distillation.relation_blocks`; a Triton kernel of it is future work.
+
 Everything is computed in float32 (float64 for float64 inputs) with autocast switched off, whatever the
 inputs' dtype and whatever autocast is active: METHOD.md section 1 wants the relation logits and the KL in
 float32 even under bf16 autocast, and autocast would otherwise run the matmuls (and the einsum of the KL,
