@@ -75,8 +75,10 @@ backward) on random Q/K/V of an XLM-R-base-wide teacher (hidden 768) and a 384-w
 seq 512 by default (`--relation-batch`, `--relation-seq`), fp32 or, with `--precision bf16`, bf16 inputs under
 bf16 autocast. `materialised` composes `relation_kl(relation_logits(...))` as the losses did before chunking;
 `chunked` is `losses.minilm_v1_loss` (chunks of heads, recomputed in the backward; `--relation-chunk` overrides
-the automatic chunk). Memory: the resident-set high-water mark of a child process per mode, over its RSS just
-before the step (inputs, library set-up and a warm-up at seq 32 excluded), with `MALLOC_MMAP_THRESHOLD_=65536`
+the automatic chunk); `blockwise` is `relation_blocks.blockwise_relation_loss` (online softmax over 128 keys at a
+time, nothing of size seq^2: the fused relation-KL kernel's plain-torch reference). Memory: the resident-set
+high-water mark of a child process per mode, over its RSS just before the step (inputs, library set-up and a
+warm-up at seq 32 excluded), with `MALLOC_MMAP_THRESHOLD_=65536`
 so freed tensors leave the RSS at once. Time: the median of `--steps` (default 3) alternating steps in this
 process, after one warm-up each.
 

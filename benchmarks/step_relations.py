@@ -1,6 +1,6 @@
 """The relation loss alone (`distill_step.py --relation-memory`): MiniLM v1's attention and value relations,
-forward + backward, materialised against chunked; peak memory from a child process per mode, time in this one.
-distill_step.py's docstring says what is measured and how."""
+forward + backward, materialised against chunked and blockwise; peak memory from a child process per mode, time
+in this one. distill_step.py's docstring says what is measured and how."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ from step_hardware import peak_rss_bytes, reset_rss_peak, status_kb
 # The loss of MiniLM v1 alone at a long sequence: an XLM-R-base teacher's Q/K/V (hidden 768) against a 384-wide
 # student's, 12 heads, both relations (attention and value), forward + backward.
 RELATION_HEADS, RELATION_TEACHER_HIDDEN, RELATION_STUDENT_HIDDEN = 12, 768, 384
+BLOCK = 128  # keys per block of the blockwise mode (the fused kernel's reference)
 RELATION_MODES = {
     "materialised": "relation_kl(relation_logits(...)) per relation: whole [batch, heads, seq, seq] logits",
     "chunked": "losses.minilm_v1_loss -> relations.relation_loss: chunks of heads, recomputed in the backward",
+    "blockwise": f"relation_blocks.blockwise_relation_loss: online softmax over {BLOCK} keys at a time, no seq^2",
 }
 
 
@@ -49,6 +51,13 @@ def relation_step(mode: str, teacher, student, mask, precision: str, chunk: int 
             (tq, tk, tv), (sq, sk, sv), h = teacher, student, RELATION_HEADS
             loss = relation_kl(relation_logits(tq, tk, h), relation_logits(sq, sk, h), mask) + relation_kl(
                 relation_logits(tv, tv, h), relation_logits(sv, sv, h), mask
+            )
+        elif mode == "blockwise":
+            from mlminilm.distillation.relation_blocks import blockwise_relation_loss
+
+            (tq, tk, tv), (sq, sk, sv), h = teacher, student, RELATION_HEADS
+            loss = blockwise_relation_loss(tq, tk, sq, sk, mask, h, BLOCK) + blockwise_relation_loss(
+                tv, tv, sv, sv, mask, h, BLOCK
             )
         else:
             loss = minilm_v1_loss(teacher, student, mask, RELATION_HEADS, chunk)
@@ -143,6 +152,8 @@ def relation_memory(batch: int, seq: int, precision: str, chunk: int | None, rep
         "memory_ratio": before["peak_over_before_bytes"] / after["peak_over_before_bytes"],
         "time_ratio": after["ms_median"] / before["ms_median"],
         "loss_difference": abs(before["loss"] - after["loss"]),
+        "blockwise_memory_ratio": before["peak_over_before_bytes"] / rows["blockwise"]["peak_over_before_bytes"],
+        "blockwise_loss_difference": abs(before["loss"] - rows["blockwise"]["loss"]),
     }
 
 
@@ -160,5 +171,7 @@ def print_relation_memory(result: dict) -> None:
         )
     print(
         f"memory ratio (materialised / chunked): {result['memory_ratio']:.2f}x; time ratio (chunked / "
-        f"materialised): {result['time_ratio']:.2f}; loss difference {result['loss_difference']:.2e}"
+        f"materialised): {result['time_ratio']:.2f}; loss difference {result['loss_difference']:.2e}; blockwise "
+        f"memory ratio {result['blockwise_memory_ratio']:.2f}x, loss difference "
+        f"{result['blockwise_loss_difference']:.2e}"
     )

@@ -56,6 +56,7 @@ RUN = (
     "freeze_embeddings",
     "seed",
     "save_every",
+    "save_every_minutes",
     "keep",
     "log_every",
     "resume",

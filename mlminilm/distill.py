@@ -209,8 +209,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     check_compile(cfg.compile, device_type_of(cfg.device))  # --compile on without Triton on CUDA: refused now
     rule = plans.init_rule(cfg)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer), rule)
-    # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE).
-    plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, int(os.environ.get("WORLD_SIZE", "1")))
+    # The batch options' arithmetic, before anything loads (the processes torchrun starts are in WORLD_SIZE); a
+    # --batch-size left out is decided with the device, and checked then (distillation/batch.py).
+    if cfg.batch_size is not None:
+        plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, int(os.environ.get("WORLD_SIZE", "1")))
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     head = plans.embedding_head(cfg, sentence)

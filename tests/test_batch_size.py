@@ -106,9 +106,10 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
         proc = cli(*distill_args(teacher, data, tmp_path / name, *extra))
         assert proc.returncode == 0, proc.stderr[-2000:]
     batch = {name: json.loads((tmp_path / name / "run.json").read_text())["batch"] for name in runs}
-    assert batch["16x1"] == {"micro_batch": 16, "grad_accum": 1, "global_batch": 16, "how": "given"}
-    assert batch["4x4"] == {"micro_batch": 4, "grad_accum": 4, "global_batch": 16, "how": "global"}
-    assert batch["auto"] == {"micro_batch": 16, "grad_accum": 1, "global_batch": 16, "how": "auto"}  # CPU: <= 32
+    tokens = {"tokens_per_process_step": 16 * 32}  # 16 sequences of prepare_data's 32 tokens
+    assert batch["16x1"] == {"micro_batch": 16, "grad_accum": 1, "global_batch": 16, "how": "given", **tokens}
+    assert batch["4x4"] == {"micro_batch": 4, "grad_accum": 4, "global_batch": 16, "how": "global", **tokens}
+    assert batch["auto"] == {"micro_batch": 16, "grad_accum": 1, "global_batch": 16, "how": "auto", **tokens}
     assert json.loads((tmp_path / "auto" / "run.json").read_text())["config"]["batch_size"] == "auto"
     assert losses(tmp_path / "auto") == losses(tmp_path / "16x1")
     # Four micro-batches of 4 hold the same 16 sequences: the same losses up to summation order.

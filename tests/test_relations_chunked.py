@@ -154,13 +154,36 @@ def test_several_chunks_save_only_the_inputs():
     assert max(saved) == 2 * 4 * 32 * 32
 
 
-def test_auto_chunk_bounds_the_chunk():
+def test_auto_chunk_bounds_the_chunk(monkeypatch):
+    from mlminilm.distillation import relations
+
+    monkeypatch.setattr(relations, "gpu_memory", lambda index: 0)  # a CUDA build without a GPU: the floor, 1 << 24
     assert auto_chunk(8, 128, 12) == 12  # the CPU benchmark's shape: one chunk, nothing recomputed
     assert auto_chunk(8, 512, 12) == 1
     assert auto_chunk(8, 512, 12, "cuda") == 8
     assert auto_chunk(64, 512, 48, "cuda") == 1
     assert auto_chunk(256, 128, 48, "cuda") == 4
     assert auto_chunk(1, 4, 3) == 3
+
+
+@pytest.mark.parametrize(
+    "memory, shapes",
+    [
+        # An 80 GB H100 (torch reports 79.2 GiB): 32 x 512 in one chunk for MiniLM's 12 heads and MiniLMv2's 48.
+        (85_000_000_000, {(32, 512, 12): 12, (32, 512, 48): 48, (64, 512, 12): 12, (64, 512, 48): 39}),
+        # 16 GiB: budget 2^27 elements, 32 x 512 x 1 head = 2^23 of them: chunks of 16 heads.
+        (16 * 2**30, {(32, 512, 12): 12, (32, 512, 48): 16, (8, 128, 12): 12}),
+    ],
+    ids=["80GB", "16GiB"],
+)
+def test_cuda_budget_is_a_share_of_the_gpu(monkeypatch, memory, shapes):
+    from mlminilm.distillation import relations
+
+    monkeypatch.setattr(relations, "gpu_memory", lambda index: memory)
+    budget = memory // (4 * 32)  # fp32 elements in 1/32 of the GPU
+    for (b, s, h), chunk in shapes.items():
+        assert auto_chunk(b, s, h, "cuda") == chunk == min(h, budget // (b * s * s)), (b, s, h)
+    assert auto_chunk(8, 512, 12, "cpu") == 1  # the CPU's budget is its own
 
 
 def test_loss_api_accepts_chunk_and_rejects_a_bad_one():

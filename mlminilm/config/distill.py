@@ -85,17 +85,22 @@ class DistillConfig(TrainConfig):
         "spending compute).",
     )
     # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
-    # with --global-batch kept by accumulation (mlminilm/training/batch_size.py).
-    batch_size: int | str = redeclare(
+    # with --global-batch kept by accumulation (mlminilm/training/batch_size.py). None (left out): 32 on a CPU, as
+    # always; on CUDA auto, with enough accumulation for GPU_TOKENS_PER_STEP tokens per GPU per optimizer step
+    # (mlminilm/distillation/plan.py: default_batch).
+    batch_size: int | str | None = redeclare(
         TrainConfig,
         "batch_size",
+        None,
         min=None,
         check="batch-size",
         metavar="N|auto",
-        show_default=True,
+        show_default="32 on CPU, on CUDA auto with 32k tokens per GPU per step",
         cli_type=str,
         help="Sequences per process per micro-batch, or auto: the largest power of two whose step fits the GPU "
-        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json.",
+        "(CPU: up to 32), with --global-batch kept by accumulation; the choice is recorded in run.json. Left out: "
+        "32 on CPU; on CUDA auto with a global batch of at least 32,768 tokens per GPU (unless --global-batch or "
+        "--grad-accum says otherwise).",
     )
     # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
     # --batch-size it sets the accumulation; --batch-size auto needs it.
@@ -105,6 +110,22 @@ class DistillConfig(TrainConfig):
         resume=FIXED,
         help="Sequences per optimizer step over all processes (sets the accumulation; needed by --batch-size auto). "
         "Default: batch size x --grad-accum x processes.",
+    )
+    # Checkpoint cadence (mlminilm/training/save_clock.py): by time by default, 30 minutes, the same wall-clock
+    # work at risk on a CPU (a few hundred steps) and on an H100 (where --save-every 1000, the old default, wrote a
+    # 1.3 GB checkpoint every few seconds); a step cadence only when asked for. Both given: whichever comes first.
+    save_every: int | None = redeclare(  # type: ignore[assignment]
+        TrainConfig,
+        "save_every",
+        None,
+        show_default="none: by time",
+        help="Also checkpoint every N steps (default: by time alone, --save-every-minutes; always at the end).",
+    )
+    save_every_minutes: float = option(
+        30.0,
+        check="non-negative",
+        help="Checkpoint when this many minutes have passed since the last one (at the next --log-every step, "
+        "decided by rank 0 for every process); 0 = by --save-every steps alone. Always at the end.",
     )
     # torch.compile the student's forward and the loss: auto = on CUDA
     compile: str = option(
@@ -338,6 +359,8 @@ class DistillConfig(TrainConfig):
                 p.append("--global-batch sets the accumulation itself: leave out --grad-accum")
         elif self.batch_size == AUTO:
             p.append("--batch-size auto needs --global-batch N (the sequences per optimizer step it keeps)")
+        if not (self.save_every_minutes >= 0 and math.isfinite(self.save_every_minutes)):
+            p.append(f"--save-every-minutes must be non-negative and finite, 0 = off (got {self.save_every_minutes})")
         check_choice(p, self.compile, COMPILE_MODES, "--compile")
         if self.data_workers is not None and self.data_workers < 0:
             p.append(f"--data-workers must be at least 0 (got {self.data_workers})")

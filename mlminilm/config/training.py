@@ -94,7 +94,9 @@ class TrainConfig:
         if self.max_steps < (0 if self.ZERO_STEPS else 1):
             least = "0 (the initialised student, exported untrained)" if self.ZERO_STEPS else "1"
             p.append(f"--max-steps must be at least {least} (got {self.max_steps})")
-        if self.batch_size == AUTO:
+        if self.batch_size is None and self.AUTO_BATCH:
+            pass  # decided with the device (distill: mlminilm.distillation.plan.default_batch)
+        elif self.batch_size == AUTO:
             if not self.AUTO_BATCH:
                 p.append("--batch-size auto is for distill and assist; give a number of sequences")
         elif not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -112,7 +114,7 @@ class TrainConfig:
             p.append(
                 f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off (got {self.max_grad_norm})"
             )
-        if self.save_every < 1:
+        if self.save_every is not None and self.save_every < 1:
             p.append(f"--save-every must be at least 1 (got {self.save_every})")
         if self.keep < 1:
             p.append(f"--keep must be at least 1 (got {self.keep})")

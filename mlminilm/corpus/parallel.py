@@ -17,8 +17,13 @@ import torch
 
 from mlminilm.corpus.parallel_files import ParallelPairs, file_lang, read_parallel  # noqa: F401 (the readers' home)
 
-# Padded lengths are rounded up to this multiple: fewer distinct shapes for a compiled step, little padding.
-PAD_MULTIPLE = 16
+# A batch of pairs is padded to the shortest of a few fixed lengths that holds its longest row: a quarter, half or
+# all of --parallel-max-length (32, 64, 128 by default), each rounded up to a multiple of 8 (tensor-core tiles).
+# A compiled step (`dynamic=False`) sees at most these three shapes; rounding to multiples of 16 gave up to
+# max_length / 16 of them (8 at 128, 36 at 576), each a recompilation of a minute or two on a GPU, then eager
+# execution once dynamo's recompile limit was reached. Padding is masked everywhere, so the loss does not depend
+# on the bucket (tests/test_parallel_buckets.py); it costs at most twice the longest row's tokens.
+PAD_FRACTIONS = (4, 2, 1)
 # The draw of parallel pairs uses its own stream, apart from the running-text batches' (seed, step).
 STREAM = 7
 
@@ -73,6 +78,24 @@ class ParallelBatch:
         )
 
 
+def pad_lengths(max_length: int) -> tuple[int, ...]:
+    """The lengths a batch of pairs may be padded to (PAD_FRACTIONS of max_length, multiples of 8 up to it)."""
+    return tuple(sorted({min(max_length, (-(-max_length // k) + 7) // 8 * 8) for k in PAD_FRACTIONS}))
+
+
+def pad_length(longest: int, max_length: int) -> int:
+    """The shortest of `pad_lengths(max_length)` that holds `longest` tokens."""
+    return next(n for n in pad_lengths(max_length) if n >= longest)
+
+
+def pad_to(x: torch.Tensor, length: int, value: int, side: str = "right") -> torch.Tensor:
+    """[rows, n] -> [rows, length] with `value` added on the tokenizer's padding side."""
+    extra = length - x.shape[1]
+    if extra <= 0:
+        return x
+    return torch.nn.functional.pad(x, (extra, 0) if side == "left" else (0, extra), value=value)
+
+
 def shared_sides(sources: list[str], targets: list[str]) -> torch.Tensor:
     """[B, B] bool: True where pairs i != j have the same source or the same translation."""
 
@@ -110,18 +133,22 @@ class ParallelSampler:
         start = (micro * world + rank) * batch
         return drawn[start : start + batch]
 
-    def _encode(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        multiple = PAD_MULTIPLE if self.max_length % PAD_MULTIPLE == 0 else None  # never past max_length
+    def _encode(self, texts: list[str], length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and mask of the prefixed texts, cut to max_length and padded to `length` (default: the
+        bucket of the longest row, `pad_length`)."""
         enc = self.tokenizer(
             [self.prefix + t for t in texts],
             padding=True,
             truncation=True,
             max_length=self.max_length,
-            pad_to_multiple_of=multiple,
             return_tensors="pt",
             return_token_type_ids=False,
         )
-        return enc["input_ids"], enc["attention_mask"]
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        length = pad_length(ids.shape[1], self.max_length) if length is None else length
+        return pad_to(ids, length, self.tokenizer.pad_token_id, self.tokenizer.padding_side), pad_to(
+            mask, length, 0, self.tokenizer.padding_side
+        )
 
     def batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> ParallelBatch:
         picked = self.indices(step, micro, batch, accum, rank, world)
@@ -134,5 +161,6 @@ class ParallelSampler:
             return ParallelBatch(
                 empty, empty, both_ids, both_mask, langs, shared_sides(sources, targets), self.target_table(sources)
             )
-        source_ids, source_mask = self._encode(sources)
+        # The sources padded as the student's batch: one length per batch, so one shape of each.
+        source_ids, source_mask = self._encode(sources, both_ids.shape[1])
         return ParallelBatch(source_ids, source_mask, both_ids, both_mask, langs, shared_sides(sources, targets))

@@ -11,7 +11,7 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.corpus.parallel import ParallelBatch
-from mlminilm.distillation.plan import DistillPlan
+from mlminilm.distillation.plan import DistillPlan, default_batch
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, agree_across_ranks, plan_batch
 
@@ -23,9 +23,10 @@ def resolve_batch(
 ) -> BatchPlan:
     """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
     distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit, on every
-    rank, and every rank then takes the smallest any of them found (training.batch_size.agree_across_ranks)."""
-    cfg = plan.cfg
-    fits = memory_probe(plan, rt, teacher, forward, distill_terms) if cfg.batch_size == "auto" else None
+    rank, and every rank then takes the smallest any of them found (training.batch_size.agree_across_ranks). A
+    --batch-size left out is decided here, with the device (plan.default_batch)."""
+    cfg = default_batch(plan.cfg, rt.device.type, plan.data.seq_len, rt.world)
+    fits = memory_probe(plan, cfg, rt, teacher, forward, distill_terms) if cfg.batch_size == "auto" else None
     found = plan_batch(
         cfg.batch_size,
         cfg.grad_accum,
@@ -38,13 +39,12 @@ def resolve_batch(
 
 
 def memory_probe(
-    plan: DistillPlan, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
+    plan: DistillPlan, cfg, rt: training.Runtime, teacher: nn.Module, forward: nn.Module, distill_terms: Callable
 ) -> Callable[[int], bool] | None:
     """On CUDA, `fits(size)`: whether a distill step of `size` sequences, with AdamW's moments beside it, fits in
     this device's memory; None elsewhere (the CPU has no memory limit to find: auto stops at CPU_AUTO_LIMIT)."""
     if rt.device.type != "cuda":
         return None
-    cfg = plan.cfg
     trained = sum(p.numel() for p in forward.parameters() if p.requires_grad)
     optimizer_bytes = 2 * 4 * trained  # AdamW's two fp32 moments, allocated at the first step
     total = torch.cuda.get_device_properties(rt.device).total_memory

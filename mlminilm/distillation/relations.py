@@ -7,6 +7,13 @@ MiniLM v1 and v2 losses are compositions of these (see `mlminilm.losses`). Two f
   a whole [batch, heads, seq, seq] tensor when that would be large (seq 512 and up). The losses use it.
 - `relation_logits` + `relation_kl` materialise the logits; kept for inspection and as the reference.
 
+Beyond chunks of heads: a fused relation-KL kernel holds no [seq, seq] tensor at all. Per row, KL(P || Q) =
+sum_j exp(t_j - m) (t_j - s_j) / sum_j exp(t_j - m) - LSE(t) + LSE(s), so one pass over blocks of keys with online
+softmax (running maxima and sums for teacher and student, rescaled as each block raises the maximum) gives the KL
+and both log-sum-exps per row; the backward recomputes each block's p = exp(t - LSE(t)), q = exp(s - LSE(s)) and
+accumulates (q - p) g against the student's keys and queries. The design, its cost and its plain-torch reference
+(proven against float64) are in `mlminilm.distillation.relation_blocks`; a Triton kernel of it is future work.
+
 Everything is computed in float32 (float64 for float64 inputs) with autocast switched off, whatever the
 inputs' dtype and whatever autocast is active: METHOD.md section 1 wants the relation logits and the KL in
 float32 even under bf16 autocast, and autocast would otherwise run the matmuls (and the einsum of the KL,
@@ -15,6 +22,7 @@ which lowers to a bmm) in bf16.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -24,10 +32,40 @@ MASKED_LOGIT = -1e9
 # The automatic chunk holds at most this many elements per [batch, chunk, seq, seq] tensor. CPU: 8 MiB in fp32,
 # so a chunk's few tensors stay in a server CPU's last-level cache (batch 8 x seq 512, 1 thread: chunks of 1
 # head took 1.2 s against 2.1 s for chunks of 4 and 1.7 s materialised); batch 8 x seq 128 still fits all 12
-# heads in one chunk. Elsewhere (CUDA): 64 MiB, so each kernel has enough work and the number of launches stays
-# small (a guess, not yet measured on a GPU).
+# heads in one chunk. CUDA: 1/GPU_MEMORY_PER_CHUNK of the GPU's memory (`chunk_budget`), at least
+# CHUNK_ELEMENTS_DEFAULT (64 MiB, also the budget of other devices and of a CUDA build without a GPU).
 CHUNK_ELEMENTS = {"cpu": 1 << 21}
 CHUNK_ELEMENTS_DEFAULT = 1 << 24
+# Why 1/32 of the GPU: one chunk for every head (no recomputation in the backward: the forward keeps the softmax
+# difference, the backward is one multiply and two matmuls) as long as a [batch, heads, seq, seq] fp32 tensor, U =
+# 4 b h s^2 bytes, is at most 1/32 of the GPU. With T relation terms (MiniLM: 2, MiniLMv2: 3) the relation loss
+# then holds T U from its forward to its backward and peaks at about (T + 3) U (the last term's logits,
+# log-probabilities, probabilities and difference beside the T - 1 kept ones; measured on CPU in
+# docs/BENCHMARKS.md's relation-memory rows). At 32 x 512: MiniLM, 12 heads, U = 384 MiB, peak 1.9 GiB (2.4 % of
+# an 80 GB H100); MiniLMv2, 48 relation heads, U = 1.5 GiB, peak 9 GiB (11 %): both one chunk on an 80 GB GPU
+# (budget 663M elements, 2.5 GB; U is 101M and 403M elements). The old 64 MiB budget split 32 x 512 x 12 heads
+# into 6 chunks whose two softmaxes the backward computed again (a third more relation work). A 16 GiB GPU keeps
+# MiniLM's 12 heads in one chunk at 32 x 512 and splits MiniLMv2's 48 into chunks of 16.
+GPU_MEMORY_PER_CHUNK = 32
+
+
+@torch.compiler.assume_constant_result
+def gpu_memory(index: int | None) -> int:
+    """The CUDA device's total memory in bytes (0 without a GPU). A constant to torch.compile: evaluated once when
+    the loss is traced, never a graph break."""
+    if not torch.cuda.is_available():
+        return 0
+    return torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).total_memory
+
+
+def chunk_budget(device: torch.device | str) -> int:
+    """The most elements of one automatic chunk's [batch, chunk, seq, seq] tensor on `device` (see CHUNK_ELEMENTS)."""
+    device = torch.device(device)
+    if device.type in CHUNK_ELEMENTS:
+        return CHUNK_ELEMENTS[device.type]
+    if device.type == "cuda":
+        return max(CHUNK_ELEMENTS_DEFAULT, gpu_memory(device.index) // (4 * GPU_MEMORY_PER_CHUNK))
+    return CHUNK_ELEMENTS_DEFAULT
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -55,8 +93,38 @@ def no_autocast(device: torch.device):
 
 
 def scaled_logits(xh: torch.Tensor, yh: torch.Tensor) -> torch.Tensor:
-    """x_a y_a^T / sqrt(d) for heads [batch, heads, seq, d] (d of x, the model's own head size)."""
-    return torch.matmul(xh * (1.0 / math.sqrt(xh.shape[-1])), yh.transpose(-1, -2))
+    """x_a y_a^T / sqrt(d) for heads [batch, heads, seq, d] (d of x, the model's own head size).
+
+    On CUDA the scale comes after the product: under `tf32_relations` the matmul reads its fp32 inputs as TF32,
+    which holds bf16 and fp16 values exactly, but not x / sqrt(d) (sqrt(32) is no power of two). The CPU keeps its
+    order (and its bits)."""
+    scale = 1.0 / math.sqrt(xh.shape[-1])
+    if xh.is_cuda:
+        return torch.matmul(xh, yh.transpose(-1, -2)).mul_(scale)
+    return torch.matmul(xh * scale, yh.transpose(-1, -2))
+
+
+@contextlib.contextmanager
+def tf32_relations(device: torch.device | str, dtype: torch.dtype):
+    """TF32 for fp32 matmuls while a CUDA run computes in bf16 or fp16; nothing anywhere else (CPU, fp32 runs).
+
+    Why it changes nothing measurable in the relations' forward: their inputs are bf16 (or fp16) Q/K/V cast to fp32,
+    and TF32 keeps 10 mantissa bits, bf16 7 and fp16 10, so the tensor cores read them exactly; their products (at
+    most 22 significant bits) and fp32 accumulation are an fp32 matmul's. The scale comes after the product on CUDA
+    (`scaled_logits`) to keep that true. The backward's fp32 softmax difference is rounded to TF32 (a relative
+    2^-11 per element) where the rest of the step's gradients are bf16 (2^-8). Under bf16 autocast no other fp32
+    matmul runs (the model's are bf16; the teacher runs in its bf16 weights). Checked on CPU with TF32 emulated in
+    tests/test_relations_tf32.py; the GPU figure is left to `make gpu-check`."""
+    if torch.device(device).type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        yield False
+        return
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        yield True
+    finally:
+        matmul.fp32_precision = old
 
 
 def relation_logits(x: torch.Tensor, y: torch.Tensor, heads: int) -> torch.Tensor:
@@ -153,8 +221,8 @@ def relation_kl(
 
 
 def auto_chunk(batch: int, seq: int, heads: int, device: torch.device | str = "cpu") -> int:
-    """Heads per chunk so that one [batch, chunk, seq, seq] tensor holds at most the device's CHUNK_ELEMENTS."""
-    budget = CHUNK_ELEMENTS.get(torch.device(device).type, CHUNK_ELEMENTS_DEFAULT)
+    """Heads per chunk so that one [batch, chunk, seq, seq] tensor holds at most the device's `chunk_budget`."""
+    budget = chunk_budget(device)
     return max(1, min(heads, budget // max(1, batch * seq * seq)))
 
 

@@ -24,6 +24,7 @@ from mlminilm.corpus.sampling import BatchSampler
 from mlminilm.distillation.batch import resolve_batch
 from mlminilm.distillation.objective import EmbeddingHead, StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
+from mlminilm.distillation.relations import tf32_relations
 from mlminilm.distillation.step import DistillStep
 from mlminilm.distillation.terms import uses_running_text
 from mlminilm.models.student import (
@@ -182,7 +183,10 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
     compiled, warning = resolve_compile(cfg.compile, rt.device.type)  # auto without Triton on CUDA: eager
     if warning and rt.is_main:
         log.warning(warning)
-    models.record["batch"] = batch.to_dict()
+    models.record["batch"] = {
+        **batch.to_dict(),
+        "tokens_per_process_step": batch.global_batch // rt.world * plan.data.seq_len,
+    }
     models.record["compile"] = compiled
     _write_run_record(where.out, models.record, rt)
     rt.barrier()
@@ -216,7 +220,7 @@ def _train(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks, 
     if cfg.probe_tatoeba is not None and start == 0:
         _probe_untrained(models, rt, state.metrics)
     t0 = time.perf_counter()
-    with loader:
+    with loader, tf32_relations(rt.device, rt.dtype):
         result = _run_steps(plan, rt, where, models, run_cfg, state, step, start)
     mix = step.mix()
     if rt.is_main:

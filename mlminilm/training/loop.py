@@ -22,6 +22,7 @@ from mlminilm.training.checkpoints import resume_point
 from mlminilm.training.optim import linear_schedule, make_optimizer
 from mlminilm.training.run_dir import MetricsLog
 from mlminilm.training.runtime import Runtime, make_grad_scaler
+from mlminilm.training.save_clock import SaveClock
 from mlminilm.training.tracking import Tracker, open_tracker
 
 log = mlog.get(__name__)
@@ -124,22 +125,25 @@ class _Window:
             self.parts.setdefault(k, []).append(v)
         self.steps.append(step_number)
 
-    def read(self, rt: Runtime) -> tuple[list[float], dict[str, float], int]:
+    def read(self, rt: Runtime, due: bool = False) -> tuple[list[float], dict[str, float], int, bool]:
         """(mean loss of each step over processes, mean of each part over steps and processes, first step with a
-        non-finite loss on any process or -1): one all-reduce and one device->host read for the whole interval."""
+        non-finite loss on any process or -1, whether any process said `due`): one all-reduce and one device->host
+        read for the whole interval. `due` is rank 0's time-based save decision (save_clock.SaveClock), shared."""
         n = len(self.losses)
         names = sorted(self.parts)
         values = torch.stack(self.losses + [torch.stack(self.parts[k]).mean() for k in names]).float()
-        # The first bad step (-1: none), as a max over processes: any process's non-finite loss stops every one.
-        packed = torch.cat([values, self.first_bad.float().reshape(1)])
+        # The first bad step (-1: none) and the save flag, as maxima over processes: any process's non-finite loss
+        # stops every one, and rank 0's clock decides every rank's time-based save.
+        flags = torch.stack([self.first_bad.float(), torch.full((), float(due), device=self.device)])
+        packed = torch.cat([values, flags])
         if rt.distributed:
-            flag = packed[-1:].clone()
+            flag = packed[-2:].clone()
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            summed = packed[:-1].clone()
+            summed = packed[:-2].clone()
             dist.all_reduce(summed, op=dist.ReduceOp.SUM)
             packed = torch.cat([summed / rt.world, flag])
         host = packed.tolist()
-        return host[:n], dict(zip(names, host[n:-1])), int(host[-1])
+        return host[:n], dict(zip(names, host[n:-2])), int(host[-2]), host[-1] > 0
 
     def clear(self) -> None:
         self.losses, self.parts, self.steps = [], {}, []
@@ -256,6 +260,8 @@ class _Loop:
         self.window_tokens = 0
         self.window_info: dict = {}
         self.window = _Window(steps.rt.device)
+        # distill / assist --save-every-minutes; finetune has none: its saves are its model selection's cadence.
+        self.clock = SaveClock(getattr(steps.cfg, "save_every_minutes", None), steps.rt.is_main)
         # Without a progress bar (stderr not a terminal: a batch job, a pipe), a log line per metrics record instead.
         self.log_lines = steps.rt.is_main and not mlog.progress_enabled()
         self.params = [p for group in steps.optimizer.param_groups for p in group["params"]]
@@ -268,11 +274,12 @@ class _Loop:
         self._update(step)
         done = step + 1
         log_now = done % cfg.log_every == 0 or done == cfg.max_steps
-        save_now = done % cfg.save_every == 0 or done == cfg.max_steps
+        save_now = (cfg.save_every is not None and done % cfg.save_every == 0) or done == cfg.max_steps
         probe_now = self.r.probe is not None and (done % self.r.probe_every == 0 or done == cfg.max_steps)
         if not (log_now or save_now or probe_now):
             return
-        losses, parts, bad = self.window.read(s.rt)
+        losses, parts, bad, due = self.window.read(s.rt, self.clock.due())
+        save_now = save_now or due  # one save at a step, whichever cadence asked for it
         if bad >= 0:
             value = losses[self.window.steps.index(bad)]
             self.writer.wait()  # the last good checkpoint, named below, is on disk
@@ -283,6 +290,7 @@ class _Loop:
             self._log(done, losses, parts)
         if save_now:
             self._save(done)
+            self.clock.saved()
         if probe_now:
             self._probe(done)
 
