@@ -284,7 +284,7 @@ def ratios(results: dict) -> dict:
     for model in ("teacher", "student"):
         for key, s in speed[model].items():
             row = {"over_torch_teacher": s["batch"]["sentences_per_s"] / teacher}
-            if tat and key != "torch-fp32":
+            if tat and key != "torch-fp32" and key in tat[model]:
                 row["drop"] = worst_drop(tat[model]["torch-fp32"], tat[model][key])
             out["variants"][f"{model} {key}"] = row
     return out
@@ -368,6 +368,11 @@ def parse_args(argv):
     parser.add_argument("--out", type=Path, default=None, help="JSON results (default: WORK/onnx_speed.json)")
     parser.add_argument("--skip-tatoeba", action="store_true", help="speed only")
     parser.add_argument("--skip-speed", action="store_true", help="Tatoeba only (fills WORK/reports for a later run)")
+    parser.add_argument(
+        "--teacher-tatoeba",
+        default="all",
+        help="the teacher's variants evaluated on Tatoeba (comma-separated keys, or all): each is minutes on 2 cores",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny models built here, 3 languages of 8 lines")
     args = parser.parse_args(argv)
     if not args.smoke and not args.student:
@@ -429,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
             for model in sources:
                 tat[model] = {}
                 for key, path in dirs[model].items():
+                    if model == "teacher" and args.teacher_tatoeba != "all":
+                        if key != "torch-fp32" and key not in args.teacher_tatoeba.split(","):
+                            continue
                     backend = key.split("-")[0]
                     report = work / "reports" / f"{model}-{key}"
                     tat[model][key] = tatoeba(path, backend, data, langs, args.batch_size, report)

@@ -48,6 +48,17 @@ def tatoeba(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def fp32(bert, tmp_path_factory) -> Path:
+    """The float32 export of `bert`, which the int8 graphs are compared with (the same trace as theirs)."""
+    from mlminilm.config import ExportConfig
+    from mlminilm.models import onnx_export
+
+    out = tmp_path_factory.mktemp("fp32") / "export"
+    onnx_export.run(ExportConfig(model=str(bert), out=out))
+    return out
+
+
 def export(monkeypatch, capsys, model: Path, out: Path, *args: str) -> dict:
     code, stdout, stderr = run_main(
         monkeypatch, capsys, "export", "--model", str(model), "--out", str(out), "--json", *args
@@ -180,15 +191,13 @@ def test_smoothing_scales_by_hand():
     assert np.allclose(got, expected, rtol=1e-6)
 
 
-def test_smoothing_is_exact_in_float32(bert, text_dir, tmp_path, monkeypatch, capsys):
+def test_smoothing_is_exact_in_float32(bert, fp32, text_dir, tmp_path):
     """Moving the activation scales into the weights changes nothing before rounding to int8."""
     from transformers import AutoTokenizer
 
     from mlminilm.models.onnx_calibration import read_calibration
     from mlminilm.models.onnx_int8 import Batches, smooth
 
-    fp32 = tmp_path / "fp32"
-    export(monkeypatch, capsys, bert, fp32)
     tokenizer = AutoTokenizer.from_pretrained(bert)
     names = ["input_ids", "attention_mask", "token_type_ids"]
     text = read_calibration(text_dir, tokenizer, per_language=8)
@@ -204,13 +213,12 @@ def test_smoothing_is_exact_in_float32(bert, text_dir, tmp_path, monkeypatch, ca
 
 
 @pytest.mark.parametrize("method", ["static", "smooth", "dynamic"])
-def test_int8_methods_close_to_float32_at_other_shapes(method, bert, text_dir, tmp_path, monkeypatch, capsys):
+def test_int8_methods_close_to_float32_at_other_shapes(method, bert, fp32, text_dir, tmp_path, monkeypatch, capsys):
     """Tolerance (this tiny random model): mean-pooled vectors at cosine >= 0.99 of the float32 graph's on batches
     of other sizes and lengths than the trace's and the calibration's; the record says how it was made."""
     from transformers import AutoTokenizer
 
-    fp32, int8 = tmp_path / "fp32", tmp_path / method
-    export(monkeypatch, capsys, bert, fp32)
+    int8 = tmp_path / method
     calibration = ["--calibration", str(text_dir)] if method != "dynamic" else []
     record = export(monkeypatch, capsys, bert, int8, "--quantize", "int8", "--int8", method, *calibration)
     quantization = record["quantization"]
@@ -308,13 +316,12 @@ def test_fidelity_numbers_by_hand():
     assert got["top1_agreement"] == pytest.approx(100 * same / 12)
 
 
-def test_export_check_recomputed_from_the_graphs(bert, tatoeba, text_dir, tmp_path, monkeypatch, capsys):
+def test_export_check_recomputed_from_the_graphs(bert, fp32, tatoeba, text_dir, tmp_path, monkeypatch, capsys):
     """`--check DIR`: every language's figures in export.json equal those recomputed here from the float32 graph
     (an export of its own: the same trace) and the int8 graph, with a pooling loop of this test's."""
     from transformers import AutoTokenizer
 
-    fp32, int8 = tmp_path / "fp32", tmp_path / "int8"
-    export(monkeypatch, capsys, bert, fp32)
+    int8 = tmp_path / "int8"
     record = export(
         monkeypatch,
         capsys,

@@ -150,7 +150,7 @@ def test_two_ranks_save_at_rank_zeros_steps(tmp_path):
     import sys
     from pathlib import Path
 
-    from test_ddp import free_port
+    from ddp_launch import free_port
 
     repo = Path(__file__).resolve().parents[1]
     script = tmp_path / "rank.py"
