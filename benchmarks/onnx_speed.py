@@ -3,12 +3,12 @@
 model (float32), its ONNX float32 graph and its ONNX int8 graph(s), side by side in one run.
 
     python benchmarks/onnx_speed.py --student runs/l6h384/student --work /tmp/onnx-bench     # ~40 min, 2 cores
-    python benchmarks/onnx_speed.py --student S --int8 dynamic,dynamic:ffn_out,static --calibration DATA
+    python benchmarks/onnx_speed.py --student S --int8 dynamic,dynamic:ffn_out+last_ffn,openvino --calibration DATA
     python benchmarks/onnx_speed.py --smoke              # tiny models built here: the pipeline in seconds
 
-Variants: torch-fp32, onnx-fp32 and one `onnx-int8-METHOD[+ROLE...]` per `--int8` entry (`export --quantize int8
---int8 METHOD --int8-keep ROLE,...`); the entry `openvino` adds openvino-fp32 and openvino-int8 (`export --format
-openvino [--quantize int8]`, NNCF). `--calibration` for the calibrated ones (default: the student's own data).
+Variants: torch-fp32, onnx-fp32 and one `onnx-int8-dynamic[+ROLE...]` per `--int8` entry `dynamic[:ROLE+ROLE]`
+(`export --quantize int8 --int8-keep ROLE,...`); the entry `openvino` adds openvino-fp32 and openvino-int8 (`export
+--format openvino [--quantize int8]`, NNCF, calibrated on `--calibration`, default: the student's own data).
 
 Speed, per `--threads` entry (default 1 and 2): the first `--per-lang` lines of each language's Tatoeba file,
 tokenised once, embedded by `mlminilm.evaluation.embeddings.embed` (eval-tatoeba's code: batches sorted by length,
@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 XNLI_LANGS = ("ar", "bg", "de", "el", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")  # XNLI's but en
-DEFAULT_INT8 = "dynamic,static,smooth,openvino"
+DEFAULT_INT8 = "dynamic,dynamic:ffn_out,openvino"
 PREFIX = "query: "
 DIRECTIONS = ("xx_to_en", "en_to_xx")
 
@@ -64,8 +64,8 @@ def variant_options(key: str) -> dict:
         return {"quantize": "none"}
     if key.startswith("openvino-"):  # openvino-fp32, openvino-int8 (NNCF)
         return {"format": "openvino", "quantize": "int8" if key.endswith("int8") else "none"}
-    method, *keep = key.removeprefix("onnx-int8-").split("+")
-    return {"quantize": "int8", "int8": method, "int8_keep": tuple(keep)}
+    _, *keep = key.removeprefix("onnx-int8-").split("+")  # onnx-int8-dynamic[+ROLE...]
+    return {"quantize": "int8", "int8_keep": tuple(keep)}
 
 
 def int8_keys(spec: str) -> list[str]:
@@ -81,13 +81,13 @@ def export(model: str, out: Path, key: str, calibration: str | None) -> dict:
     """`mlminilm export --model MODEL --format onnx ... --out OUT` for variant `key` (kept when already there)."""
     from mlminilm.config import ExportConfig
     from mlminilm.models import onnx_export
-    from mlminilm.models.onnx_runtime import is_export
+    from mlminilm.models.onnx_runtime import record_path
 
     options = variant_options(key)
-    if is_export(out):
+    if record_path(out) is not None:
         log(f"reusing {out}")
-        return json.loads((out / "onnx" / "export.json").read_text())
-    if (options.get("int8") in ("static", "smooth") or key == "openvino-int8") and calibration:
+        return json.loads(record_path(out).read_text())
+    if key == "openvino-int8" and calibration:
         options["calibration"] = Path(calibration)
     t0 = time.perf_counter()
     record = onnx_export.run(ExportConfig(model=model, out=out, overwrite=True, quiet=True, **options))
@@ -355,7 +355,9 @@ def parse_args(argv):
     parser.add_argument("--student", default=None, help="student directory (required unless --smoke)")
     parser.add_argument("--data", type=Path, default=SHARED / "tatoeba", help="Tatoeba directory")
     parser.add_argument("--langs", default=",".join(XNLI_LANGS), help="comma-separated project codes")
-    parser.add_argument("--int8", default=DEFAULT_INT8, help="int8 variants: METHOD[:ROLE+ROLE],... (export's --int8)")
+    parser.add_argument(
+        "--int8", default=DEFAULT_INT8, help="int8 variants: dynamic[:ROLE+ROLE] (export --int8-keep), openvino; ..."
+    )
     parser.add_argument("--calibration", default=None, help="calibration text (default: the student's own data)")
     parser.add_argument("--per-lang", type=int, default=64, help="speed set: lines per language")
     parser.add_argument("--batch-size", type=int, default=32)

@@ -595,8 +595,9 @@ def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsy
 
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
-    """benchmarks/onnx_speed.py --smoke: tiny models through every variant (float32, three onnxruntime int8 methods,
-    OpenVINO float32 and int8), both thread counts, batch 32 and batch 1, the JSON and the tables."""
+    """benchmarks/onnx_speed.py --smoke: tiny models through every variant (float32, onnxruntime's int8 with and
+    without float32 FFN outputs, OpenVINO float32 and int8), both thread counts, batch 32 and batch 1, the JSON and
+    the tables."""
     import subprocess
 
     from helpers import REPO
@@ -619,7 +620,7 @@ def test_benchmark_smoke(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
-    variants = {"torch-fp32", "onnx-fp32", "onnx-int8-dynamic", "onnx-int8-smooth", "onnx-int8-static"}
+    variants = {"torch-fp32", "onnx-fp32", "onnx-int8-dynamic", "onnx-int8-dynamic+ffn_out"}
     variants |= {"openvino-fp32", "openvino-int8"}
     assert set(results["speed"]) == {"1", "2"}  # thread counts
     for speed in results["speed"].values():

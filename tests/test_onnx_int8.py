@@ -1,12 +1,10 @@
-"""int8 exports beyond dynamic quantisation (issue 29): calibration text and its refusals, the calibrated methods
-(static QDQ, SmoothQuant then dynamic) against float32 at shapes they were not calibrated or traced at, the
-float32 roles `--int8-keep` leaves in the graph, and the per-language fidelity report recomputed here from the
-graphs themselves."""
+"""int8 exports (issue 29): calibration text and its refusals (OpenVINO's int8 reads it: tests/test_openvino.py),
+the float32 roles `--int8-keep` leaves in the graph, and the per-language fidelity report (`--check`) recomputed
+here from the graphs themselves."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -177,85 +175,15 @@ def test_calibration_refuses_data_of_another_vocabulary(bert, tiny_sentencepiece
 # ------------------------------------------------------------------------------------------ the methods
 
 
-def test_smoothing_scales_by_hand():
-    from mlminilm.models.onnx_int8 import smoothing_scales
-
-    a, w = np.array([4.0, 0.25, 0.0, 9.0]), np.array([1.0, 4.0, 2.0, 0.0])
-    got = smoothing_scales(a, w, 0.5)
-    expected = [
-        math.sqrt(4.0) / 1.0,
-        math.sqrt(0.25) / math.sqrt(4.0),
-        math.sqrt(1e-5) / math.sqrt(2.0),
-        math.sqrt(9.0) / math.sqrt(1e-5),
-    ]
-    assert np.allclose(got, expected, rtol=1e-6)
-
-
-def test_smoothing_is_exact_in_float32(bert, fp32, text_dir, tmp_path):
-    """Moving the activation scales into the weights changes nothing before rounding to int8."""
-    from transformers import AutoTokenizer
-
-    from mlminilm.models.onnx_calibration import read_calibration
-    from mlminilm.models.onnx_int8 import Batches, smooth
-
-    tokenizer = AutoTokenizer.from_pretrained(bert)
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    text = read_calibration(text_dir, tokenizer, per_language=8)
-    batches = Batches(tokenizer, [s for lines in text.sentences.values() for s in lines], names, 64)
-    smoothed = tmp_path / "smoothed.onnx"
-    scales = smooth(fp32 / "onnx" / "model.onnx", smoothed, batches, 0.5, skip=set(), large=False)
-    assert len(scales) == 4 * 3  # per layer: the Q/K/V input, the attention output, the FFN's two inputs
-    assert any(np.ptp(s) > 0.1 for s in scales.values())  # the scales do move something
-    texts = sample_lines("ru", 5, seed=7)
-    before, mask = run_graph(fp32 / "onnx" / "model.onnx", tokenizer, texts)
-    after, _ = run_graph(smoothed, tokenizer, texts)
-    assert np.abs(after - before)[mask.astype(bool)].max() < 1e-4 * max(1.0, np.abs(before).max())
-
-
-@pytest.mark.parametrize("method", ["static", "smooth", "dynamic"])
-def test_int8_methods_close_to_float32_at_other_shapes(method, bert, fp32, text_dir, tmp_path, monkeypatch, capsys):
-    """Tolerance (this tiny random model): mean-pooled vectors at cosine >= 0.99 of the float32 graph's on batches
-    of other sizes and lengths than the trace's and the calibration's; the record says how it was made."""
-    from transformers import AutoTokenizer
-
-    int8 = tmp_path / method
-    calibration = ["--calibration", str(text_dir)] if method != "dynamic" else []
-    record = export(monkeypatch, capsys, bert, int8, "--quantize", "int8", "--int8", method, *calibration)
-    quantization = record["quantization"]
-    assert quantization["method"] == method and quantization["per_channel"] is True
-    if method != "dynamic":
-        assert quantization["calibration"]["languages"] == {lang: 40 for lang in sorted(LANGS)}
-    tokenizer = AutoTokenizer.from_pretrained(bert)
-    for texts in ([sample_lines("en", 1, seed=3)[0]], sample_lines("fr", 7, seed=5)):
-        h32, mask = run_graph(fp32 / "onnx" / "model.onnx", tokenizer, texts)
-        h8, _ = run_graph(int8 / "onnx" / "model.onnx", tokenizer, texts)
-        a, b = mean_pooled(h32, mask), mean_pooled(h8, mask)
-        cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-        assert cosine.min() >= 0.99, (method, cosine)
-
-
-@pytest.mark.parametrize("method", ["dynamic", "static"])
-def test_kept_roles_reach_the_graph(method, bert, text_dir, tmp_path, monkeypatch, capsys):
+def test_kept_roles_reach_the_graph(bert, tmp_path, monkeypatch, capsys):
     """`--int8-keep ffn_out,embeddings`: the feed-forward output MatMuls (weights [intermediate, hidden], read
     from the config here) keep float32 weights, every other weight MatMul reads int8, the word embeddings stay."""
     import onnx
     from onnx import numpy_helper
 
-    out = tmp_path / method
-    calibration = ["--calibration", str(text_dir)] if method != "dynamic" else []
-    export(
-        monkeypatch,
-        capsys,
-        bert,
-        out,
-        "--quantize",
-        "int8",
-        "--int8",
-        method,
-        "--int8-keep",
-        "ffn_out,embeddings",
-        *calibration,
-    )
+    out = tmp_path / "kept"
+    record = export(monkeypatch, capsys, bert, out, "--quantize", "int8", "--int8-keep", "ffn_out,embeddings")
+    assert record["quantization"]["float32_kept"] == ["ffn_out", "embeddings"]
     model = onnx.load(str(out / "onnx" / "model.onnx"))
     config = json.loads((bert / "config.json").read_text())
     floats = {
@@ -265,15 +193,7 @@ def test_kept_roles_reach_the_graph(method, bert, text_dir, tmp_path, monkeypatc
     shapes = sorted(floats[n.input[1]].shape for n in float_matmuls)
     assert shapes == [(config["intermediate_size"], config["hidden_size"])] * config["num_hidden_layers"]
     integer = [n for n in model.graph.node if n.op_type == "MatMulInteger"]
-    dequantized_weights = [
-        n
-        for n in model.graph.node
-        if n.op_type == "DequantizeLinear"
-        and n.input[0] not in floats
-        and any(i.name == n.input[0] for i in model.graph.initializer)
-    ]
-    quantized = len(integer) if method == "dynamic" else len(dequantized_weights)
-    assert quantized >= 5 * config["num_hidden_layers"]  # Q, K, V, attention output, FFN input
+    assert len(integer) == 5 * config["num_hidden_layers"]  # Q, K, V, attention output, FFN input
     word = [
         n
         for n in model.graph.node
@@ -316,7 +236,7 @@ def test_fidelity_numbers_by_hand():
     assert got["top1_agreement"] == pytest.approx(100 * same / 12)
 
 
-def test_export_check_recomputed_from_the_graphs(bert, fp32, tatoeba, text_dir, tmp_path, monkeypatch, capsys):
+def test_export_check_recomputed_from_the_graphs(bert, fp32, tatoeba, tmp_path, monkeypatch, capsys):
     """`--check DIR`: every language's figures in export.json equal those recomputed here from the float32 graph
     (an export of its own: the same trace) and the int8 graph, with a pooling loop of this test's."""
     from transformers import AutoTokenizer
@@ -329,10 +249,6 @@ def test_export_check_recomputed_from_the_graphs(bert, fp32, tatoeba, text_dir, 
         int8,
         "--quantize",
         "int8",
-        "--int8",
-        "static",
-        "--calibration",
-        str(text_dir),
         "--check",
         str(tatoeba),
         "--check-sentences",
@@ -380,8 +296,6 @@ def test_strict_refuses_a_language_over_max_drop(bert, tatoeba, tmp_path, monkey
         str(out),
         "--quantize",
         "int8",
-        "--int8",
-        "dynamic",
         "--check",
         str(tatoeba),
         "--check-sentences",
@@ -400,11 +314,13 @@ def test_int8_option_refusals(bert, text_dir, tatoeba, tmp_path, monkeypatch, ca
 
     refused(run("--calibration", str(text_dir)), out, "--calibration", "only apply with --quantize int8")
     refused(run("--check", str(tatoeba)), out, "--check", "only apply with --quantize int8")
-    refused(run("--quantize", "int8", "--int8", "dynamic", "--calibration", str(text_dir)), out, "needs none")
-    refused(run("--quantize", "int8", "--int8", "dynamic", "--strict"), out, "--strict needs --check")
-    refused(run("--quantize", "int8", "--int8", "static"), out, "needs calibration text", "--calibration")
+    refused(run("--quantize", "int8", "--calibration", str(text_dir)), out, "--format openvino", "needs none")
+    refused(run("--quantize", "int8", "--strict"), out, "--strict needs --check")
+    refused(run("--quantize", "int8", "--check", str(tmp_path / "absent")), out, "--check", "is not a folder")
     refused(
-        run("--quantize", "int8", "--int8", "smooth", "--calibration", str(tmp_path / "absent")), out, "is not a folder"
+        run("--format", "openvino", "--quantize", "int8", "--calibration", str(tmp_path / "absent")),
+        out,
+        "--calibration",
+        "is not a folder",
     )
-    refused(run("--quantize", "int8", "--int8", "dynamic", "--check", str(tmp_path / "absent")), out, "--check")
     refused(run("--quantize", "int8", "--int8-keep", "ffn"), out, "--int8-keep must be one of", "'ffn'")

@@ -142,7 +142,6 @@ def test_openvino_refusals(st_xlmr, ov_exports, calibration, tmp_path, monkeypat
     def export(*args):
         return run_main(monkeypatch, capsys, "export", "--model", str(st_xlmr), "--out", str(out), *args)
 
-    refused(export("--format", "openvino", "--quantize", "int8", "--int8", "dynamic"), out, "NNCF")
     refused(export("--format", "openvino", "--quantize", "int8", "--int8-keep", "ffn_out"), out, "NNCF")
     refused(export("--format", "openvino", "--quantize", "int8"), out, "needs calibration text")
     data = tatoeba_dir(tmp_path / "t")

@@ -10,11 +10,7 @@ from mlminilm.config.limits import int_problems
 from mlminilm.config.options import COMMA, option
 
 EXPORT_FORMATS = ("onnx", "openvino")
-QUANTIZATIONS = ("none", "int8")  # how int8 is made: --int8 (mlminilm.models.onnx_int8)
-# mlminilm.models.onnx_int8 says what each does; auto: dynamic for --format onnx, NNCF's static int8 (the only
-# one) for --format openvino. Each measured per language: docs/BENCHMARKS.md section 13.
-INT8_METHODS = ("auto", "dynamic", "static", "smooth")
-DEFAULT_INT8 = "auto"
+QUANTIZATIONS = ("none", "int8")  # int8: onnxruntime's dynamic (onnx) or NNCF's static (openvino): onnx_int8
 CALIBRATION_SENTENCES = 200  # per language: enough for the ranges to settle (docs/BENCHMARKS.md section 13)
 CALIBRATION_MAX_LENGTH = 128  # tokens: sentences as served; a longer calibration document is cut
 CHECK_SENTENCES = 500  # --check, per language and side: half of a Tatoeba file, about a minute per graph
@@ -27,8 +23,8 @@ ONNX_OPSET = 18  # the opset torch's dynamo exporter writes natively (others go 
 class ExportConfig:
     """`export`: an encoder directory (a student, a teacher, a sentence-transformers model or a fine-tuned
     sequence classifier) written as `out/onnx/model.onnx` beside its config, tokenizer and sentence-transformers
-    files (mlminilm.models.onnx_export). `quantize` int8: the graph's weights in int8 (onnxruntime's
-    quantize_dynamic); `opset`: the ONNX opset of the graph."""
+    files (mlminilm.models.onnx_export), or as OpenVINO IR (`format` openvino). `quantize` int8: onnxruntime's
+    quantize_dynamic, or NNCF's static int8 for OpenVINO (mlminilm.models.onnx_int8); `opset`: the ONNX opset."""
 
     model: str = option(
         "",
@@ -48,35 +44,29 @@ class ExportConfig:
     format: str = option(
         "onnx",
         choices=EXPORT_FORMATS,
-        help="onnx: one graph with dynamic batch and sequence axes (torch.onnx.export, dynamo).",
+        help="onnx: one graph with dynamic batch and sequence axes (torch.onnx.export, dynamo), for onnxruntime; "
+        "openvino: that graph as OpenVINO IR (openvino/openvino_model.xml).",
     )
     quantize: str = option(
         "none",
         choices=QUANTIZATIONS,
-        help="none (float32 weights) or int8 (onnxruntime's dynamic "
-        "quantisation: int8 weights per channel, activations quantised at run time; about 4x "
-        "smaller).",
-    )
-    int8: str = option(
-        DEFAULT_INT8,
-        choices=INT8_METHODS,
-        help="With --quantize int8, how. --format openvino: NNCF's static int8 (calibrated on --calibration text), "
-        "the only one (auto). --format onnx (auto = dynamic): dynamic (activations scaled at run time; no "
-        "calibration), static (activation scales fixed from --calibration text, QDQ) or smooth (activation outliers "
-        "moved into the weights from --calibration text, then dynamic).",
+        help="none (float32 weights) or int8, about 4x smaller: with --format onnx onnxruntime's dynamic "
+        "quantisation (int8 weights per channel, activations quantised at run time); with --format openvino NNCF's "
+        "static quantisation calibrated on --calibration text (the one that keeps every language: README).",
     )
     int8_keep: tuple[str, ...] = option(
         (),
         repeat=COMMA,
         metavar="ROLE,...",
         show_default="none",
-        help="With --quantize int8, weights left in float32: qkv, attn_out, ffn_in, ffn_out (every layer's), "
-        "last_ffn (the last layer's feed-forward), embeddings.",
+        help="With --format onnx --quantize int8, weights left in float32: qkv, attn_out, ffn_in, ffn_out (every "
+        "layer's), last_ffn (the last layer's feed-forward), embeddings.",
     )
     calibration: Path | None = option(
         None,
-        help="Calibration text for --int8 smooth/static: a `prepare` output or a folder of <lang>.txt files "
-        "(prepare's formats). Default: the prepared data the model was distilled from (its mlminilm.json).",
+        help="Calibration text for --format openvino --quantize int8 (NNCF's static int8): a `prepare` output or a "
+        "folder of <lang>.txt files (prepare's formats). Default: the prepared data the model was distilled from "
+        "(its mlminilm.json).",
     )
     calibration_sentences: int = option(
         CALIBRATION_SENTENCES, min=1, help="Calibration sentences drawn per language (seeded)."
@@ -107,7 +97,6 @@ class ExportConfig:
             p.append("--out is required (the directory to write the export to)")
         check_choice(p, self.format, EXPORT_FORMATS, "--format")
         check_choice(p, self.quantize, QUANTIZATIONS, "--quantize")
-        check_choice(p, self.int8, INT8_METHODS, "--int8")
         for role in self.int8_keep:
             check_choice(p, role, INT8_KEEP, "--int8-keep")
         if self.quantize != "int8":
@@ -123,13 +112,13 @@ class ExportConfig:
             ]
             if given:
                 p.append(f"{', '.join(given)} only apply with --quantize int8")
-        elif self.format == "openvino" and (self.int8 != "auto" or self.int8_keep):
+        elif self.format == "openvino" and self.int8_keep:
+            p.append("--int8-keep chooses onnxruntime's float32 weights (--format onnx); OpenVINO's int8 is NNCF's")
+        elif self.format == "onnx" and self.calibration is not None:
             p.append(
-                "--int8 and --int8-keep choose among onnxruntime's methods (--format onnx); OpenVINO's int8 is "
-                "NNCF's static quantisation: leave them out"
+                "--calibration is for --format openvino (NNCF's static int8); onnxruntime's int8 (--format onnx) "
+                "scales activations at run time and needs none"
             )
-        elif self.calibration is not None and self.format == "onnx" and self.int8 in ("auto", "dynamic"):
-            p.append("--calibration is for --int8 smooth or static (or --format openvino); --int8 dynamic needs none")
         if self.strict and self.check is None:
             p.append("--strict needs --check (the sentences the int8 graph is checked on)")
         p += int_problems(self)  # --opset within ONNX_OPSET_MIN..ONNX_OPSET_MAX

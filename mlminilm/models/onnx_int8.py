@@ -1,21 +1,24 @@
-"""int8 graphs for `export --quantize int8`: which weights become int8, how activations are scaled, what stays float.
+"""int8 for `export --quantize int8`: onnxruntime's dynamic quantisation for `--format onnx`, NNCF's static one for
+`--format openvino` (mlminilm.models.openvino_runtime), and what each leaves in float.
 
-Methods (`--int8`), all onnxruntime's quantiser on the float32 graph the exporter wrote:
-- `dynamic`: quantize_dynamic, QInt8 weights with one scale per output channel (MatMul and the embedding Gathers),
-  each activation scaled at run time from its own range (uint8, one scale per tensor per call). No calibration.
-- `static`: quantize_static in QDQ format: the same weights, activation scales fixed from the ranges seen on
-  calibration text (onnxruntime's MinMax calibrator), uint8 activations.
-- `smooth`: the activation outliers of each weight MatMul's input moved into its weights first (SmoothQuant, Xiao
-  et al. 2023: input channel j divided by s_j = max|X_j|^a / max|W_j|^(1-a), weight row j multiplied by it, which
-  is exact in float), the per-channel maxima max|X_j| measured on calibration text; then `dynamic`. The division is
-  one Mul node before each smoothed MatMul group (Q, K and V share one): the MatMuls' inputs here also feed the
-  residual connections, so it cannot be folded into the LayerNorm before them.
+- onnx: quantize_dynamic, QInt8 weights with one scale per output channel (every weight MatMul and the embedding
+  Gathers), each activation scaled at run time from its own range (uint8, one scale per tensor per call). No
+  calibration. `--int8-keep ROLE,...` leaves MatMuls of those roles in float32 (`last_ffn`: the last layer's two
+  FFN MatMuls; `embeddings`: the word-embedding Gather).
+- openvino: nncf.quantize with the transformer preset on calibration text of every language (`Batches`).
 
 Roles of the weight MatMuls (`matmul_roles`, read from the graph's structure, not from node names, which the
 exporter numbers): `qkv` (input: a LayerNorm output, square weight), `attn_out` (input: the attention context),
-`ffn_in` (weight wider than tall), `ffn_out` (input: the GELU's output, weight taller than wide). `--int8-keep
-ROLE,...` leaves those MatMuls in float32 (`last_ffn`: the last layer's two FFN MatMuls); `embeddings` keeps the
-Gathers float32. Why each choice is the default: docs/BENCHMARKS.md section 13 (measured, per language).
+`ffn_in` (weight wider than tall), `ffn_out` (weight taller than wide).
+
+Measured and not kept (docs/BENCHMARKS.md section 13, the recipe student, 2 cores with VNNI): onnxruntime's static
+QDQ int8 (MinMax calibration on the same text, per-channel weights) loses far more than dynamic (cosine to float32
+0.966 mean against 0.996) and runs slower (0.89x dynamic's sentences/s); SmoothQuant (alpha 0.5) before dynamic
+quantisation loses more than dynamic alone (0.992); 8-bit MatMulNBits (blockwise, int8 compute) keeps almost
+everything (0.9999) but runs no faster than float32. The largest single cause of dynamic's loss is the first
+layer's feed-forward output (about a tenth of it); the rest is spread over every layer, so no short list of float32
+MatMuls closes the gap. Per-tensor scales instead of per-channel lose more at the same speed (min cosine on e5
+0.978 vs 0.991); quantising the embeddings costs nothing measurable and makes the file 4x smaller.
 """
 
 from __future__ import annotations
@@ -26,40 +29,36 @@ from pathlib import Path
 
 import numpy as np
 
-from mlminilm.config.export import DEFAULT_INT8
-
-SMOOTH_ALPHA = 0.5  # SmoothQuant's migration strength: the paper's default for encoders, and the best measured here
 CALIBRATION_BATCH = 32  # sentences per calibration batch, sorted by length (little padding)
 
 
 @dataclass(frozen=True)
 class Int8Plan:
-    """What an int8 export does: the method, the roles kept in float32, the smoothing strength."""
+    """What an int8 export does: the method (dynamic for onnx, nncf for openvino) and the roles kept in float32."""
 
-    method: str = DEFAULT_INT8
+    method: str = "dynamic"
     keep: tuple[str, ...] = ()
-    alpha: float = SMOOTH_ALPHA
 
     @property
     def calibrated(self) -> bool:
-        return self.method in ("static", "smooth", "nncf")
+        return self.method == "nncf"
 
     def record(self) -> dict:
-        detail = {
-            "dynamic": "onnxruntime.quantization.quantize_dynamic: activations scaled at run time",
-            "static": "onnxruntime.quantization.quantize_static, QDQ, MinMax calibration: activation scales fixed",
-            "smooth": f"SmoothQuant (alpha {self.alpha}) from calibration maxima, then quantize_dynamic",
-            "nncf": "nncf.quantize, transformer preset (OpenVINO): static int8 from calibration, SmoothQuant, "
-            "LayerNorm / GELU / Softmax / residual adds kept in float, bias correction",
-        }[self.method]
+        if self.method == "nncf":
+            return {
+                "method": "nncf",
+                "how": "nncf.quantize, transformer preset (OpenVINO): static int8 from calibration text, SmoothQuant, "
+                "LayerNorm / GELU / Softmax / residual adds kept in float, bias correction",
+                "weights": "int8 per channel (word embeddings too; position and token-type tables in float)",
+                "activations": "int8, scales fixed from calibration",
+            }
         return {
-            "method": self.method,
-            "how": detail,
+            "method": "dynamic",
+            "how": "onnxruntime.quantization.quantize_dynamic: activations scaled at run time",
             "weight_type": "QInt8",
             "per_channel": True,
-            "activation_type": "per tensor, static" if self.method == "nncf" else "QUInt8",
+            "activation_type": "QUInt8",
             "float32_kept": list(self.keep),
-            **({"alpha": self.alpha} if self.method == "smooth" else {}),
         }
 
 
@@ -135,41 +134,15 @@ class Batches:
             yield batch
 
 
-def quantize(source: Path, target: Path, plan: Int8Plan, batches: Batches | None, large: bool) -> None:
-    """`source` (float32 graph) quantised by `plan` into `target`; `batches` feed the calibration."""
+def quantize_dynamic(source: Path, target: Path, keep: tuple[str, ...], large: bool) -> None:
+    """`source` (float32 graph) into `target`: onnxruntime's dynamic int8, the `keep` roles left in float32."""
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
 
-    model = onnx.load(str(source), load_external_data=False)
-    exclude = kept_nodes(model, plan.keep)
-    if plan.method == "static":
-        from onnxruntime.quantization import quantize_static
-
-        reader = type("Reader", (CalibrationDataReader,), {"get_next": lambda self: batches.get_next()})()
-        batches.rewind()
-        with _quiet():
-            quantize_static(
-                str(source),
-                str(target),
-                reader,
-                quant_format=QuantFormat.QDQ,
-                op_types_to_quantize=["MatMul", "Gather"],
-                per_channel=True,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                nodes_to_exclude=exclude,
-                use_external_data_format=large,
-                extra_options={"MatMulConstBOnly": True},
-            )
-        return
-    if plan.method == "smooth":
-        smoothed = target.with_name(target.stem + "-smoothed.onnx")
-        smooth(source, smoothed, batches, plan.alpha, skip=set(exclude), large=large)
-        source = smoothed
-    from onnxruntime.quantization import quantize_dynamic
-
+    exclude = kept_nodes(onnx.load(str(source), load_external_data=False), keep)
     with _quiet():
-        quantize_dynamic(
+        ort_quantize_dynamic(
             str(source),
             str(target),
             weight_type=QuantType.QInt8,
@@ -178,75 +151,6 @@ def quantize(source: Path, target: Path, plan: Int8Plan, batches: Batches | None
             nodes_to_exclude=exclude,
             use_external_data_format=large,
         )
-    if plan.method == "smooth":
-        for path in source.parent.glob(source.name + "*"):
-            path.unlink()
-
-
-def smooth(source: Path, target: Path, batches: Batches, alpha: float, skip: set[str], large: bool) -> dict:
-    """SmoothQuant on every weight MatMul group not in `skip`: returns each group's input -> scales."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(source))
-    initializers = {i.name: i for i in model.graph.initializer}
-    groups: dict[str, list] = {}
-    for node in weight_matmuls(model):
-        if node.name not in skip:
-            groups.setdefault(node.input[0], []).append(node)
-    maxima = activation_maxima(source, list(groups), batches)
-    inserted, scales = [], {}
-    for tensor, nodes in groups.items():
-        weights = [numpy_helper.to_array(initializers[n.input[1]]) for n in nodes]
-        weight_max = np.max(np.stack([np.abs(w).max(1) for w in weights]), 0)
-        s = smoothing_scales(maxima[tensor], weight_max, alpha)
-        scales[tensor] = s
-        inverse = numpy_helper.from_array((1.0 / s).astype(np.float32), name=f"{tensor}.smooth_inverse")
-        model.graph.initializer.append(inverse)
-        smoothed = f"{tensor}.smoothed"
-        inserted.append(
-            (nodes[0], helper.make_node("Mul", [tensor, inverse.name], [smoothed], name=f"{tensor}.smooth"))
-        )
-        for node, w in zip(nodes, weights):
-            node.input[0] = smoothed
-            initializers[node.input[1]].CopyFrom(
-                numpy_helper.from_array((w * s[:, None]).astype(np.float32), node.input[1])
-            )
-    nodes = list(model.graph.node)
-    for first, mul in inserted:  # each Mul right before its group's first MatMul: the order stays topological
-        nodes.insert(nodes.index(first), mul)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    onnx.save(model, str(target), save_as_external_data=large)
-    return scales
-
-
-def smoothing_scales(activation_max: np.ndarray, weight_max: np.ndarray, alpha: float) -> np.ndarray:
-    """s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), both floored at 1e-5 (a channel never active, a zero row)."""
-    a = np.maximum(activation_max.astype(np.float64), 1e-5)
-    w = np.maximum(weight_max.astype(np.float64), 1e-5)
-    return np.clip(a**alpha / w ** (1.0 - alpha), 1e-5, None).astype(np.float32)
-
-
-def activation_maxima(graph: Path, tensors: list[str], batches: Batches) -> dict[str, np.ndarray]:
-    """max |value| per channel (last axis) of each of `tensors` over the real tokens of every calibration batch."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import helper
-
-    model = onnx.load(str(graph))
-    present = {o.name for o in model.graph.output}
-    for name in tensors:
-        if name not in present:
-            model.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    maxima: dict[str, np.ndarray] = {}
-    for batch in batches:
-        real = batch["attention_mask"].astype(bool)
-        for name, value in zip(tensors, session.run(tensors, batch)):
-            peak = np.abs(value[real]).max(0)
-            maxima[name] = peak if name not in maxima else np.maximum(maxima[name], peak)
-    return maxima
 
 
 class _quiet:

@@ -15,7 +15,7 @@ from mlminilm.config.export import CALIBRATION_MAX_LENGTH
 from mlminilm.errors import CheckpointError, ConfigError
 from mlminilm.models.onnx_calibration import CalibrationText, default_source, read_calibration
 from mlminilm.models.onnx_fidelity import CheckSet, fidelity_report, language_fidelity, read_check
-from mlminilm.models.onnx_int8 import Batches, Int8Plan, quantize
+from mlminilm.models.onnx_int8 import Batches, Int8Plan, quantize_dynamic
 
 log = mlog.get(__name__)
 
@@ -37,8 +37,7 @@ def read_inputs(config: ExportConfig, model_dir: str, weights: str, model_config
     from mlminilm.evaluation.embeddings import resolve_spec
     from mlminilm.models.sentence_encoder import read_sentence_transformers
 
-    method = config.int8 if config.int8 != "auto" else ("nncf" if config.format == "openvino" else "dynamic")
-    plan = Int8Plan(method=method, keep=tuple(config.int8_keep))
+    plan = Int8Plan(method="nncf" if config.format == "openvino" else "dynamic", keep=tuple(config.int8_keep))
     st = read_sentence_transformers(model_dir) if task == "feature-extraction" else None
     prefix = st.query_prompt if st is not None and st.query_prompt else ""
     calibration = None
@@ -46,9 +45,9 @@ def read_inputs(config: ExportConfig, model_dir: str, weights: str, model_config
         source = str(config.calibration) if config.calibration is not None else default_source(model_dir)
         if source is None:
             raise ConfigError(
-                f"--int8 {plan.method} needs calibration text and --model {config.model} records no prepared data "
-                "that still exists: give --calibration (a `prepare` output or a folder of <lang>.txt files), or "
-                "use --int8 dynamic"
+                f"--format openvino --quantize int8 needs calibration text and --model {config.model} records no "
+                "prepared data that still exists: give --calibration (a `prepare` output or a folder of <lang>.txt "
+                "files), or use --format onnx (dynamic int8, no calibration)"
             )
         calibration = read_calibration(source, tokenizer, config.calibration_sentences)
     check, spec = None, None
@@ -93,10 +92,10 @@ def make_graph(
         log.info("converted to OpenVINO%s in %.1f s", " int8 (NNCF)" if batches else "", time.perf_counter() - t0)
         return
     try:
-        quantize(float_graph, graph, inputs.plan, batches, large)
+        quantize_dynamic(float_graph, graph, inputs.plan.keep, large)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's quantiser raises whatever its steps raise
         raise failure("onnxruntime could not quantise the graph to int8", exc) from exc
-    log.info("quantised to int8 (%s) in %.1f s", inputs.plan.method, time.perf_counter() - t0)
+    log.info("quantised to int8 (dynamic) in %.1f s", time.perf_counter() - t0)
 
 
 def fidelity(inputs: Int8Inputs, staging: Path, float_graph: Path, graph: Path, record: dict, tokenizer, cfg) -> dict:
