@@ -54,11 +54,15 @@ def test_gpu_check_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
 def test_make_gpu_check_calls_the_script():
     """The Makefile target runs scripts/gpu_check.py (make -n: what it would run, with this venv's python)."""
     bin_dir = Path(sys.executable).parent
+    # Under `make test` the environment says this is a sub-make (MAKELEVEL, MAKEFLAGS): make would then print
+    # "Entering directory" lines around the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
     proc = subprocess.run(
-        ["make", "-n", "gpu-check", f"BIN={bin_dir}", "-o", f"{bin_dir}/.installed"],
+        ["make", "--no-print-directory", "-n", "gpu-check", f"BIN={bin_dir}", "-o", f"{bin_dir}/.installed"],
         capture_output=True,
         text=True,
         cwd=REPO,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == f"{bin_dir}/python scripts/gpu_check.py"

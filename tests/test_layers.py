@@ -29,6 +29,12 @@ LAYERS = (
     (
         "commands' library calls",
         (
+            # `export`'s pipeline: the graph (models), then its int8 step, which reads calibration text (corpus) and
+            # embeds the check sentences as the evaluations do (evaluation); its modules live beside the graph code
+            "mlminilm.models.onnx_export",
+            "mlminilm.models.onnx_int8_export",
+            "mlminilm.models.onnx_calibration",
+            "mlminilm.models.onnx_fidelity",
             "mlminilm.distill",
             "mlminilm.assist",
             "mlminilm.finetune",

@@ -52,11 +52,12 @@ def versions() -> dict[str, str | None]:
 def convert(onnx_graph: Path, target: Path, batches=None, subset: int = 0) -> None:
     """The ONNX graph as OpenVINO IR at `target` (float32 weights); with `batches` (calibration inputs, dicts of
     int64 arrays), quantised to int8 by NNCF's transformer preset on `subset` of them first."""
+    import contextlib
+    import sys
+
     import openvino as ov
 
-    from mlminilm.models.onnx_graph import quiet_exporter
-
-    with quiet_exporter():  # NNCF's progress bars to stderr (stdout is for results), its notes not at all
+    with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars to stderr: stdout is for results
         model = ov.convert_model(str(onnx_graph))
         if batches is not None:
             import logging
