@@ -1,0 +1,186 @@
+"""`export --format openvino` (OpenVINO IR, float32 or NNCF int8) and `--backend openvino`: the IR against the
+PyTorch model at shapes it was not traced at, the directory it writes, eval-tatoeba's parity with torch, and the
+refusals as one line each.
+
+Run in a pytest process of their own by tests/test_openvino.py: with OpenVINO's runtime (its TBB threads) loaded,
+the suite's process crashes later in tests that fork (DataLoader workers, tokenizer pools) - a segmentation fault
+seen with test_loader.py, this file and test_output_protocol.py in one process, never with any two of them. A user's
+process loads OpenVINO only to export or evaluate, and forks nothing after it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import sample_lines
+from test_onnx import ST_MODULES, evaluate, refused, tatoeba_dir
+
+from helpers import run_main, save_tiny_teacher
+
+pytest.importorskip("openvino")  # a guard only: the test extra installs mlminilm[openvino]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
+    """A 2-layer XLM-R with e5-like sentence-transformers files (mean pooling, a 'query: ' prompt)."""
+    model = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("ovxlmr"),
+        kind="xlmr",
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+    )
+    (model / "modules.json").write_text(json.dumps(ST_MODULES[:2]))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
+    )
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "query: "}}))
+    return model
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ovcal")
+    for i, lang in enumerate(("de", "ru", "zh")):
+        (folder / f"{lang}.txt").write_text("\n".join(sample_lines(lang, 30, seed=20 + i)) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ov_exports(st_xlmr, calibration, tmp_path_factory):
+    from mlminilm.config import ExportConfig
+    from mlminilm.models import onnx_export
+
+    root = tmp_path_factory.mktemp("ovexports")
+    made = {}
+    for name, quantize in (("fp32", "none"), ("int8", "int8")):
+        out = root / name
+        config = ExportConfig(
+            model=str(st_xlmr),
+            out=out,
+            format="openvino",
+            quantize=quantize,
+            calibration=calibration if quantize == "int8" else None,
+        )
+        made[name] = (out, onnx_export.run(config))
+    return made
+
+
+def pooled(hidden, mask) -> np.ndarray:
+    """Mean over real tokens, a float64 loop."""
+    hidden, mask = np.asarray(hidden, dtype=np.float64), np.asarray(mask)
+    out = np.zeros((hidden.shape[0], hidden.shape[2]))
+    for i in range(hidden.shape[0]):
+        rows = [hidden[i, t] for t in range(hidden.shape[1]) if mask[i, t]]
+        out[i] = sum(rows) / len(rows)
+    return out
+
+
+def batches(tokenizer):
+    for texts in ([sample_lines("en", 1, seed=1)[0]], sample_lines("ru", 5, seed=2)):
+        yield tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
+
+
+def test_openvino_float32_equals_pytorch_and_int8_is_close(ov_exports, st_xlmr):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from mlminilm.models.openvino_runtime import OpenVinoModel
+
+    torch_model = AutoModel.from_pretrained(st_xlmr).eval()
+    tokenizer = AutoTokenizer.from_pretrained(st_xlmr)
+    fp32, int8 = (OpenVinoModel(ov_exports[k][0]) for k in ("fp32", "int8"))
+    for batch in batches(tokenizer):
+        feed = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        with torch.no_grad():
+            expected = torch_model(**feed).last_hidden_state.numpy()
+        mask = feed["attention_mask"].numpy()
+        got = fp32(**feed).last_hidden_state.numpy()
+        assert np.abs(got - expected)[mask.astype(bool)].max() <= 1e-3 * max(1.0, np.abs(expected).max())
+        a, b = pooled(expected, mask), pooled(int8(**feed).last_hidden_state.numpy(), mask)
+        cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        assert cosine.min() >= 0.99, cosine  # tolerance on this tiny random model
+
+
+def test_openvino_directory_and_record(ov_exports, calibration):
+    for name, (out, record) in ov_exports.items():
+        files = sorted(p.name for p in (out / "openvino").iterdir())
+        assert files == ["export.json", "openvino_model.bin", "openvino_model.xml"]
+        assert not (out / "onnx").exists() and (out / "tokenizer.json").is_file() and (out / "modules.json").is_file()
+        assert record["format"] == "openvino" and record["graph"] == "openvino/openvino_model.xml"
+        assert record["versions"]["openvino"] and record["dtype"] == ("int8" if name == "int8" else "float32")
+        assert json.loads((out / "openvino" / "export.json").read_text())["format"] == "openvino"
+    quantization = ov_exports["int8"][1]["quantization"]
+    assert quantization["method"] == "nncf" and quantization["calibration"]["source"] == str(calibration)
+    assert quantization["calibration"]["languages"] == {"de": 30, "ru": 30, "zh": 30}
+    assert ov_exports["int8"][1]["graph_bytes"] < ov_exports["fp32"][1]["graph_bytes"]
+    assert "int8 (nncf" in (ov_exports["int8"][0] / "README.md").read_text()
+
+
+def test_eval_tatoeba_openvino_equals_torch(ov_exports, st_xlmr, tmp_path, monkeypatch, capsys):
+    data = tatoeba_dir(tmp_path / "tatoeba")
+    args = ("--batch-size", "4")
+    torch_doc = evaluate(
+        monkeypatch, capsys, "eval-tatoeba", st_xlmr, data, tmp_path / "t", *args, "--precision", "fp32"
+    )
+    ov_doc = evaluate(
+        monkeypatch, capsys, "eval-tatoeba", ov_exports["fp32"][0], data, tmp_path / "o", *args, "--backend", "openvino"
+    )
+    for lang in ("de", "ru", "zh"):
+        for metric in ("xx_to_en", "en_to_xx", "examples"):
+            assert ov_doc["languages"][lang][metric] == torch_doc["languages"][lang][metric], (lang, metric)
+    assert ov_doc["backend"]["name"] == "openvino" and ov_doc["backend"]["runtime"].startswith("OpenVINO")
+    assert ov_doc["throughput"]["backend"] == "OpenVINO" and "backend: OpenVINO, float32" in ov_doc["summary"]
+
+
+def test_openvino_refusals(st_xlmr, ov_exports, calibration, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o"
+
+    def export(*args):
+        return run_main(monkeypatch, capsys, "export", "--model", str(st_xlmr), "--out", str(out), *args)
+
+    refused(export("--format", "openvino", "--quantize", "int8", "--int8-keep", "ffn_out"), out, "NNCF")
+    refused(export("--format", "openvino", "--quantize", "int8"), out, "needs calibration text")
+    data = tatoeba_dir(tmp_path / "t")
+
+    def evaluate_with(model, backend):
+        return run_main(
+            monkeypatch,
+            capsys,
+            "eval-tatoeba",
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--backend",
+            backend,
+            "--out",
+            str(out),
+        )
+
+    refused(evaluate_with(ov_exports["fp32"][0], "onnx"), out, "--format openvino", "--backend openvino")
+    refused(evaluate_with(st_xlmr, "openvino"), out, "needs a directory written by `mlminilm export`")
+    monkeypatch.setitem(sys.modules, "nncf", None)
+    refused(
+        export("--format", "openvino", "--quantize", "int8", "--calibration", str(calibration)),
+        out,
+        "needs the optional package nncf",
+        "pip install 'mlminilm[openvino]'",
+    )
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    refused(evaluate_with(ov_exports["fp32"][0], "openvino"), out, "--backend openvino needs the optional package")
+
+
+def test_openvino_refusals_before_any_work(st_xlmr, tmp_path, monkeypatch, capsys):
+    """--format openvino --quantize int8 with a --calibration folder that is not there: one line, nothing written."""
+    out = tmp_path / "o"
+    args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
+    refused(run_main(monkeypatch, capsys, *args, "--calibration", str(tmp_path / "absent")), out, "is not a folder")
