@@ -219,25 +219,29 @@ def session(graph: str | Path, threads: int | None = None):
         ) from None
 
 
-class OnnxModel:
-    """The graph of an export directory, called like the transformers model it was exported from (see the
-    module's docstring). Always in inference mode: `eval()` and `train(False)` are accepted, training is not."""
+class GraphModel:
+    """An exported graph called like the transformers model it was exported from (see the module's docstring):
+    inference only. Subclasses run the feed: onnxruntime (OnnxModel), OpenVINO (openvino_runtime.OpenVinoModel)."""
 
     training = False
+    runtime = "graph"
 
-    def __init__(self, directory: str | Path, threads: int | None = None, record: ExportRecord | None = None):
-        self.record = record or read_export(directory)
-        self.session = session(self.record.graph, threads)
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_name = TASKS[self.record.task]
-        self.num_layers = int(self.record.doc.get("num_layers", 0))
+    def __init__(self, record: ExportRecord, input_names: list[str]):
+        self.record = record
+        self.input_names = input_names
+        self.output_name = TASKS[record.task]
+        self.num_layers = int(record.doc.get("num_layers", 0))
 
-    def eval(self) -> "OnnxModel":
+    def run(self, feed: dict):
+        """The graph's one output for `feed` (int64 numpy arrays by input name), as a numpy array."""
+        raise NotImplementedError
+
+    def eval(self):
         return self
 
-    def train(self, mode: bool = True) -> "OnnxModel":
+    def train(self, mode: bool = True):
         if mode:
-            raise ConfigError("an ONNX graph cannot be trained; use the PyTorch model")
+            raise ConfigError(f"an {self.runtime} graph cannot be trained; use the PyTorch model")
         return self
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states: bool = False):
@@ -253,8 +257,22 @@ class OnnxModel:
                     raise ValueError(f"the graph needs {name}")
                 value = torch.zeros_like(input_ids)  # one segment, as the PyTorch model assumes without them
             feed[name] = np.ascontiguousarray(value.detach().cpu().numpy(), dtype=np.int64)
-        (output,) = self.session.run([self.output_name], feed)
-        tensor = torch.from_numpy(output)
+        tensor = torch.from_numpy(np.asarray(self.run(feed), dtype=np.float32))
         if self.output_name == "logits":
             return SimpleNamespace(logits=tensor)
         return SimpleNamespace(last_hidden_state=tensor, hidden_states=LastLayerOnly(tensor, self.num_layers))
+
+
+class OnnxModel(GraphModel):
+    """The graph of an ONNX export directory in an onnxruntime session."""
+
+    runtime = "ONNX"
+
+    def __init__(self, directory: str | Path, threads: int | None = None, record: ExportRecord | None = None):
+        record = record or read_export(directory)
+        self.session = session(record.graph, threads)
+        super().__init__(record, [i.name for i in self.session.get_inputs()])
+
+    def run(self, feed: dict):
+        (output,) = self.session.run([self.output_name], feed)
+        return output

@@ -12,9 +12,9 @@ Measured per language against onnxruntime's int8 in docs/BENCHMARKS.md section 1
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from mlminilm.errors import ConfigError
+from mlminilm.models.onnx_runtime import GraphModel
 
 OPENVINO_EXTRA = "pip install 'mlminilm[openvino]'"
 IR = "openvino/openvino_model.xml"  # sentence-transformers' backend="openvino" (and optimum-intel) read this name
@@ -117,46 +117,19 @@ def compiled(graph: Path, threads: int | None = None):
         ) from None
 
 
-class OpenVinoModel:
+class OpenVinoModel(GraphModel):
     """The IR of an `export --format openvino` directory, called like the transformers model it was exported
     from (as mlminilm.models.onnx_runtime.OnnxModel): inference only."""
 
-    training = False
+    runtime = "OpenVINO"
 
     def __init__(self, directory: str | Path, threads: int | None = None, record=None):
-        from mlminilm.models.onnx_runtime import TASKS, read_export
+        from mlminilm.models.onnx_runtime import read_export
 
-        self.record = record or read_export(directory)
-        self.request = compiled(self.record.graph, threads).create_infer_request()
-        self.input_names = self.record.inputs
-        self.output_name = TASKS[self.record.task]
-        self.num_layers = int(self.record.doc.get("num_layers", 0))
+        record = record or read_export(directory)
+        self.request = compiled(record.graph, threads).create_infer_request()
+        super().__init__(record, record.inputs)
 
-    def eval(self) -> "OpenVinoModel":
-        return self
-
-    def train(self, mode: bool = True) -> "OpenVinoModel":
-        if mode:
-            raise ConfigError("an OpenVINO model cannot be trained; use the PyTorch model")
-        return self
-
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states: bool = False):
-        import numpy as np
-        import torch
-
-        from mlminilm.models.onnx_runtime import LastLayerOnly
-
-        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        feed = {}
-        for name in self.input_names:
-            value = given.get(name)
-            if value is None:
-                if name != "token_type_ids":
-                    raise ValueError(f"the model needs {name}")
-                value = torch.zeros_like(input_ids)
-            feed[name] = np.ascontiguousarray(value.detach().cpu().numpy(), dtype=np.int64)
-        output = next(iter(self.request.infer(feed).values()))
-        tensor = torch.from_numpy(np.array(output, dtype=np.float32, copy=True))
-        if self.output_name == "logits":
-            return SimpleNamespace(logits=tensor)
-        return SimpleNamespace(last_hidden_state=tensor, hidden_states=LastLayerOnly(tensor, self.num_layers))
+    def run(self, feed: dict):
+        # A copy: the request reuses its output buffer on the next call.
+        return next(iter(self.request.infer(feed).values())).copy()
