@@ -317,4 +317,7 @@ def test_int8_option_refusals(bert, text_dir, tatoeba, tmp_path, monkeypatch, ca
     refused(run("--quantize", "int8", "--calibration", str(text_dir)), out, "--format openvino", "needs none")
     refused(run("--quantize", "int8", "--strict"), out, "--strict needs --check")
     refused(run("--quantize", "int8", "--check", str(tmp_path / "absent")), out, "--check", "is not a folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(run("--quantize", "int8", "--check", str(empty)), out, f"--check {empty} holds no language")
     refused(run("--quantize", "int8", "--int8-keep", "ffn"), out, "--int8-keep must be one of", "'ffn'")

@@ -56,26 +56,26 @@ def default_source(model_dir: str | Path | None) -> str | None:
     return str(data) if isinstance(data, str) and (Path(data) / "manifest.json").is_file() else None
 
 
-def read_calibration(path: str | Path, tokenizer, per_language: int = CALIBRATION_SENTENCES) -> CalibrationText:
+def read_calibration(
+    path: str | Path, tokenizer, per_language: int = CALIBRATION_SENTENCES, flag: str = "--calibration"
+) -> CalibrationText:
     """`per_language` sentences of every language at `path` (a `prepare` output or a folder of text files);
     DataError when the folder is missing, holds no language, or a language has no sentence."""
     root = Path(path)
     if not root.is_dir():
-        raise DataError(
-            f"--calibration {path} is not a folder (give a `prepare` output or a folder of <lang>.txt files)"
-        )
+        raise DataError(f"{flag} {path} is not a folder (give a `prepare` output or a folder of <lang>.txt files)")
     if (root / "manifest.json").is_file():
-        sentences, kind = _from_prepared(root, tokenizer, per_language), "prepared data"
+        sentences, kind = _from_prepared(root, tokenizer, per_language, flag), "prepared data"
     else:
         sentences, kind = _from_text(root, per_language), "text files"
     if not sentences:
         raise DataError(
-            f"--calibration {path} holds no language: expected a `prepare` output (manifest.json) or "
+            f"{flag} {path} holds no language: expected a `prepare` output (manifest.json) or "
             "<lang>.txt / .txt.gz / .jsonl / .jsonl.gz files"
         )
     empty = sorted(lang for lang, s in sentences.items() if not s)
     if empty:
-        raise DataError(f"--calibration {path}: no sentences for {', '.join(empty)} (every language needs some)")
+        raise DataError(f"{flag} {path}: no sentences for {', '.join(empty)} (every language needs some)")
     return CalibrationText(str(root), kind, dict(sorted(sentences.items())))
 
 
@@ -106,7 +106,7 @@ def _from_text(root: Path, per_language: int) -> dict[str, list[str]]:
     return {lang: _draw(documents(sources), per_language) for lang, sources in by_lang.items()}
 
 
-def _from_prepared(root: Path, tokenizer, per_language: int) -> dict[str, list[str]]:
+def _from_prepared(root: Path, tokenizer, per_language: int, flag: str) -> dict[str, list[str]]:
     from mlminilm.corpus.dataset import PreparedData
     from mlminilm.corpus.manifest import tokenizer_identity
 
@@ -114,7 +114,7 @@ def _from_prepared(root: Path, tokenizer, per_language: int) -> dict[str, list[s
     theirs, ours = data.tokenizer.get("vocab_sha256"), tokenizer_identity(tokenizer)["vocab_sha256"]
     if theirs != ours:
         raise DataError(
-            f"--calibration {root} was prepared with another vocabulary than the model's (a trimmed model, or "
+            f"{flag} {root} was prepared with another vocabulary than the model's (a trimmed model, or "
             "another teacher): its token ids cannot be read back as text; give a folder of <lang>.txt files"
         )
     ids = {name: data.tokenizer.get(f"{name}_token_id") for name in ("cls", "sep", "pad")}

@@ -53,7 +53,7 @@ def read_check(path: str | Path, tokenizer, per_language: int = CHECK_SENTENCES)
         return CheckSet(str(root), "tatoeba", pairs=dict(sorted(pairs.items())))
     from mlminilm.models.onnx_calibration import read_calibration
 
-    text = read_calibration(root, tokenizer, per_language)
+    text = read_calibration(root, tokenizer, per_language, flag="--check")
     return CheckSet(str(root), "text", sentences=text.sentences)
 
 
