@@ -24,6 +24,7 @@ COMMANDS = (
     ("eval-xnli", "mlminilm.evaluation.xnli", "EvalXnliConfig"),
     ("eval-mlqa", "mlminilm.evaluation.mlqa", "EvalMlqaConfig"),
     ("eval-tatoeba", "mlminilm.evaluation.tatoeba", "EvalTatoebaConfig"),
+    ("eval-retrieval", "mlminilm.evaluation.retrieval", "EvalRetrievalConfig"),
     ("trim", "mlminilm.vocab.trim", "TrimConfig"),
     ("compare", "mlminilm.compare", "CompareConfig"),
     ("export", "mlminilm.models.onnx_export", "ExportConfig"),

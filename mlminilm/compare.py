@@ -1,14 +1,15 @@
 """`compare`: evaluation reports of several models on the same data and protocol, per language, side by side.
 
-It reads the `metrics.json` that eval-xnli, eval-mlqa and eval-tatoeba write, refuses reports that do not score
-the same data with the same protocol, and gives per language (and for the average) each model's score, its ratio
-to the baseline's and, for classification, the chance-corrected ratio; with the speeds and sizes the reports carry.
+It reads the `metrics.json` that eval-xnli, eval-mlqa, eval-tatoeba and eval-retrieval write, refuses reports that do
+not score the same data with the same protocol, and gives per language (and for the average) each model's score, its
+ratio to the baseline's and, for classification, the chance-corrected ratio; with the speeds and sizes the reports
+carry.
 
 The same data and protocol means equal (where the reports record them; a field no report has is not compared):
 
-- the task (`xnli`, `mlqa`, `xquad`, `tydiqa`, `squad-format`, `tatoeba`), the split, the metrics (for Tatoeba the
-  retrieval directions), the QA scorer, G-XLT or monolingual pairs, the classifier's label set and the retrieval
-  rule (`settings.similarity`);
+- the task (`xnli`, `mlqa`, `xquad`, `tydiqa`, `squad-format`, `tatoeba`, `retrieval` with its benchmark), the split,
+  the metrics (for Tatoeba the retrieval directions), the QA scorer, G-XLT or monolingual pairs, the classifier's
+  label set and the retrieval rule (`settings.similarity`);
 - for every compared language: the number of scored examples, of skipped rows (XNLI), and the data files by name
   (a copy of the data in another directory is the same data; where the reports read different directories, a
   warning says so). A report without file names (a `hf:` dataset) is compared by its data source.
@@ -41,7 +42,7 @@ log = mlog.get(__name__)
 
 REPORT_FILE = "metrics.json"
 KIND = "comparison"  # the `kind` of the document compare writes (an evaluation report has none)
-HEADLINE = ("f1", "xx_to_en", "accuracy")  # the table's metric by default: the first the reports have
+HEADLINE = ("f1", "xx_to_en", "ndcg_at_10", "accuracy")  # the table's metric by default: the first the reports have
 PROTOCOL = (
     "comparison of evaluation reports of the same data and protocol, per language: each model's score; ratio = "
     "score / the baseline's; chance-corrected = (score - chance) / (baseline's - chance), chance = 100 / the "
@@ -111,8 +112,8 @@ def load_report(arg: str | Path) -> Report:
         file = path / REPORT_FILE
         if not file.is_file():
             raise DataError(
-                f"{arg} has no {REPORT_FILE}: give the --out directory of eval-xnli, eval-mlqa or "
-                f"eval-tatoeba (or its {REPORT_FILE})"
+                f"{arg} has no {REPORT_FILE}: give the --out directory of eval-xnli, eval-mlqa, "
+                f"eval-tatoeba or eval-retrieval (or its {REPORT_FILE})"
             )
     elif path.is_file():
         file = path

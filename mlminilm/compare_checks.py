@@ -14,6 +14,7 @@ from mlminilm.errors import DataError
 # What must be equal for reports to be compared: (what, the value a report records). None: not recorded.
 SAME_PROTOCOL = (
     ("task", lambda d: d.get("task")),
+    ("benchmark", lambda d: d.get("benchmark")),  # retrieval: MLQA, XQuAD, TyDiQA-GoldP or BEIR files
     ("split", lambda d: d.get("split")),
     ("metrics", lambda d: ", ".join(d["metrics"]) if d.get("metrics") else None),  # Tatoeba: the directions
     ("scorer", lambda d: (d.get("scorer") or {}).get("title")),

@@ -19,6 +19,7 @@ CONFIG_OF = {
     "eval-xnli": "EvalXnliConfig",
     "eval-mlqa": "EvalMlqaConfig",
     "eval-tatoeba": "EvalTatoebaConfig",
+    "eval-retrieval": "EvalRetrievalConfig",
     "trim": "TrimConfig",
     "compare": "CompareConfig",
     "export": "ExportConfig",

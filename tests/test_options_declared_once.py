@@ -25,6 +25,7 @@ CONFIG_OF = {
     "eval-xnli": config.EvalXnliConfig,
     "eval-mlqa": config.EvalMlqaConfig,
     "eval-tatoeba": config.EvalTatoebaConfig,
+    "eval-retrieval": config.EvalRetrievalConfig,
     "trim": config.TrimConfig,
     "compare": config.CompareConfig,
     "export": config.ExportConfig,

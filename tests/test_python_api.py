@@ -22,6 +22,7 @@ EXPECTED = {
     "eval_xnli": "EvalXnliConfig",
     "eval_mlqa": "EvalMlqaConfig",
     "eval_tatoeba": "EvalTatoebaConfig",
+    "eval_retrieval": "EvalRetrievalConfig",
     "trim": "TrimConfig",
     "compare": "CompareConfig",
     "export": "ExportConfig",

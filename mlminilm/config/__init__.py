@@ -6,7 +6,8 @@ message, so a bad option fails before any expensive work starts.
 
 `options` says how a field declares its option; then one module per command family: `common` (device,
 precision, the helpers), `training` (what distill, assist and finetune share), `distill` (and assist), `prepare`,
-`finetune`, `evaluation` (eval-xnli, eval-mlqa, eval-tatoeba), `trim`, `compare`, `export`. Every name is
+`finetune`, `evaluation` (eval-xnli, eval-mlqa, eval-tatoeba), `retrieval`
+(eval-retrieval), `trim`, `compare`, `export`. Every name is
 importable from `mlminilm.config`.
 """
 
@@ -71,6 +72,11 @@ from mlminilm.config.options import (  # noqa: F401
 )
 from mlminilm.config.prepare import (  # noqa: F401
     PrepareConfig,
+)
+from mlminilm.config.retrieval import (  # noqa: F401
+    RETRIEVAL_BATCH_SIZE,
+    RETRIEVAL_MAX_LENGTH,
+    EvalRetrievalConfig,
 )
 from mlminilm.config.training import (  # noqa: F401
     REPORT_TO,

@@ -31,6 +31,8 @@ INT_LIMITS: dict[str, tuple[int | None, int]] = {
     "seq_len": (None, TOKENS_MAX),
     "max_seq_len": (None, TOKENS_MAX),
     "max_length": (None, TOKENS_MAX),
+    "query_max_length": (None, TOKENS_MAX),
+    "passage_max_length": (None, TOKENS_MAX),
     "parallel_max_length": (None, TOKENS_MAX),
     "doc_stride": (None, TOKENS_MAX),
     "max_query_length": (None, TOKENS_MAX),

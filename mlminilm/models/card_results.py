@@ -49,6 +49,16 @@ FAMILIES = {
             ("en_to_xx", "accuracy", "en_to_xx", "Accuracy en->xx (%)"),
         ),
     ),
+    "retrieval": (
+        "eval-retrieval",
+        "Retrieval",
+        "Question -> passage retrieval",
+        (
+            ("ndcg_at_10", "ndcg_at_10", None, "nDCG@10 (%)"),
+            ("mrr_at_10", "mrr_at_10", None, "MRR@10 (%)"),
+            ("recall_at_100", "recall_at_100", None, "Recall@100 (%)"),
+        ),
+    ),
 }
 # report task -> (dataset type: the Hub dataset, dataset name)
 DATASETS = {
@@ -62,6 +72,7 @@ SCORER_URLS = {
     "mlqa": "https://github.com/facebookresearch/MLQA",
     "squad": "https://rajpurkar.github.io/SQuAD-explorer/",
 }
+BEIR_URL = "https://github.com/beir-cellar/beir"
 TATOEBA_URL = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 SPLITS = {"dev": "validation"}  # the Hub's split names
 _COMMANDS = sorted({family[0] for family in FAMILIES.values()})
@@ -105,6 +116,12 @@ def eval_results(doc: dict) -> list:
 
 
 def _dataset(doc: dict) -> tuple[str, str]:
+    if doc["task"] == "retrieval" and doc.get("benchmark") in DATASETS:  # the QA set, read for retrieval
+        dataset_type, name = DATASETS[doc["benchmark"]]
+        return dataset_type, f"{name} (question -> passage retrieval)"
+    if doc["task"] == "retrieval":  # a BEIR folder or one SQuAD-format file: named by itself
+        stem = re.sub(r"\.json(\.gz)?$", "", Path(str(doc["data"]["source"]).rstrip("/")).name)
+        return stem, f"{stem} (retrieval)"
     if doc["task"] in DATASETS:
         return DATASETS[doc["task"]]
     name = Path(str(doc["data"]["source"])).name  # one SQuAD-format file: named by itself
@@ -140,6 +157,8 @@ def _source(doc: dict, command: str) -> tuple[str, str]:
             f"{pooling} pooling, prefix {prefix}, max length {e.get('max_length')}",
             TATOEBA_URL,
         )
+    if doc["task"] == "retrieval":
+        return f"mlminilm {command} {__version__}: {head}; {doc.get('summary', '')}", BEIR_URL
     return f"mlminilm {command} {__version__}: {head}", XTREME_URL
 
 

@@ -70,6 +70,7 @@ class SentenceTransformerSetup:
     normalize: bool = False  # a Normalize module follows (cosine similarity makes it moot)
     not_applied: tuple[str, ...] = ()  # modules after Pooling that this evaluation does not run (Dense, ...)
     query_prompt: str | None = None
+    passage_prompt: str | None = None  # the "passage" prompt, else the "document" one (retrieval's corpus side)
     transformer_path: str = ""  # the encoder's subfolder ("" = the model directory itself)
     max_seq_length: int | None = None
 
@@ -103,6 +104,7 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
         normalize="Normalize" in after,
         not_applied=tuple(kind for kind in after if kind != "Normalize"),
         query_prompt=prompts.get("query") if isinstance(prompts, dict) else None,
+        passage_prompt=(prompts.get("passage") or prompts.get("document")) if isinstance(prompts, dict) else None,
         transformer_path=transformer,
         max_seq_length=max_seq,
     )

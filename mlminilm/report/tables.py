@@ -20,6 +20,11 @@ _TITLES = {
     "xx_to_en": "xx->en",
     "en_to_xx": "en->xx",
     "mean": "mean",
+    "ndcg_at_10": "nDCG@10",
+    "mrr_at_10": "MRR@10",
+    "recall_at_1": "R@1",
+    "recall_at_10": "R@10",
+    "recall_at_100": "R@100",
 }
 
 
@@ -36,11 +41,20 @@ def _language_name(key: str) -> str:
     return ""
 
 
-_TASKS = {"xnli": "XNLI", "mlqa": "MLQA", "xquad": "XQuAD", "tydiqa": "TyDiQA-GoldP", "tatoeba": "Tatoeba"}
+_TASKS = {
+    "xnli": "XNLI",
+    "mlqa": "MLQA",
+    "xquad": "XQuAD",
+    "tydiqa": "TyDiQA-GoldP",
+    "tatoeba": "Tatoeba",
+    "retrieval": "Retrieval",
+}
 
 
 def _title(doc: dict) -> str:
     task = _TASKS.get(doc["task"], doc["task"])
+    if doc["task"] == "retrieval":
+        task = f"{_TASKS.get(doc.get('benchmark'), doc.get('benchmark', ''))} question -> passage retrieval".strip()
     source = str(doc.get("model") or doc.get("predictions_from") or "")
     if len(source) > 48:  # keep the last path components
         source = "..." + source[-45:]
@@ -118,8 +132,24 @@ def notes(doc: dict) -> str:
     return _caption(doc)
 
 
+def _averages_line(doc: dict) -> str | None:
+    """Retrieval: the monolingual and cross-lingual averages of the main metric, when the report has both."""
+    averages = doc.get("averages") or {}
+    mono, cross = averages.get("monolingual"), averages.get("crosslingual")
+    if not (mono and cross):
+        return None
+    main = doc["metrics"][0]
+    name = _TITLES.get(main, main)
+    return (
+        f"{name}: monolingual {mono[main]:.2f} (mean of {mono['pairs']} pairs), cross-lingual {cross[main]:.2f} "
+        f"(mean of {cross['pairs']})"
+    )
+
+
 def _caption(doc: dict) -> str:
     parts = [doc["summary"]] if doc.get("summary") else []
+    if _averages_line(doc):
+        parts.append(_averages_line(doc))
     if doc.get("selection") and doc["selection"].get("rule"):
         parts.append(f"selection: {doc['selection']['rule']}")
     skipped = doc.get("average", {}).get("skipped")
@@ -164,6 +194,8 @@ def to_markdown(doc: dict) -> str:
         lines.append(f"- checkpoint selection: {doc['selection'].get('rule', 'unknown')}")
     if doc.get("summary"):
         lines.append(f"- {doc['summary']}")
+    if _averages_line(doc):
+        lines.append(f"- {_averages_line(doc)}")
     lines.append(f"- data: `{doc.get('data', {}).get('source', '')}`")
     if doc.get("throughput"):
         tp = doc["throughput"]
@@ -180,6 +212,14 @@ def to_markdown(doc: dict) -> str:
             cell = f"{v:,}" if isinstance(v, int) else f"{v:.2f}" if isinstance(v, float) else str(v)
             cells.append(f"**{cell}**" if row["language"] == "average" and cell else cell)
         lines.append("| " + " | ".join(cells) + " |")
+    if doc.get("matrix"):
+        m = doc["matrix"]
+        title = _TITLES.get(m["metric"], m["metric"])
+        lines += ["", f"{title} (rows: passage language, columns: question language)", ""]
+        lines.append("| passage \\ question | " + " | ".join(m["questions"]) + " |")
+        lines.append("|---|" + "---:|" * len(m["questions"]))
+        for c, values in zip(m["contexts"], m["values"]):
+            lines.append(f"| {c} | " + " | ".join("" if v is None else f"{v:.1f}" for v in values) + " |")
     if doc.get("gxlt"):
         g = doc["gxlt"]
         lines += ["", "G-XLT F1 (rows: context language, columns: question language)", ""]
@@ -190,6 +230,33 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _heatmap(plt, doc: dict):
+    """A passage (context) x question language heatmap: G-XLT's F1, or a retrieval report's main metric."""
+    if doc.get("gxlt"):
+        g = doc["gxlt"]
+        contexts, questions, values, name = g["contexts"], g["questions"], g["f1"], "F1"
+        main = doc["average"]["f1"]
+    else:
+        m = doc["matrix"]
+        contexts, questions, name = m["contexts"], m["questions"], _TITLES.get(m["metric"], m["metric"])
+        values = [[float("nan") if v is None else v for v in row] for row in m["values"]]
+        main = doc["average"][m["metric"]]
+    fig, ax = plt.subplots(figsize=(1.0 * len(questions) + 2.5, 0.85 * len(contexts) + 2))
+    finite = [v for row in values for v in row if v == v]
+    image = ax.imshow(values, cmap="viridis", vmin=0, vmax=max([100.0, *finite]))
+    ax.set_xticks(range(len(questions)), questions)
+    ax.set_yticks(range(len(contexts)), contexts)
+    ax.set_xlabel("question language")
+    ax.set_ylabel("context language" if doc.get("gxlt") else "passage language")
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            if v == v:
+                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=9, color="white" if v < 60 else "black")
+    fig.colorbar(image, ax=ax, label=f"{name} (%)")
+    ax.set_title(f"{_title(doc)}\n{name}, average {main:.1f}", fontsize=11)
+    return fig, ax
+
+
 def chart(doc: dict, path: Path) -> Path:
     """Per-language bars with the average as a dashed line; a heatmap of F1 for G-XLT."""
     import matplotlib
@@ -197,19 +264,8 @@ def chart(doc: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if doc.get("gxlt"):
-        g = doc["gxlt"]
-        fig, ax = plt.subplots(figsize=(1.0 * len(g["questions"]) + 2.5, 0.85 * len(g["contexts"]) + 2))
-        image = ax.imshow(g["f1"], cmap="viridis", vmin=0, vmax=max(100.0, max(max(r) for r in g["f1"])))
-        ax.set_xticks(range(len(g["questions"])), g["questions"])
-        ax.set_yticks(range(len(g["contexts"])), g["contexts"])
-        ax.set_xlabel("question language")
-        ax.set_ylabel("context language")
-        for i, values in enumerate(g["f1"]):
-            for j, v in enumerate(values):
-                ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=9, color="white" if v < 60 else "black")
-        fig.colorbar(image, ax=ax, label="F1 (%)")
-        ax.set_title(f"{_title(doc)}\nF1, average {doc['average']['f1']:.1f}", fontsize=11)
+    if doc.get("matrix") or doc.get("gxlt"):
+        fig, ax = _heatmap(plt, doc)
     else:
         keys = list(doc["languages"])
         metrics = doc["metrics"]

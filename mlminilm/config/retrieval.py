@@ -1,0 +1,153 @@
+"""eval-retrieval: question -> passage retrieval with an encoder as it is (no fine-tuning)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlminilm.config.common import (
+    DEVICES,
+    PRECISIONS,
+    check_choice,
+    device_option,
+    problems_to_error,
+    quiet_option,
+    unknown_langs,
+)
+from mlminilm.config.evaluation import (
+    BACKEND_HELP,
+    EVAL_BACKENDS,
+    EVAL_SPLITS,
+    OUT_HELP,
+    OVERWRITE_HELP,
+    PRECISION_HELP,
+    TATOEBA_POOLINGS,
+    UPDATE_CARD_HELP,
+    backend_problems,
+)
+from mlminilm.config.limits import int_problems
+from mlminilm.config.options import COMMA, option
+
+RETRIEVAL_MAX_LENGTH = 512  # tokens per query and per passage, unless the model's positions are fewer (MTEB's)
+RETRIEVAL_BATCH_SIZE = 32  # passages are long: a batch of 32 x 512 tokens
+
+
+def lang_pair(text: str) -> tuple[str, str]:
+    """(passage language, question language) of "de" or "de-en"; a code with a subtag (zh-Hant) is one language.
+    ValueError when neither reading gives language codes."""
+    from mlminilm.langs import is_language_code
+
+    # A variant subtag is capitalised (zh-Hant, pt-BR); a second language is lower case (de-en, zh-Hant-en).
+    for i, ch in enumerate(text):
+        left, right = text[:i], text[i + 1 :]
+        if ch == "-" and right[:1].islower() and is_language_code(left) and is_language_code(right):
+            return left, right
+    if is_language_code(text):
+        return text, text
+    raise ValueError(
+        "not a language code (de) or a pair of them, passages first (de-en: German passages, English questions)"
+    )
+
+
+@dataclass(frozen=True)
+class EvalRetrievalConfig:
+    """`eval-retrieval`: rank a corpus of passages for each question by cosine similarity of sentence embeddings.
+
+    Layer and pooling follow eval-tatoeba's rules (the model's sentence-transformers setup, else XTREME's layer
+    and mean pooling). `query_prompt` / `passage_prompt` None: the model's own sentence-transformers prompts
+    ("query"; "passage", else "document"), else none. Lengths None: RETRIEVAL_MAX_LENGTH, or the model's position
+    limit when smaller."""
+
+    model: str = option(
+        "",
+        required=True,
+        help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers model).",
+    )
+    data: str = option(
+        "",
+        required=True,
+        help="An MLQA directory ({split}-context-C-question-Q.json, also under {split}/), a directory of "
+        "xquad.XX.json or tydiqa.goldp.XX.{split}.json files, one SQuAD-format file (the corpus: its distinct "
+        "contexts), a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{split}.tsv) or a directory of BEIR folders "
+        "named by language (de/, or de-en/ for German passages and English questions).",
+    )
+    langs: tuple[str, ...] = option(
+        (),
+        repeat=COMMA,
+        help="Only these languages, on both sides (default: every language in --data; MLQA: its 7).",
+    )
+    out: Path | None = option(None, help=OUT_HELP, replay=False)
+    split: str = option("dev", choices=EVAL_SPLITS, help="dev or test: MLQA and TyDiQA file names, BEIR qrels.")
+    monolingual: bool = option(
+        False,
+        help="MLQA and BEIR folders: only the pairs whose passages and questions share their language (default: "
+        "every context x question pair present, as MLQA's G-XLT).",
+    )
+    lang: str | None = option(
+        None,
+        help="Language of a --data file or BEIR folder whose name does not tell it: de, or de-en for German "
+        "passages and English questions.",
+    )
+    query_prompt: str | None = option(
+        None,
+        help="Text put before every question (default: the model's sentence-transformers 'query' prompt, e.g. "
+        '"query: " for e5, else none; "" for none).',
+    )
+    passage_prompt: str | None = option(
+        None,
+        help="Text put before every passage (default: the model's 'passage' prompt, else its 'document' prompt, "
+        'e.g. "passage: " for e5, else none; "" for none).',
+    )
+    query_max_length: int | None = option(
+        None,
+        min=2,
+        help=f"Tokens per question, special tokens included (default: {RETRIEVAL_MAX_LENGTH}, or the model's "
+        "position limit when smaller).",
+    )
+    passage_max_length: int | None = option(
+        None,
+        min=2,
+        help=f"Tokens per passage, special tokens included (default: {RETRIEVAL_MAX_LENGTH}, or the model's "
+        "position limit when smaller).",
+    )
+    layer: int | None = option(
+        None,
+        help="Hidden-states index to pool (0 = embedding output, -1 = last). Default: the last layer for "
+        "sentence-transformers models, else XTREME's layers // 2 + 1.",
+    )
+    pooling: str = option(
+        "auto",
+        choices=TATOEBA_POOLINGS,
+        help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), mean, cls or max.",
+    )
+    batch_size: int = option(RETRIEVAL_BATCH_SIZE, min=1, help="Texts per forward pass (sorted by length).")
+    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
+    update_card: bool = option(False, help=UPDATE_CARD_HELP)
+    backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
+    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
+    device: str = device_option()
+    quiet: bool = quiet_option()
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        if not self.model:
+            p.append("--model is required (an encoder directory or hub id, e.g. a distilled student)")
+        if not self.data:
+            p.append("--data is required (MLQA, XQuAD or TyDiQA-GoldP files, or a BEIR folder)")
+        check_choice(p, self.split, EVAL_SPLITS, "--split")
+        check_choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
+        check_choice(p, self.precision, PRECISIONS, "--precision")
+        check_choice(p, self.device, DEVICES, "--device")
+        backend_problems(p, self.backend, self.precision, self.device)
+        p += int_problems(self)
+        for name, least in (("query_max_length", 2), ("passage_max_length", 2), ("batch_size", 1)):
+            value = getattr(self, name)
+            if value is not None and value < least:  # the CLI refuses these at parse time; Python callers here
+                p.append(f"--{name.replace('_', '-')} must be at least {least} (got {value})")
+        unknown_langs(p, self.langs, "--langs")
+        if self.lang is not None:
+            try:
+                lang_pair(self.lang)
+            except ValueError as exc:
+                p.append(f"--lang {self.lang}: {exc}")
+        problems_to_error(p)

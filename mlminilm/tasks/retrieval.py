@@ -1,0 +1,199 @@
+"""Question -> passage retrieval sets (`eval-retrieval`): a corpus, its queries and which documents answer each.
+
+Two sources, one shape (`RetrievalSet`):
+- a SQuAD-format QA file (MLQA `dev-context-C-question-Q.json`, XQuAD `xquad.XX.json`, TyDiQA-GoldP), read as MTEB
+  reads MLQA for retrieval: the corpus is the file's distinct contexts (the context text alone, no title), each
+  question's one relevant document its own context. Contexts of identical text are one document (`merged`
+  counts the paragraphs folded into an earlier one), relevant to every question asked of any of them;
+- a BEIR folder (`corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv`, each optionally `.gz`), as BEIR and MTEB
+  read it: a document's text is its title and text joined by a space; the queries scored are those with a qrels
+  row (in `queries.jsonl` order); a qrels score above 0 is relevant, its value the graded gain. Documents with
+  equal text stay apart (`duplicate_texts` counts them), as BEIR keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlminilm.errors import DataError
+from mlminilm.tasks.squad import QAFile, read_squad
+from mlminilm.tasks.textfile import read_text
+
+BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
+
+
+@dataclass
+class RetrievalSet:
+    """One scored unit: documents in `context_lang`, queries in `question_lang`. `qrels[i]` maps the corpus
+    indices relevant to query i to their gain (> 0)."""
+
+    key: str  # "de" (monolingual) or "de-en" (context language, question language)
+    context_lang: str
+    question_lang: str
+    layout: str  # "squad" or "beir"
+    files: dict[str, str]
+    queries: list[str]
+    query_ids: list[str]
+    corpus: list[str]
+    doc_ids: list[str]
+    qrels: list[dict[int, int]]
+    merged: int = 0  # SQuAD: paragraphs whose context repeats an earlier one's text (one document)
+    duplicate_texts: int = 0  # BEIR: documents whose text another document also has (kept apart)
+    unjudged: int = 0  # BEIR: queries without a qrels row (not scored)
+    no_relevant: int = 0  # BEIR: judged queries with no relevant document (scored 0, as pytrec_eval)
+    extra: dict = field(default_factory=dict)
+
+
+def pair_key(context: str, question: str) -> str:
+    return context if context == question else f"{context}-{question}"
+
+
+def from_squad(info: QAFile) -> RetrievalSet:
+    """The retrieval set of one SQuAD-format file (see the module's docstring). Document ids are `c<N>`, N the
+    0-based index of the distinct context in file order; query ids are the questions' own ids."""
+    data = read_squad(info.path, strict=False, unique_ids=False)  # answers are not read; ids may repeat
+    index: dict[str, int] = {}
+    corpus: list[str] = []
+    paragraphs = merged = 0
+    for article in data.raw["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraphs += 1
+            if paragraph["context"] in index:
+                merged += 1
+            else:
+                index[paragraph["context"]] = len(corpus)
+                corpus.append(paragraph["context"])
+    return RetrievalSet(
+        key=pair_key(info.context_lang, info.question_lang),
+        context_lang=info.context_lang,
+        question_lang=info.question_lang,
+        layout="squad",
+        files={"qa": str(info.path)},
+        queries=[e.question for e in data.examples],
+        query_ids=[e.id for e in data.examples],
+        corpus=corpus,
+        doc_ids=[f"c{i}" for i in range(len(corpus))],
+        qrels=[{index[e.context]: 1} for e in data.examples],
+        merged=merged,
+        extra={"paragraphs": paragraphs},
+    )
+
+
+def beir_file(folder: Path, name: str) -> Path | None:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def is_beir_folder(folder: Path) -> bool:
+    return folder.is_dir() and all(beir_file(folder, name) for name in BEIR_FILES)
+
+
+def _jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
+    """Every object of a JSON-lines file (blank lines skipped), each with string values for `fields` (`_id` and
+    `text` required, the others default to "")."""
+    rows = []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: line {n} is not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}: line {n} is not a JSON object")
+        row = {}
+        for key in fields:
+            value = obj.get(key, None if key in ("_id", "text") else "")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key == "_id":
+                value = str(value)  # some BEIR sets write numeric ids
+            if value is None or not isinstance(value, str):
+                raise DataError(f"{path}: line {n} has no string {key!r} (BEIR layout: _id, title, text)")
+            row[key] = value
+        rows.append(row)
+    if not rows:
+        raise DataError(f"{path}: no entries")
+    return rows
+
+
+def _qrels(path: Path) -> list[tuple[str, str, int]]:
+    """(query id, document id, score) rows of a BEIR qrels TSV; its `query-id corpus-id score` header is optional."""
+    rows = []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = line.rstrip("\r").split("\t")
+        if n == 1 and cells[0].strip().lower() in ("query-id", "query_id", "qid"):
+            continue
+        if len(cells) != 3:
+            raise DataError(
+                f"{path}: line {n} has {len(cells)} tab-separated fields; expected query-id, corpus-id, score"
+            )
+        try:
+            score = int(float(cells[2]))
+        except ValueError:
+            raise DataError(f"{path}: line {n}: score {cells[2]!r} is not a number") from None
+        rows.append((cells[0].strip(), cells[1].strip(), score))
+    if not rows:
+        raise DataError(f"{path}: no relevance judgements")
+    return rows
+
+
+def read_beir(folder: Path, split: str, context_lang: str, question_lang: str) -> RetrievalSet:
+    """The retrieval set of a BEIR folder (see the module's docstring); DataError naming the file and line for
+    anything that does not fit the layout, and for judgements of unknown queries or documents."""
+    qrels_path = beir_file(folder / "qrels", f"{split}.tsv")
+    if qrels_path is None:
+        present = sorted(p.name for p in (folder / "qrels").glob("*.tsv*")) if (folder / "qrels").is_dir() else []
+        have = f"; it has {', '.join(present)}" if present else ""
+        raise DataError(f"{folder}: no qrels/{split}.tsv (BEIR layout){have}")
+    corpus_path, queries_path = beir_file(folder, "corpus.jsonl"), beir_file(folder, "queries.jsonl")
+    docs = _jsonl(corpus_path, ("_id", "title", "text"))
+    doc_index: dict[str, int] = {}
+    for i, doc in enumerate(docs):
+        if doc["_id"] in doc_index:
+            raise DataError(f"{corpus_path}: document id {doc['_id']!r} appears twice")
+        doc_index[doc["_id"]] = i
+    queries = _jsonl(queries_path, ("_id", "text"))
+    query_text = {q["_id"]: q["text"] for q in queries}
+    judged: dict[str, dict[int, int]] = {}
+    unknown_docs, unknown_queries = set(), set()
+    for qid, did, score in _qrels(qrels_path):
+        if qid not in query_text:
+            unknown_queries.add(qid)
+        if did not in doc_index:
+            unknown_docs.add(did)
+        elif score > 0:
+            judged.setdefault(qid, {})[doc_index[did]] = score
+        else:
+            judged.setdefault(qid, {})
+    if unknown_queries or unknown_docs:
+        parts = [
+            f"{len(s)} {what} ({', '.join(sorted(s)[:3])}{', ...' if len(s) > 3 else ''})"
+            for what, s in (
+                ("query ids not in queries.jsonl", unknown_queries),
+                ("document ids not in corpus.jsonl", unknown_docs),
+            )
+            if s
+        ]
+        raise DataError(f"{qrels_path}: judgements of {' and '.join(parts)}")
+    order = [q["_id"] for q in queries if q["_id"] in judged]
+    texts = [f"{d['title']} {d['text']}".strip() for d in docs]
+    return RetrievalSet(
+        key=pair_key(context_lang, question_lang),
+        context_lang=context_lang,
+        question_lang=question_lang,
+        layout="beir",
+        files={"corpus": str(corpus_path), "queries": str(queries_path), "qrels": str(qrels_path)},
+        queries=[query_text[q] for q in order],
+        query_ids=order,
+        corpus=texts,
+        doc_ids=[d["_id"] for d in docs],
+        qrels=[judged[q] for q in order],
+        duplicate_texts=len(texts) - len(set(texts)),
+        unjudged=len(queries) - len(order),
+        no_relevant=sum(1 for q in order if not judged[q]),
+    )
