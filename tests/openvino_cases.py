@@ -184,3 +184,23 @@ def test_openvino_refusals_before_any_work(st_xlmr, tmp_path, monkeypatch, capsy
     out = tmp_path / "o"
     args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
     refused(run_main(monkeypatch, capsys, *args, "--calibration", str(tmp_path / "absent")), out, "is not a folder")
+
+
+def test_calibration_names_and_lines(st_xlmr, calibration, tmp_path, monkeypatch, capsys):
+    """--calibration: a file name that cannot be a language code is one line before any work; a line of 3 MB is
+    cut as it is read (one warning) and the int8 IR is written."""
+    import shutil
+
+    out = tmp_path / "o"
+    args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
+    bad = shutil.copytree(calibration, tmp_path / "bad")
+    (bad / "xx.txt").write_text("Une phrase.\n", encoding="utf-8")
+    refused(run_main(monkeypatch, capsys, *args, "--calibration", str(bad)), out, "'xx'", "file names are language")
+    huge = shutil.copytree(calibration, tmp_path / "huge")
+    with (huge / "de.txt").open("a", encoding="utf-8") as handle:
+        handle.write("Der Hund läuft durch den Park. " * 100_000 + "\n")
+    code, _, stderr = run_main(monkeypatch, capsys, *args, "--calibration", str(huge), "--json")
+    assert code == 0, stderr
+    cut = [line for line in stderr.splitlines() if "cut to that length" in line]
+    assert len(cut) == 1 and "1 line(s) longer than 10000 characters" in cut[0], cut
+    assert (out / "openvino" / "openvino_model.xml").is_file()
