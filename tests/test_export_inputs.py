@@ -107,6 +107,26 @@ def test_calibration_file_names_are_language_codes(bert, tmp_path):
         assert all(needle in str(info.value) for needle in needles), str(info.value)
 
 
+# ---------------------------------------------------------------------- --out inside what export reads
+
+
+def test_out_inside_calibration_or_check_is_refused(bert, tmp_path, monkeypatch, capsys):
+    folder = text_folder(tmp_path / "text", {"de.txt": "de", "fr.txt": "fr"})
+    before = listing(folder)
+    for flags in (
+        ("--quantize", "int8", "--check"),
+        ("--format", "openvino", "--quantize", "int8", "--calibration"),
+    ):
+        flag = flags[-1]
+        for out, how in ((folder / "export", "lies inside"), (folder, "is")):
+            error = refused(export(monkeypatch, capsys, bert, out, *flags, str(folder)), None, how, f"the {flag} input")
+            assert error.startswith(f"Error: --out {out} {how} the {flag} input")
+            assert listing(folder) == before  # nothing written into the input, not even a lock left behind
+        for extra in ("--overwrite",):  # --overwrite can never reach the text either
+            refused(export(monkeypatch, capsys, bert, folder, *flags, str(folder), extra), None, f"the {flag} input")
+            assert listing(folder) == before
+
+
 # ---------------------------------------------------------------------- lines of megabytes
 
 
