@@ -192,3 +192,22 @@ def test_check_tatoeba_lines_are_cut_as_they_are_read(bert, tmp_path, monkeypatc
     assert code == 0, stderr
     cut = [line for line in stderr.splitlines() if "cut to that length" in line]
     assert len(cut) == 1 and "tatoeba.deu-eng.deu: 1 line(s) longer than 10000 characters" in cut[0], cut
+
+
+# ---------------------------------------------------------------------- --overwrite of its own export
+
+
+def test_overwrite_own_export_with_an_empty_normalize_folder(st_normalize, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "st"
+    code, _, stderr = export(monkeypatch, capsys, st_normalize, out)
+    assert code == 0, stderr
+    assert (out / "2_Normalize").is_dir() and not any((out / "2_Normalize").iterdir())
+    record = json.loads((out / ".mlminilm-output.json").read_text())
+    assert "2_Normalize" in record["dirs"]
+    code, _, stderr = export(monkeypatch, capsys, st_normalize, out, "--overwrite")
+    assert code == 0, stderr
+    assert (out / "2_Normalize").is_dir() and (out / "onnx" / "model.onnx").is_file()
+    # Something of the user's inside that folder is still theirs: refused, kept.
+    (out / "2_Normalize" / "mine.txt").write_text("mine")
+    refused(export(monkeypatch, capsys, st_normalize, out, "--overwrite"), None, "2_Normalize/mine.txt")
+    assert (out / "2_Normalize" / "mine.txt").read_text() == "mine"
