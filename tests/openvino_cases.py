@@ -186,6 +186,21 @@ def test_openvino_refusals_before_any_work(st_xlmr, tmp_path, monkeypatch, capsy
     refused(run_main(monkeypatch, capsys, *args, "--calibration", str(tmp_path / "absent")), out, "is not a folder")
 
 
+def test_ir_without_a_recorded_input_is_one_line(ov_exports, tmp_path, monkeypatch, capsys):
+    """An IR that loads but whose input_ids port is named otherwise, while export.json names input_ids: one line at
+    load (OpenVINO's own error came at the first batch: "Port for tensor name input_ids was not found")."""
+    import shutil
+
+    copy = shutil.copytree(ov_exports["fp32"][0], tmp_path / "renamed")
+    xml = copy / "openvino" / "openvino_model.xml"
+    text = xml.read_text(encoding="utf-8")
+    assert 'names="input_ids"' in text
+    xml.write_text(text.replace('names="input_ids"', 'names="ids"'), encoding="utf-8")
+    data, out = tatoeba_dir(tmp_path / "t"), tmp_path / "report"
+    args = ("--model", str(copy), "--data", str(data), "--out", str(out), "--backend", "openvino")
+    refused(run_main(monkeypatch, capsys, "eval-tatoeba", *args), out, "the graph lacks input_ids", "export the model")
+
+
 def test_calibration_names_and_lines(st_xlmr, calibration, tmp_path, monkeypatch, capsys):
     """--calibration: a file name that cannot be a language code is one line before any work; a line of 3 MB is
     cut as it is read (one warning) and the int8 IR is written."""

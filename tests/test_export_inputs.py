@@ -211,3 +211,38 @@ def test_overwrite_own_export_with_an_empty_normalize_folder(st_normalize, tmp_p
     (out / "2_Normalize" / "mine.txt").write_text("mine")
     refused(export(monkeypatch, capsys, st_normalize, out, "--overwrite"), None, "2_Normalize/mine.txt")
     assert (out / "2_Normalize" / "mine.txt").read_text() == "mine"
+
+
+# ---------------------------------------------------------------------- export records at run time
+
+
+def test_graph_without_a_recorded_input_is_one_line(exported, tmp_path, monkeypatch, capsys):
+    """An ONNX graph whose input_ids was renamed (it loads) while export.json names input_ids."""
+    import shutil
+
+    import onnx
+
+    copy = shutil.copytree(exported, tmp_path / "renamed")
+    graph = onnx.load(str(copy / "onnx" / "model.onnx"))
+    for value in graph.graph.input:
+        if value.name == "input_ids":
+            value.name = "ids"
+    for node in graph.graph.node:
+        node.input[:] = ["ids" if name == "input_ids" else name for name in node.input]
+    onnx.save(graph, str(copy / "onnx" / "model.onnx"))
+    data, out = tatoeba_dir(tmp_path / "t"), tmp_path / "report"
+    args = ("--data", str(data), "--out", str(out), "--backend", "onnx", "--layer", "-1")
+    result = run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(copy), *args)
+    refused(result, out, "the graph lacks input_ids", "has inputs the record does not name (ids)", "export the model")
+
+
+def test_unknown_format_names_no_backend(exported, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    copy = shutil.copytree(exported, tmp_path / "tflite")
+    record = json.loads((copy / "onnx" / "export.json").read_text())
+    (copy / "onnx" / "export.json").write_text(json.dumps({**record, "format": "tflite"}))
+    data, out = tatoeba_dir(tmp_path / "t"), tmp_path / "report"
+    args = ("--data", str(data), "--out", str(out), "--backend", "onnx", "--layer", "-1")
+    error = refused(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(copy), *args), out)
+    assert "format is 'tflite', not onnx or openvino" in error and "--backend tflite" not in error, error
