@@ -246,3 +246,36 @@ def test_unknown_format_names_no_backend(exported, tmp_path, monkeypatch, capsys
     args = ("--data", str(data), "--out", str(out), "--backend", "onnx", "--layer", "-1")
     error = refused(run_main(monkeypatch, capsys, "eval-tatoeba", "--model", str(copy), *args), out)
     assert "format is 'tflite', not onnx or openvino" in error and "--backend tflite" not in error, error
+
+
+# ---------------------------------------------------------------------- usage errors
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("--calibration", "{text}"), ("--calibration", "only apply with --quantize int8")),
+        (("--check", "{text}"), ("--check", "only apply with --quantize int8")),
+        (("--quantize", "int8", "--strict"), ("--strict needs --check",)),
+        (("--strict",), ("--strict", "only apply with --quantize int8")),
+        (("--quantize", "int8", "--calibration", "{text}"), ("--calibration is for --format openvino",)),
+        (("--format", "openvino", "--quantize", "int8", "--int8-keep", "qkv"), ("--int8-keep", "NNCF")),
+    ],
+)
+def test_options_without_theirs_are_usage_errors(bert, args, needles, tmp_path, monkeypatch, capsys):
+    text = text_folder(tmp_path / "text", {"de.txt": "de"})
+    out = tmp_path / "o"
+    given = [a.format(text=text) for a in args]
+    code, stdout, stderr = export(monkeypatch, capsys, bert, out, *given)
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert code == 2 and len(errors) == 1 and not stdout and "Traceback" not in stderr, (code, stderr)
+    assert "Usage: mlminilm export" in stderr and all(n in errors[0] for n in needles), errors
+    assert not out.exists()
+
+
+def test_python_callers_still_get_a_config_error():
+    from mlminilm.config import ExportConfig
+    from mlminilm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--strict needs --check"):
+        ExportConfig(model="m", out=Path("o"), quantize="int8", strict=True)
