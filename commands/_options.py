@@ -45,7 +45,14 @@ def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = 
     params += _closing(json_help, quiet)
 
     def command(**options):
-        main(configure(cls, options), options["json_out"])
+        from mlminilm.errors import UsageError
+
+        try:
+            config = configure(cls, options)
+        except UsageError as exc:  # an option without the one it needs: a usage error, as a missing option is
+            # click's UsageError (exit 2), reached through typer, which vendors its own click from 0.2x on
+            raise typer.BadParameter.__mro__[1](str(exc)) from None
+        main(config, options["json_out"])
 
     command.__signature__ = inspect.Signature(params)
     command.__annotations__ = {p.name: p.annotation for p in params}

@@ -9,6 +9,11 @@ class ConfigError(MlminilmError):
     """Options that cannot work together, or a model that does not fit the method."""
 
 
+class UsageError(ConfigError):
+    """An option given without the one it only applies with (`export --strict` without `--check`): the command
+    line reports it as click reports a missing option, a usage error with exit 2; Python callers get a ConfigError."""
+
+
 class DataError(MlminilmError):
     """Input data that is missing, empty or malformed."""
 

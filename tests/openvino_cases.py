@@ -147,7 +147,8 @@ def test_openvino_refusals(st_xlmr, ov_exports, calibration, tmp_path, monkeypat
     def export(*args):
         return run_main(monkeypatch, capsys, "export", "--model", str(st_xlmr), "--out", str(out), *args)
 
-    refused(export("--format", "openvino", "--quantize", "int8", "--int8-keep", "ffn_out"), out, "NNCF")
+    code, _, stderr = export("--format", "openvino", "--quantize", "int8", "--int8-keep", "ffn_out")
+    assert code == 2 and "NNCF" in stderr and not out.exists()  # a usage error: --int8-keep is --format onnx's
     refused(export("--format", "openvino", "--quantize", "int8"), out, "needs calibration text")
     data = tatoeba_dir(tmp_path / "t")
 
@@ -184,3 +185,38 @@ def test_openvino_refusals_before_any_work(st_xlmr, tmp_path, monkeypatch, capsy
     out = tmp_path / "o"
     args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
     refused(run_main(monkeypatch, capsys, *args, "--calibration", str(tmp_path / "absent")), out, "is not a folder")
+
+
+def test_ir_without_a_recorded_input_is_one_line(ov_exports, tmp_path, monkeypatch, capsys):
+    """An IR that loads but whose input_ids port is named otherwise, while export.json names input_ids: one line at
+    load (OpenVINO's own error came at the first batch: "Port for tensor name input_ids was not found")."""
+    import shutil
+
+    copy = shutil.copytree(ov_exports["fp32"][0], tmp_path / "renamed")
+    xml = copy / "openvino" / "openvino_model.xml"
+    text = xml.read_text(encoding="utf-8")
+    assert 'names="input_ids"' in text
+    xml.write_text(text.replace('names="input_ids"', 'names="ids"'), encoding="utf-8")
+    data, out = tatoeba_dir(tmp_path / "t"), tmp_path / "report"
+    args = ("--model", str(copy), "--data", str(data), "--out", str(out), "--backend", "openvino")
+    refused(run_main(monkeypatch, capsys, "eval-tatoeba", *args), out, "the graph lacks input_ids", "export the model")
+
+
+def test_calibration_names_and_lines(st_xlmr, calibration, tmp_path, monkeypatch, capsys):
+    """--calibration: a file name that cannot be a language code is one line before any work; a line of 3 MB is
+    cut as it is read (one warning) and the int8 IR is written."""
+    import shutil
+
+    out = tmp_path / "o"
+    args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
+    bad = shutil.copytree(calibration, tmp_path / "bad")
+    (bad / "xx.txt").write_text("Une phrase.\n", encoding="utf-8")
+    refused(run_main(monkeypatch, capsys, *args, "--calibration", str(bad)), out, "'xx'", "file names are language")
+    huge = shutil.copytree(calibration, tmp_path / "huge")
+    with (huge / "de.txt").open("a", encoding="utf-8") as handle:
+        handle.write("Der Hund läuft durch den Park. " * 100_000 + "\n")
+    code, _, stderr = run_main(monkeypatch, capsys, *args, "--calibration", str(huge), "--json")
+    assert code == 0, stderr
+    cut = [line for line in stderr.splitlines() if "cut to that length" in line]
+    assert len(cut) == 1 and "1 line(s) longer than 10000 characters" in cut[0], cut
+    assert (out / "openvino" / "openvino_model.xml").is_file()

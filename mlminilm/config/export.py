@@ -8,6 +8,7 @@ from pathlib import Path
 from mlminilm.config.common import check_choice, problems_to_error, quiet_option
 from mlminilm.config.limits import int_problems
 from mlminilm.config.options import COMMA, option
+from mlminilm.errors import UsageError
 
 EXPORT_FORMATS = ("onnx", "openvino")
 QUANTIZATIONS = ("none", "int8")  # int8: onnxruntime's dynamic (onnx) or NNCF's static (openvino): onnx_int8
@@ -99,6 +100,15 @@ class ExportConfig:
         check_choice(p, self.quantize, QUANTIZATIONS, "--quantize")
         for role in self.int8_keep:
             check_choice(p, role, INT8_KEEP, "--int8-keep")
+        usage = self._options_without_theirs()
+        p += int_problems(self)  # --opset within ONNX_OPSET_MIN..ONNX_OPSET_MAX
+        if usage:  # a usage error (exit 2) names every problem, the others too
+            raise UsageError("; ".join(usage + p))
+        problems_to_error(p)
+
+    def _options_without_theirs(self) -> list[str]:
+        """Options given without the option (or value) they only apply with: usage errors (README "Exit codes")."""
+        p = []
         if self.quantize != "int8":
             given = [
                 flag
@@ -121,5 +131,4 @@ class ExportConfig:
             )
         if self.strict and self.check is None:
             p.append("--strict needs --check (the sentences the int8 graph is checked on)")
-        p += int_problems(self)  # --opset within ONNX_OPSET_MIN..ONNX_OPSET_MAX
-        problems_to_error(p)
+        return p

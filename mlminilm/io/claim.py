@@ -120,9 +120,11 @@ class Claim:
         manifest = out / OWN_FILES
         if manifest.is_file() and not manifest.is_symlink():
             try:
-                files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+                doc = json.loads(manifest.read_text(encoding="utf-8"))
+                files, folders = doc["files"], doc.get("dirs", [])  # older records list files only
                 if not all(
-                    isinstance(f, str) and f and not f.startswith("/") and ".." not in f.split("/") for f in files
+                    isinstance(f, str) and f and not f.startswith("/") and ".." not in f.split("/")
+                    for f in [*files, *folders]
                 ):
                     raise ValueError("a path outside the output")
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -130,9 +132,11 @@ class Claim:
                     f"--out {self.given}: its record of mlminilm's own files ({OWN_FILES}) is damaged ({exc}), so "
                     "--overwrite cannot tell them from yours: move the directory away or choose another --out"
                 ) from None
-            own = set(files) | {OWN_FILES}
+            # The folders it wrote count as its own too, an empty one included (a sentence-transformers model's
+            # 2_Normalize/ holds no file): without them an untouched output of its own would be refused.
+            own = set(files) | set(folders) | {OWN_FILES}
             present, dirs = _tree(out)
-            parents = {"/".join(f.split("/")[:i]) for f in own for i in range(1, f.count("/") + 1)}
+            parents = {"/".join(f.split("/")[:i]) for f in own for i in range(1, f.count("/") + 1)} | set(folders)
             foreign = sorted((present - own) | (dirs - parents))
             foreign = [f for f in foreign if not any(f.startswith(g + "/") for g in foreign)]
         elif self.legacy is None:
@@ -204,14 +208,13 @@ class Claim:
 
     def _swap(self, tmp: Path) -> None:
         out = self.out
-        files, _ = _tree(tmp)
+        files, folders = _tree(tmp)
         files.discard(MARKER)
         from mlminilm.version import __version__
 
-        (tmp / OWN_FILES).write_text(
-            json.dumps({"command": self.command, "mlminilm": __version__, "files": sorted(files)}, indent=1) + "\n",
-            encoding="utf-8",
-        )  # no time in it: the same inputs give a byte-identical output
+        doc = {"command": self.command, "mlminilm": __version__, "files": sorted(files), "dirs": sorted(folders)}
+        # no time in it: the same inputs give a byte-identical output
+        (tmp / OWN_FILES).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         new = sorted(n for n in os.listdir(tmp) if n not in (MARKER, OWN_FILES)) + [OWN_FILES]
         out.mkdir(parents=True, exist_ok=True)
         # What the user put into --out while the command ran: kept where it is; in the way of the new output, the
@@ -297,7 +300,8 @@ class Claim:
         out.mkdir(parents=True, exist_ok=True)
         if (out / OWN_FILES).is_file():  # the previous output's record still in place: setting aside was cut short
             try:
-                recorded = json.loads((out / OWN_FILES).read_text(encoding="utf-8"))["files"]
+                doc = json.loads((out / OWN_FILES).read_text(encoding="utf-8"))
+                recorded = [*doc["files"], *doc.get("dirs", [])]
                 tops = sorted({str(f).split("/", 1)[0] for f in recorded} - {OWN_FILES})
             except (OSError, ValueError, KeyError, TypeError):
                 tops = []

@@ -5,7 +5,9 @@ real input, so the input must cover every language the model serves: a range mea
 activations of a script it never saw. Where the text comes from (`--calibration PATH`, else the model's own):
 - a `prepare` output (its manifest.json): each language's sequences split back into the documents they were packed
   from (at the separator token) and decoded with the model's tokenizer, which must be the one that prepared them;
-- a folder of `<lang>.txt`, `.txt.gz`, `.jsonl` or `.jsonl.gz` files, as `prepare` reads them (one document a line);
+- a folder of `<lang>.txt`, `.txt.gz`, `.jsonl` or `.jsonl.gz` files, as `prepare` reads them (one document a line;
+  the file names are language codes, checked as `prepare` checks them), every line cut at --parallel's
+  MAX_SENTENCE_CHARS as it is read (a line of hundreds of megabytes is never held whole nor tokenised);
 - neither given: the prepared data the model was distilled from, as its mlminilm.json records it (`data`).
 
 From each language, `per_language` documents are drawn at random (seeded: the same export twice calibrates on
@@ -19,8 +21,11 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlminilm import logging as mlog
 from mlminilm.config.export import CALIBRATION_SENTENCES
 from mlminilm.errors import DataError
+
+log = mlog.get(__name__)
 
 CALIBRATION_SEED = 0
 CALIBRATION_MAX_LENGTH = 128  # tokens: sentences, as served; longer documents are cut
@@ -64,10 +69,11 @@ def read_calibration(
     root = Path(path)
     if not root.is_dir():
         raise DataError(f"{flag} {path} is not a folder (give a `prepare` output or a folder of <lang>.txt files)")
+    cut = 0
     if (root / "manifest.json").is_file():
         sentences, kind = _from_prepared(root, tokenizer, per_language, flag), "prepared data"
     else:
-        sentences, kind = _from_text(root, per_language), "text files"
+        (sentences, cut), kind = _from_text(root, per_language, flag), "text files"
     if not sentences:
         raise DataError(
             f"{flag} {path} holds no language: expected a `prepare` output (manifest.json) or "
@@ -76,6 +82,17 @@ def read_calibration(
     empty = sorted(lang for lang, s in sentences.items() if not s)
     if empty:
         raise DataError(f"{flag} {path}: no sentences for {', '.join(empty)} (every language needs some)")
+    if cut:
+        from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
+
+        log.warning(
+            "%s %s: %d line(s) longer than %d characters cut to that length as they were read (a JSON line that "
+            "long: skipped)",
+            flag,
+            path,
+            cut,
+            MAX_SENTENCE_CHARS,
+        )
     return CalibrationText(str(root), kind, dict(sorted(sentences.items())))
 
 
@@ -92,18 +109,57 @@ def _draw(documents, per_language: int) -> list[str]:
     return random.Random(CALIBRATION_SEED).sample(pool, per_language)
 
 
-def _from_text(root: Path, per_language: int) -> dict[str, list[str]]:
+def _from_text(root: Path, per_language: int, flag: str) -> tuple[dict[str, list[str]], int]:
+    """Each language's drawn sentences and how many lines were cut (or, for JSON lines, skipped) as too long. The
+    file names are language codes, checked as `prepare` checks its inputs' before a line is read."""
     from mlminilm.corpus.readers import _directory_sources
+    from mlminilm.langs import accept_codes, warn_unregistered
 
     by_lang: dict[str, list] = {}
     for source in _directory_sources(root):
         by_lang.setdefault(source.lang, []).append(source)
+    try:
+        unregistered = accept_codes(by_lang)
+    except DataError as exc:
+        raise DataError(f"{flag} {root}: its <lang> file names are language codes: {exc}") from None
+    warn_unregistered(unregistered, f"taken as {flag} languages")
+    cut = [0]
 
     def documents(sources):
         for source in sources:
-            yield from source.documents("text")
+            yield from _documents(source.path, cut)
 
-    return {lang: _draw(documents(sources), per_language) for lang, sources in by_lang.items()}
+    return {lang: _draw(documents(sources), per_language) for lang, sources in by_lang.items()}, cut[0]
+
+
+def _documents(path: Path, cut: list[int]):
+    """The documents of one `<lang>.txt` / `.jsonl` file (gzipped or not), as `prepare` reads them, but with
+    every line cut at MAX_SENTENCE_CHARS as it is read (--parallel's rule): `cut[0]` counts the lines cut. A JSON
+    line that long cannot be parsed from its start, so it is skipped (and counted)."""
+    import zlib
+
+    from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
+    from mlminilm.corpus.readers import _json_text
+    from mlminilm.io.lines import bounded_lines, open_lines
+
+    json_lines = path.name.endswith((".jsonl", ".jsonl.gz"))
+    try:
+        with open_lines(path) as handle:
+            for number, (line, was_cut) in enumerate(bounded_lines(handle, MAX_SENTENCE_CHARS), 1):
+                cut[0] += was_cut
+                if not line.strip() or (json_lines and was_cut):
+                    continue
+                text = _json_text(line, "text", path, number) if json_lines else line
+                if text.strip():
+                    yield text
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot read {path}: not UTF-8 text ({exc.reason}); convert it to UTF-8") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        gz = path.name.endswith(".gz") and not isinstance(exc, FileNotFoundError | PermissionError)
+        raise DataError(
+            f"cannot read {path}: "
+            + (f"it is not a whole gzip file ({exc}); download or compress it again" if gz else str(exc))
+        ) from None
 
 
 def _from_prepared(root: Path, tokenizer, per_language: int, flag: str) -> dict[str, list[str]]:

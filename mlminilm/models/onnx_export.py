@@ -103,7 +103,9 @@ def _validate(config: ExportConfig, claim) -> _Source:
     attempt(lambda: require_onnx("mlminilm export", ("onnx", "onnxruntime", "onnxscript")))
     model_dir = attempt(lambda: resolve_model(config.model))
     out = claim.given
-    attempt(lambda: refuse_overlap(claim.out, {"--model": model_dir}))
+    # Nor inside (or around) the text it reads: --overwrite must never reach a user's calibration or check files.
+    inputs = {"--model": model_dir, "--calibration": config.calibration, "--check": config.check}
+    attempt(lambda: refuse_overlap(claim.out, inputs))
     if claim.out.is_dir() and any(claim.out.iterdir()) and config.overwrite and not is_export(claim.out):
         # An export holds its onnx/export.json: without one the directory is not ours to replace.
         problems.add(

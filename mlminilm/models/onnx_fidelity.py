@@ -46,9 +46,13 @@ def read_check(path: str | Path, tokenizer, per_language: int = CHECK_SENTENCES)
     if not root.is_dir():
         raise DataError(f"--check {path} is not a folder (a Tatoeba-style folder, or <lang>.txt files)")
     if any(root.glob("tatoeba.*-eng.eng")):
+        from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
+        from mlminilm.langs import warn_unregistered
         from mlminilm.tasks.tatoeba import load_tatoeba
 
-        sets, _ = load_tatoeba(root)
+        # Lines cut as they are read, as --parallel's: a line of megabytes is never held whole nor tokenised.
+        sets, unregistered = load_tatoeba(root, max_chars=MAX_SENTENCE_CHARS)
+        warn_unregistered(unregistered, "checked and recorded under the Tatoeba file code")
         pairs = {lang: (s.source[:per_language], s.english[:per_language]) for lang, s in sets.items()}
         return CheckSet(str(root), "tatoeba", pairs=dict(sorted(pairs.items())))
     from mlminilm.models.onnx_calibration import read_calibration

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from mlminilm.config.export import EXPORT_FORMATS
 from mlminilm.errors import ConfigError
 
 ONNX_EXTRA = "pip install 'mlminilm[onnx]'"
@@ -147,6 +148,8 @@ def _field_problems(doc: dict) -> list[str]:
             "a list of named inputs",
         ),
         ("graph", lambda v: isinstance(v, str) and v, "a path inside the export directory"),
+        # the evaluations' --backend takes its name: another would advise a --backend that does not exist
+        ("format", lambda v: v in EXPORT_FORMATS, " or ".join(EXPORT_FORMATS)),
         ("num_layers", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1024, "a layer count"),
         ("hidden_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a positive integer"),
         ("opset", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "an opset number"),
@@ -226,9 +229,12 @@ class GraphModel:
     training = False
     runtime = "graph"
 
-    def __init__(self, record: ExportRecord, input_names: list[str]):
+    def __init__(self, record: ExportRecord, graph_inputs: list[set[str]]):
+        """`graph_inputs`: the names of each input of the loaded graph (an OpenVINO port may have several). They
+        must be those the record names, checked once here: a graph that lacks one (or wants another) fails in one
+        line at load, not inside the runtime at the first batch."""
         self.record = record
-        self.input_names = input_names
+        self.input_names = _matching_inputs(record, graph_inputs)
         self.output_name = TASKS[record.task]
         self.num_layers = int(record.doc.get("num_layers", 0))
 
@@ -263,6 +269,27 @@ class GraphModel:
         return SimpleNamespace(last_hidden_state=tensor, hidden_states=LastLayerOnly(tensor, self.num_layers))
 
 
+def _matching_inputs(record: ExportRecord, graph_inputs: list[set[str]]) -> list[str]:
+    """The record's input names, in its order, when the graph's inputs are exactly those; else ConfigError."""
+    named = record.inputs
+    missing = [name for name in named if not any(name in names for names in graph_inputs)]
+    extra = [sorted(names)[0] if names else "(unnamed)" for names in graph_inputs if not names & set(named)]
+    if missing or extra:
+        what = "; ".join(
+            part
+            for part in (
+                f"lacks {', '.join(missing)}" if missing else "",
+                f"has inputs the record does not name ({', '.join(extra)})" if extra else "",
+            )
+            if part
+        )
+        raise ConfigError(
+            f"{record.graph}: the graph {what}, while its export record names the inputs {', '.join(named)}: the "
+            "graph and the record do not belong together; export the model again with `mlminilm export`"
+        )
+    return list(named)
+
+
 class OnnxModel(GraphModel):
     """The graph of an ONNX export directory in an onnxruntime session."""
 
@@ -271,7 +298,7 @@ class OnnxModel(GraphModel):
     def __init__(self, directory: str | Path, threads: int | None = None, record: ExportRecord | None = None):
         record = record or read_export(directory)
         self.session = session(record.graph, threads)
-        super().__init__(record, [i.name for i in self.session.get_inputs()])
+        super().__init__(record, [{i.name} for i in self.session.get_inputs()])
 
     def run(self, feed: dict):
         (output,) = self.session.run([self.output_name], feed)

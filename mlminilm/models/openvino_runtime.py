@@ -127,8 +127,9 @@ class OpenVinoModel(GraphModel):
         from mlminilm.models.onnx_runtime import read_export
 
         record = record or read_export(directory)
-        self.request = compiled(record.graph, threads).create_infer_request()
-        super().__init__(record, record.inputs)
+        model = compiled(record.graph, threads)
+        super().__init__(record, [set(port.get_names()) for port in model.inputs])
+        self.request = model.create_infer_request()
 
     def run(self, feed: dict):
         # A copy: the request reuses its output buffer on the next call.

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlminilm import logging as mlog
 from mlminilm.errors import DataError
 from mlminilm.langs import accept_codes, all_languages, from_iso639_3, to_iso639_3
 from mlminilm.tasks.textfile import read_text
@@ -26,6 +27,8 @@ __all__ = [
     "read_sentences",
     "load_tatoeba",
 ]
+
+log = mlog.get(__name__)
 
 _FILE = re.compile(r"^tatoeba\.([a-z]{3})-eng\.([a-z]{3})$")
 
@@ -133,16 +136,20 @@ def find_tatoeba_files(
     return found, [lang for lang in found if lang not in all_languages()]
 
 
-def read_sentences(path: Path) -> list[str]:
+def read_sentences(path: Path, max_chars: int | None = None) -> list[str]:
     """The lines of `path` (a final newline ends the last line; "\\r\\n" is accepted), whitespace-stripped.
-    An empty file, or an empty line, is a DataError naming the file (and the line)."""
-    text = read_text(path)
-    if not text.strip():
-        raise DataError(f"{path}: the file is empty (expected one sentence per line)")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
+    An empty file, or an empty line, is a DataError naming the file (and the line). `max_chars`: each line cut to
+    that many characters as it is read (one warning says how many were), never held whole."""
+    if max_chars is None:
+        text = read_text(path)
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+    else:
+        lines = _bounded(path, max_chars)
     sentences = [line.strip() for line in lines]
+    if not any(sentences):
+        raise DataError(f"{path}: the file is empty (expected one sentence per line)")
     blank = [i + 1 for i, s in enumerate(sentences) if not s]
     if blank:
         where = ", ".join(map(str, blank[:5])) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
@@ -150,10 +157,36 @@ def read_sentences(path: Path) -> list[str]:
     return sentences
 
 
-def load_tatoeba(data: str | Path, langs: list[str] | None = None) -> tuple[dict[str, TatoebaSet], list[str]]:
-    """Every requested language's sentence pairs, read and checked whole, and the codes among them that langs/
-    does not have (see `find_tatoeba_files`). All problems (missing, empty or mismatched files) are reported in one
-    DataError."""
+def _bounded(path: Path, max_chars: int) -> list[str]:
+    import zlib
+
+    from mlminilm.io.lines import bounded_lines, open_lines
+
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    lines, cut = [], 0
+    try:
+        with open_lines(path, encoding="utf-8-sig") as handle:
+            for line, was_cut in bounded_lines(handle, max_chars):
+                lines.append(line)
+                cut += was_cut
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    if cut:
+        log.warning(
+            "%s: %d line(s) longer than %d characters cut to that length as they were read", path, cut, max_chars
+        )
+    return lines
+
+
+def load_tatoeba(
+    data: str | Path, langs: list[str] | None = None, max_chars: int | None = None
+) -> tuple[dict[str, TatoebaSet], list[str]]:
+    """Every requested language's sentence pairs, read and checked whole (each line cut to `max_chars` as it is
+    read, when given), and the codes among them that langs/ does not have (see `find_tatoeba_files`). All problems
+    (missing, empty or mismatched files) are reported in one DataError."""
     files, unregistered = find_tatoeba_files(data, langs)
     sets: dict[str, TatoebaSet] = {}
     problems: list[str] = []
@@ -161,7 +194,7 @@ def load_tatoeba(data: str | Path, langs: list[str] | None = None) -> tuple[dict
         sides = []
         for path in (pair.source, pair.english):
             try:
-                sides.append(read_sentences(path))
+                sides.append(read_sentences(path, max_chars))
             except DataError as exc:
                 problems.append(str(exc))
         if len(sides) < 2:
