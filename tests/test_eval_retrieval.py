@@ -293,6 +293,17 @@ def test_cli_beir_and_the_model_prompts(encoder, tmp_path, monkeypatch, capsys):
         monkeypatch, capsys, "--model", str(model), "--data", str(beir), "--split", "test", "--lang", "de-en", "--json"
     )
     assert code == 0 and list(json.loads(stdout)["languages"]) == ["de-en"], stderr
+    # --update-card: the pair's nDCG@10, MRR@10 and recall@100 as Hub model-index entries of a Retrieval task.
+    code, stdout, stderr = _run(
+        monkeypatch, capsys, "--model", str(model), "--data", str(beir.parent), "--split", "test", "--update-card"
+    )
+    assert code == 0, stderr
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(model / "README.md")
+    results = {(r.task_type, r.dataset_name, r.dataset_config, r.metric_type) for r in card.data.eval_results}
+    assert results == {("Retrieval", "beir (retrieval)", "en", m) for m in ("ndcg_at_10", "mrr_at_10", "recall_at_100")}
+    assert "mlminilm:eval-retrieval:start" in (model / "README.md").read_text()
 
 
 def test_cli_errors(encoder, tmp_path, monkeypatch, capsys):
