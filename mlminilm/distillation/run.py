@@ -349,6 +349,11 @@ def fill_target_cache(
     from mlminilm.distillation import targets
 
     root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
+    # An error writing the cache names the option that places it.
+    if cfg.target_cache is not None:
+        advice = "give --target-cache a writable directory (on a disk with space)"
+    else:
+        advice = f"choose another --out, or place the cache elsewhere with --target-cache DIR (it is {root})"
     texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
     pairs.target_table = targets.prepare(
         root,
@@ -362,6 +367,7 @@ def fill_target_cache(
         device=rt.device,
         is_main=rt.is_main,
         barrier=rt.barrier,
+        advice=advice,
     )
 
 
