@@ -235,3 +235,21 @@ def test_a_read_only_cache_is_read_and_its_advice_names_the_cache(
         "--target-cache",
     )
     assert "--out" not in line, line
+
+
+def test_a_link_or_folder_under_a_parts_name_is_neither_read_nor_removed(tmp_path, caplog):
+    from mlminilm.distillation.targets import fill
+
+    facts = _facts()
+    folder = tmp_path / facts["id"]
+    folder.mkdir()
+    elsewhere = tmp_path / "yours.bin"
+    elsewhere.write_bytes(b"not a part")
+    (folder / "part-00000.safetensors").symlink_to(elsewhere)
+    (folder / "part-00001.safetensors").mkdir()
+    store = _store(tmp_path, facts)
+    with caplog.at_level("WARNING"):
+        assert store.load() == 0
+    assert caplog.text.count("is not a plain file") == 2
+    assert fill(store, TEXTS, _embed) == 3 and store.missing(TEXTS) == []
+    assert elsewhere.read_bytes() == b"not a part" and (folder / "part-00001.safetensors").is_dir()

@@ -126,6 +126,9 @@ class TargetStore:
             clean_stale(self.dir, prefix=_TEMPORARIES)
             self._check_facts()
         for part in sorted(self.dir.glob("part-*.safetensors")):
+            if part.is_symlink() or not part.is_file():  # not a part mlminilm wrote: never read, never removed
+                log.warning("teacher-target cache: %s is not a plain file; not used (move it away)", part)
+                continue
             found = self._read_part(part)
             if isinstance(found, str):
                 log.warning(
