@@ -169,6 +169,7 @@ def test_the_cache_never_lands_in_an_input_or_nowhere(st_teacher, st_data, tmp_p
         (st_data / "shards", "lies inside the --data input"),
         (tmp_path / "run", "is the --out directory"),
         ("", "--target-cache '' names no directory"),
+        (st_data / "manifest.json", "is a file, not a directory"),
     ):
         result = _distill(monkeypatch, capsys, st_teacher, st_data, tmp_path, "--target-cache", str(cache))
         assert_error(result, needle)

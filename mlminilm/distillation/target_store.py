@@ -70,6 +70,8 @@ def refuse_place(cache: str | Path, inputs: dict, out: str | Path) -> None:
     if not str(cache).strip():
         raise ConfigError("--target-cache '' names no directory; give a directory of its own, or leave it out")
     target = Path(os.path.realpath(os.path.expanduser(str(cache))))
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--target-cache {cache} is a file, not a directory; name a directory")
     places = [("--out", out), *inputs.items()]
     for flag, value in places:
         if value is None or not str(value) or (flag != "--out" and not Path(value).exists()):
