@@ -74,11 +74,14 @@ def _read(path: Path, command: str, config_class) -> tuple[dict, bool]:
         elif suffix in (".yaml", ".yml"):
             doc = _safe_yaml(path, text)
         elif suffix == ".json":
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_keys)
         else:
             raise ConfigError(f"--config {path}: a .toml, .yaml / .yml or .json file, please (got {suffix or 'none'})")
     except ConfigError:
         raise
+    except _KeyTwice as twice:
+        # JSON and YAML parsers keep the last of a key given twice; TOML refuses it: all three refuse it here.
+        raise ConfigError(f"--config {path}{twice.where}: {twice.key} is given twice; keep one of them") from None
     except Exception as exc:  # noqa: BLE001 - tomllib, yaml and json each have their own error class
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"--config {path}: not readable {suffix[1:].upper()} ({first})") from None
@@ -97,9 +100,28 @@ def _read(path: Path, command: str, config_class) -> tuple[dict, bool]:
     return doc, False
 
 
+class _KeyTwice(Exception):
+    """A key given twice in one table of a JSON or YAML file (`where`: ":LINE" when the parser knows it)."""
+
+    def __init__(self, key, where: str = ""):
+        super().__init__(key)
+        self.key, self.where = key, where
+
+
+def _unique_keys(pairs: list[tuple]) -> dict:
+    """json's object_pairs_hook: the object, unless a key appears twice in it."""
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _KeyTwice(key)
+        seen[key] = value
+    return seen
+
+
 def _safe_yaml(path: Path, text: str):
     """YAML without aliases: an alias (`*name`) is refused while the text is parsed, before anything is expanded,
-    so a small file of nested aliases (an "alias bomb") cannot take minutes and gigabytes first."""
+    so a small file of nested aliases (an "alias bomb") cannot take minutes and gigabytes first. A key given
+    twice in one mapping is refused too (_KeyTwice)."""
     import yaml
 
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
@@ -109,7 +131,18 @@ def _safe_yaml(path: Path, text: str):
                 f"--config {path}:{mark.line + 1}: a YAML alias (*{event.anchor}); config files take "
                 "plain values, write the value out"
             )
-    return yaml.safe_load(text)
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _KeyTwice(key, f":{key_node.start_mark.line + 1}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader subclass
 
 
 def _as_options(values: dict, command, given_args: list[str], path, replay: bool) -> list[str]:

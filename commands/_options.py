@@ -83,18 +83,25 @@ def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Param
         base = choices(_camel(name), cli.choices)
     elif cli.cli_type is not None:
         base = cli.cli_type
-    annotation = Annotated[Optional[base] if optional else base, _info(f, cli)]
+    annotation = Annotated[Optional[base] if optional else base, _info(f, cli, pair=base is bool)]
     default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
     if cli.required:
         default = ...
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def _info(f: dataclasses.Field, cli: Cli):
+def _info(f: dataclasses.Field, cli: Cli, pair: bool = False):
     show_default = True if cli.show_default is None else cli.show_default
     if cli.argument:
         return typer.Argument(metavar=cli.metavar, show_default=show_default, help=cli.help)
-    decls = [cli.flag or "--" + f.name.replace("_", "-"), *([cli.short] if cli.short else [])]
+    flag = cli.flag or "--" + f.name.replace("_", "-")
+    if pair and "/" not in flag:
+        # Every flag has its negation: one a --config file (or recipe) turns on can be turned off on the command
+        # line, which wins over the file (`--no-freeze-embeddings`).
+        flag = f"{flag}/--no-{flag[2:]}"
+        if f.default is False and cli.show_default is None:
+            show_default = False  # off by default: "[default: no-x]" would only repeat that
+    decls = [flag, *([cli.short] if cli.short else [])]
     return typer.Option(
         *decls,
         help=cli.help,

@@ -216,6 +216,12 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     if sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     head = plans.embedding_head(cfg, sentence)
+    if cfg.target_cache is not None:
+        from mlminilm.distillation.target_store import refuse_place
+
+        inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--parallel": cfg.parallel}
+        inputs["--probe-tatoeba"] = cfg.probe_tatoeba
+        refuse_place(cfg.target_cache, inputs, cfg.out)  # before anything is written: never into an input
     pairs = read_parallel(cfg.parallel) if cfg.parallel is not None else None
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files

@@ -799,3 +799,70 @@ def test_configs_bound_integers_for_python_api_users():
     # A float option that becomes a step count: finetune --epochs 1e30 trained towards 10^30 steps.
     with pytest.raises(ConfigError, match="give fewer --epochs"):
         FinetuneConfig(model="m", train="t", out="o", epochs=1e30).resolved(steps_per_epoch=1)
+
+
+def _damaged_gzip(path: Path, text: str) -> Path:
+    """Lines of `text` (numbered, so they do not compress to nothing) gzipped, the deflate stream damaged mid-way:
+    reading it raises zlib.error (checked here)."""
+    import zlib
+
+    good = gzip.compress("".join(f"{i} {text}" for i in range(2000)).encode(), mtime=0)
+    for at in range(len(good) // 3, 10, -1):  # the furthest byte in the first third whose flip breaks the stream
+        damaged = good[:at] + bytes([good[at] ^ 0xFF]) + good[at + 1 :]
+        try:
+            gzip.decompress(damaged)
+        except zlib.error:
+            path.write_bytes(damaged)
+            return path
+        except (OSError, EOFError):  # a CRC or length error: not the case wanted here
+            continue
+    raise AssertionError("no single flipped byte damages the deflate stream")
+
+
+def test_a_damaged_gzip_input_is_one_line_naming_it(wp_teacher, wp_data, task_files, tmp_path, monkeypatch, capsys):
+    """Issue 37: a .gz whose deflate stream is damaged was a zlib.error traceback in --parallel (TSV and OPUS file
+    pairs) and in finetune --train (every reader of mlminilm.tasks.textfile.read_text)."""
+    tsv = _damaged_gzip(tmp_path / "en-de.tsv.gz", "The dog runs.\tDer Hund läuft.\n")
+    opus = tmp_path / "opus"
+    opus.mkdir()
+    with gzip.open(opus / "talks.de-en.en.gz", "wt", encoding="utf-8") as handle:
+        handle.write("The dog runs.\n" * 4000)
+    _damaged_gzip(opus / "talks.de-en.de.gz", "Der Hund läuft.\n")
+    shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--intermediate", "128", "--max-steps", "1"]
+    for parallel, named in ((tsv, tsv), (opus, opus / "talks.de-en.de.gz")):
+        args = ["distill", "--teacher", str(wp_teacher), "--data", str(wp_data), "--out", str(tmp_path / "run")]
+        line = assert_error(
+            run_main(monkeypatch, capsys, *args, *shape, "--parallel", str(parallel)), str(named), "gzip"
+        )
+        assert "download or compress it again" in line
+    train = _damaged_gzip(tmp_path / "train-en.tsv.gz", task_files["nli"].read_text(encoding="utf-8"))
+    line = assert_error(
+        run_main(
+            monkeypatch,
+            capsys,
+            "finetune",
+            "--model",
+            str(wp_teacher),
+            "--out",
+            str(tmp_path / "ft"),
+            "--train",
+            str(train),
+        ),
+        str(train),
+        "gzip",
+    )
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ft").exists()
+
+
+def test_a_missing_opus_partner_is_named_as_the_missing_one(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    """Issue 37: `--parallel talks.de-en.de` without talks.de-en.en said "talks.de-en.en has no partner file
+    .../talks.de-en.en": the missing file as the one lacking itself."""
+    (tmp_path / "talks.de-en.de").write_text("Der Hund läuft.\n", encoding="utf-8")
+    shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--intermediate", "128", "--max-steps", "1"]
+    args = ["distill", "--teacher", str(wp_teacher), "--data", str(wp_data), "--out", str(tmp_path / "run")]
+    line = assert_error(
+        run_main(monkeypatch, capsys, *args, *shape, "--parallel", str(tmp_path / "talks.de-en.de")),
+        "talks.de-en.de has no partner file",
+        f"{tmp_path / 'talks.de-en.en'} is missing",
+    )
+    assert "talks.de-en.en has no partner" not in line

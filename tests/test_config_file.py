@@ -134,3 +134,38 @@ def test_binary_files_alias_bombs_and_one_option_named_twice_are_one_line(tmp_pa
         run_main(monkeypatch, capsys, "distill", "--config", str(twice)), "max-steps and max_steps name the same option"
     )
     assert not list(tmp_path.glob("run*"))
+
+
+def test_one_key_given_twice_in_json_or_yaml_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """Issue 37: JSON and YAML parsers keep the last of a key given twice, so `{"max-steps": 1, "max-steps": 2}`
+    trained 2 steps; TOML refused it. Now every format refuses it, in one line naming the key."""
+    files = {
+        "twice.json": '{"max-steps": 1, "out": "x", "max-steps": 2}',
+        "twice.yaml": "max-steps: 1\nout: x\nmax-steps: 2\n",
+        "nested.json": '{"command": "distill", "config": {"seed": 1, "seed": 2}}',
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        line = assert_error(
+            run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / name)), "is given twice", name
+        )
+        assert ("seed" if name == "nested.json" else "max-steps") in line
+    assert ":3: max-steps is given twice" in assert_error(
+        run_main(monkeypatch, capsys, "distill", "--config", str(tmp_path / "twice.yaml")), "twice.yaml"
+    )
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_flag_the_file_turns_on_is_turned_off_on_the_command_line(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    """Issue 37: a recipe's `freeze-embeddings = true` could not be undone (`--no-freeze-embeddings` did not exist),
+    though an option typed on the command line wins over the file. Every flag now has its `--no-` side."""
+    config = tmp_path / "recipe.toml"
+    shape = {**SHAPE, "hidden": 64, "intermediate": 128}
+    lines = [f'teacher = "{wp_teacher}"', f'data = "{wp_data}"', 'init = "teacher"', "freeze-embeddings = true"]
+    config.write_text("\n".join([*lines, "max-steps = 1", *(f"{k} = {v}" for k, v in shape.items())]) + "\n")
+    for out, typed, frozen in (("on", (), True), ("off", ("--no-freeze-embeddings",), False)):
+        code, _, err = run_main(
+            monkeypatch, capsys, "distill", "--config", str(config), "--out", str(tmp_path / out), *typed
+        )
+        assert code == 0, err
+        assert json.loads((tmp_path / out / "run.json").read_text())["config"]["freeze_embeddings"] is frozen

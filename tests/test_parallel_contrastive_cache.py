@@ -202,7 +202,9 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     plain = sampler.batch(0, 0, 6, 1, 0, 1)
     with torch.no_grad():
         direct = teacher_embedding(teacher, plain.source_ids, plain.source_mask, head)
-    store = TargetStore(tmp_path, fingerprint(module_digest(teacher), head.modes, True, "query: ", 32))
+    store = TargetStore(
+        tmp_path, fingerprint(module_digest(teacher), head.modes, True, "query: ", 32, width=teacher.config.hidden_size)
+    )
     fill(
         store,
         sampler.drawn_sources(0, 1, 6, 1, 1),
@@ -227,7 +229,7 @@ def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_te
     from mlminilm.distillation.targets import TargetStore, fill, fingerprint, module_digest
 
     teacher = AutoModel.from_pretrained(st_teacher).eval()
-    facts = fingerprint(module_digest(teacher), ("mean",), True, "query: ", 128)
+    facts = fingerprint(module_digest(teacher), ("mean",), True, "query: ", 128, width=3)
     texts = ["one", "two", "three"]
 
     def embed(chunk):
@@ -242,11 +244,11 @@ def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_te
     # Any change of the teacher's weights (one value) is another fingerprint: nothing is found.
     with torch.no_grad():
         teacher.encoder.layer[0].output.dense.bias[0] += 1e-3
-    changed = fingerprint(module_digest(teacher), ("mean",), True, "query: ", 128)
+    changed = fingerprint(module_digest(teacher), ("mean",), True, "query: ", 128, width=3)
     assert changed["id"] != facts["id"] and TargetStore(tmp_path, changed).load() == 0
     # So is another prefix or length.
-    assert fingerprint(facts["teacher"], ("mean",), True, "", 128)["id"] != facts["id"]
-    assert fingerprint(facts["teacher"], ("mean",), True, "query: ", 64)["id"] != facts["id"]
+    assert fingerprint(facts["teacher"], ("mean",), True, "", 128, width=3)["id"] != facts["id"]
+    assert fingerprint(facts["teacher"], ("mean",), True, "query: ", 64, width=3)["id"] != facts["id"]
 
     # A damaged part (one flipped byte in its vectors, or cut short) is removed and its texts recomputed.
     for damage in ("flip", "truncate"):

@@ -206,7 +206,13 @@ def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, t
     r = records[-1]
     assert r["loss"] == pytest.approx(r["attention"] + r["value"] + r["parallel"], rel=1e-4)
     run = json.loads((tmp_path / "both" / "run.json").read_text())
-    assert run["parallel_pairs"] == {"pairs": 40, "skipped_lines": 0, "languages": {"de": 40}}
+    recorded = run["parallel_pairs"]
+    assert {k: recorded[k] for k in ("pairs", "skipped_lines", "languages")} == {
+        "pairs": 40,
+        "skipped_lines": 0,
+        "languages": {"de": 40},
+    }
+    assert len(recorded["digest"]) == 32  # of every pair: --resume tells changed pairs by it
     # The prefix defaults to the teacher's sentence-transformers "query" prompt (e5's files: "query: ").
     assert "parallel embedding MSE" in run["objective"] and "prefix 'query: '" in run["objective"]
     card = json.loads((result.student / "mlminilm.json").read_text())
@@ -236,6 +242,32 @@ def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, 
     straight = [r["loss"] for r in _records(tmp_path / "straight") if "loss" in r]
     resumed = [r["loss"] for r in _records(tmp_path / "resumed") if "loss" in r]
     assert len(straight) == 6 and resumed == pytest.approx(straight, rel=1e-5)
+
+
+def test_resume_refuses_pairs_that_changed_since_the_run_started(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """Issue 39: pairs appended to the --parallel file after a run started were trained on by --resume without a
+    word, while run.json still recorded the old count. Exact resume is promised for unchanged inputs only."""
+    from helpers import run_killed_after_checkpoint
+    from mlminilm import distill
+
+    pairs = _pairs_file(tmp_path / "en-de.tsv", n=30)
+    out = tmp_path / "run"
+    kw = dict(parallel=pairs, max_steps=4, save_every=2, hidden_loss_weight=0.0, embedding_loss_weight=0.0)
+    run_killed_after_checkpoint(monkeypatch, 2, distill.run, config(st_teacher, st_data, out, **kw))
+    record = (out / "run.json").read_text()
+    cli = ["distill", "--config", str(out / "run.json"), "--out", str(out), "--resume"]
+    original = pairs.read_text(encoding="utf-8")
+    # Pairs appended (30 -> 45), then the same number of pairs with one translation changed.
+    pairs.write_text(original + "".join(f"Extra {i}.\tMehr {i}.\n" for i in range(15)), encoding="utf-8")
+    assert_error(run_main(monkeypatch, capsys, *cli), "--resume", str(pairs), "30 pairs when the run started, 45 now")
+    pairs.write_text(original.replace("\t", "\tX ", 1), encoding="utf-8")
+    assert_error(run_main(monkeypatch, capsys, *cli), "the same 30 pairs in number, but other text")
+    assert (out / "run.json").read_text() == record and "step" in (out / "metrics.jsonl").read_text()
+    # The pairs as they were: the run resumes and finishes.
+    pairs.write_text(original, encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, *cli)
+    assert code == 0, err
+    assert (out / "student" / "model.safetensors").exists()
 
 
 def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path):  # noqa: F811

@@ -238,6 +238,7 @@ class DistillConfig(TrainConfig):
     target_cache: Path | None = option(
         None,
         metavar="DIR",
+        cli_type=str,  # as typed: `--target-cache ''` is refused, where a Path would read it as `.`
         show_default="OUT/teacher-targets",
         help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
         "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.",
@@ -337,6 +338,10 @@ class DistillConfig(TrainConfig):
         check_choice(p, self.hidden_distance, HIDDEN_DISTANCES, "--hidden-distance")
         if self.probe_every < 1:
             p.append(f"--probe-every must be at least 1 (got {self.probe_every})")
+        if self.target_cache is not None and not str(self.target_cache).strip():
+            p.append("--target-cache '' names no directory: give a directory of its own, or leave it out")
+        elif isinstance(self.target_cache, str):
+            object.__setattr__(self, "target_cache", Path(self.target_cache))  # frozen: set once, as a Path
         if self.probe_pairs is not None and self.probe_pairs < 1:
             p.append(f"--probe-pairs must be at least 1 (got {self.probe_pairs})")
         if self.probe_langs and self.probe_tatoeba is None:

@@ -38,7 +38,7 @@ class Cli:
     """How the command line spells, checks and shows one option."""
 
     help: str
-    flag: str | None = None  # None: --field-name; "--x/--no-x" for a flag with its negation
+    flag: str | None = None  # None: --field-name (a bool field: --field-name/--no-field-name, always a pair)
     short: str | None = None  # e.g. "-q"
     min: int | None = None  # integers; mlminilm.config.limits adds its bounds to every integer option
     max: int | None = None

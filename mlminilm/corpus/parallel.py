@@ -8,6 +8,7 @@ its text in memory and nothing at start-up.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from mlminilm.corpus.parallel_files import ParallelPairs, file_lang, read_parallel  # noqa: F401 (the readers' home)
+from mlminilm.errors import CheckpointError
 
 # A batch of pairs is padded to the shortest of a few fixed lengths that holds its longest row: a quarter, half or
 # all of --parallel-max-length (32, 64, 128 by default), each rounded up to a multiple of 8 (tensor-core tiles).
@@ -76,6 +78,42 @@ class ParallelBatch:
             move(self.not_negative),
             move(self.targets),
         )
+
+
+def pairs_record(pairs: ParallelPairs) -> dict:
+    """What run.json records of the pairs a run reads (`parallel_pairs`): counts, languages and a digest of every
+    pair in order, so that --resume can tell when the pairs are no longer those the run started on."""
+    h = hashlib.blake2b(digest_size=16)
+    for triple in zip(pairs.sources, pairs.targets, pairs.langs):
+        h.update("\0".join(triple).encode() + b"\0\0")  # NUL never survives cleaning: no two pairs read alike
+    return {
+        "pairs": len(pairs),
+        "skipped_lines": pairs.skipped,
+        "languages": pairs.lang_counts(),
+        "digest": h.hexdigest(),
+    }
+
+
+def check_same_pairs(recorded: dict | None, now: dict, spec, out) -> None:
+    """On --resume: CheckpointError unless the pairs read now are those the run recorded (`parallel_pairs`; a
+    record from before the digest is compared by its counts and languages). The stateless draw picks pairs by
+    their index, so other pairs would silently train on other text than the run began with, and run.json would
+    no longer say what was trained."""
+    if recorded is None:
+        return
+    keys = ("pairs", "skipped_lines", "languages", "digest") if "digest" in recorded else ("pairs", "languages")
+    if all(recorded.get(k) == now.get(k) for k in keys):
+        return
+    what = (
+        f"{recorded.get('pairs')!s} pairs when the run started, {now['pairs']} now"
+        if recorded.get("pairs") != now["pairs"]
+        else f"the same {now['pairs']} pairs in number, but other text or languages"
+    )
+    raise CheckpointError(
+        f"--resume: --parallel {spec} changed since the run in {out} started ({what}; run.json records what it "
+        "trained on); resume with the pairs as they were, or train on the new pairs as a new run (another --out, "
+        "or --overwrite)"
+    )
 
 
 def pad_lengths(max_length: int) -> tuple[int, ...]:

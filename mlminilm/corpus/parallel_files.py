@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,14 +98,20 @@ def opus_sides(path: Path) -> tuple[str, str, Path, Path] | None:
 def _lines(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (gzip by its name), line breaks removed; `\\n` alone ends a line, as
     Python's text files read them (a U+001D inside a sentence, as XNLI's Greek has, does not)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
+    gzipped = path.name.endswith(".gz")
+    opener = gzip.open if gzipped else open
     try:
         with opener(path, "rt", encoding="utf-8", newline="\n") as handle:
             for line in handle:
                 yield line.rstrip("\r\n")
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
+        # A damaged deflate stream raises zlib.error, a cut one EOFError, a bad header or CRC BadGzipFile (OSError).
+        if gzipped and isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+            raise DataError(
+                f"--parallel {path} is not a whole gzip file ({exc}); download or compress it again"
+            ) from None
         raise DataError(
-            f"--parallel {path} cannot be read as UTF-8 text{' (gzip)' if path.suffix == '.gz' else ''}: {exc}"
+            f"--parallel {path} cannot be read as UTF-8 text{' (gzip)' if gzipped else ''}: {exc}"
         ) from None
 
 
@@ -147,11 +154,11 @@ def _read_tsv(path: Path, into: _Collector) -> None:
 
 def _read_opus(sides: tuple[str, str, Path, Path], into: _Collector) -> None:
     _, lang, source_file, target_file = sides
-    for path in (source_file, target_file):
-        if not path.is_file():
+    for path, partner in ((source_file, target_file), (target_file, source_file)):
+        if not path.is_file():  # the file that is there names the one that is missing
             raise DataError(
-                f"--parallel: {path.name} has no partner file {path} (OPUS file pairs: NAME.de-en.de "
-                "and NAME.de-en.en, line i of one translating line i of the other)"
+                f"--parallel: {partner.name} has no partner file: {path} is missing (OPUS file pairs: "
+                "NAME.de-en.de and NAME.de-en.en, line i of one translating line i of the other)"
             )
     number = 0
     sources, targets = _lines(source_file), _lines(target_file)

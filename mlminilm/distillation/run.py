@@ -19,7 +19,7 @@ from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
-from mlminilm.corpus.parallel import ParallelSampler
+from mlminilm.corpus.parallel import ParallelSampler, check_same_pairs, pairs_record
 from mlminilm.corpus.sampling import BatchSampler
 from mlminilm.distillation.batch import resolve_batch
 from mlminilm.distillation.objective import EmbeddingHead, StudentQKV
@@ -93,8 +93,15 @@ def execute(plan: DistillPlan, rt: training.Runtime, where: Where, hooks: Hooks)
         rt,
         {"teacher_model_type": plan.teacher_config.model_type, "data_manifest": plan.data.manifest.get("tokenizer")},
     )
+    if plan.pairs is not None:
+        record["parallel_pairs"] = pairs_record(plan.pairs)
     if cfg.resume:
         training.check_same_run_everywhere(where.out, rt, training.RUN_RECORD)
+        old = (training.read_run_record(where.out) or (None, {}))[1]
+        # Exact resume is promised for the pairs the run started on only: checked before the options' check may
+        # record a change (another --parallel path is that check's to name).
+        if plan.pairs is not None and old.get("config", {}).get("parallel") == record["config"]["parallel"]:
+            check_same_pairs(old.get("parallel_pairs"), record["parallel_pairs"], cfg.parallel, where.out)
         training.check_resume_compatible(where.out, record, where.resume_keys, write=rt.is_main)
     models = _load_models(plan, rt, hooks, record)
     if cfg.max_steps == 0:
@@ -140,12 +147,6 @@ def _load_models(plan: DistillPlan, rt: training.Runtime, hooks: Hooks, record: 
     pairs = sampler_of_pairs(plan) if plan.pairs is not None else None
     record["init_layers"] = picked
     record["objective"] = summary
-    if pairs is not None:
-        record["parallel_pairs"] = {
-            "pairs": len(pairs.pairs),
-            "skipped_lines": pairs.pairs.skipped,
-            "languages": pairs.pairs.lang_counts(),
-        }
     return Models(teacher, student, picked, probe, pairs, record)
 
 
@@ -349,6 +350,11 @@ def fill_target_cache(
     from mlminilm.distillation import targets
 
     root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
+    # An error writing the cache names the option that places it.
+    if cfg.target_cache is not None:
+        advice = "give --target-cache a writable directory (on a disk with space)"
+    else:
+        advice = f"choose another --out, or place the cache elsewhere with --target-cache DIR (it is {root})"
     texts = pairs.drawn_sources(start, cfg.max_steps, plan.micro_batch, plan.grad_accum, rt.world)
     pairs.target_table = targets.prepare(
         root,
@@ -362,6 +368,7 @@ def fill_target_cache(
         device=rt.device,
         is_main=rt.is_main,
         barrier=rt.barrier,
+        advice=advice,
     )
 
 

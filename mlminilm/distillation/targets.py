@@ -10,17 +10,15 @@ the teacher. The store is keyed by what decides a target:
   teacher, dtype, prefix or length never meets another's vectors;
 - the digest of each sentence's text inside it.
 
-Each part file (`part-NNNNN.safetensors`: `keys` uint8 [n, 16], `vectors` float32 [n, H]) records a digest of
-its own tensors; a part that does not load or whose digest differs is removed with a warning and its sentences
-are recomputed, never used. Parts are written whole (temporary name, then rename), so a run killed while
-filling the cache leaves the parts finished before it.
+How the folder is kept on disk (parts that prove their fingerprint, the lock, failed writes) is
+mlminilm/distillation/target_store.py. Parts are written whole (temporary name, then rename), so a run killed
+while filling the cache leaves the parts finished before it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -30,19 +28,16 @@ from torch import nn
 
 from mlminilm import logging as mlog
 from mlminilm.distillation.losses import sentence_embedding
+from mlminilm.distillation.target_store import TargetStore, TargetTable, text_key  # noqa: F401 (the store's home)
 
 log = mlog.get(__name__)
 
-KEY_BYTES = 16
 # Sentences embedded per teacher forward while filling the cache (sorted by length, so padding is small).
 FILL_BATCH = 64
 # Sentences per part file: a killed fill keeps what it finished, in steps of this many.
 PART_SIZE = 4096
-FORMAT = 1
-
-
-def text_key(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=KEY_BYTES).digest()
+# 2: parts name their fingerprint and the facts hold the vectors' width (format 1's folders are never read again).
+FORMAT = 2
 
 
 def module_digest(module: nn.Module) -> str:
@@ -55,8 +50,10 @@ def module_digest(module: nn.Module) -> str:
     return h.hexdigest()
 
 
-def fingerprint(teacher_digest: str, modes: tuple[str, ...], normalize: bool, prefix: str, max_length: int) -> dict:
-    """What decides a target besides its text; `id` names the cache subdirectory."""
+def fingerprint(
+    teacher_digest: str, modes: tuple[str, ...], normalize: bool, prefix: str, max_length: int, *, width: int
+) -> dict:
+    """What decides a target besides its text, and the targets' `width`; `id` names the cache subdirectory."""
     facts = {
         "format": FORMAT,
         "teacher": teacher_digest,
@@ -64,104 +61,10 @@ def fingerprint(teacher_digest: str, modes: tuple[str, ...], normalize: bool, pr
         "normalize": normalize,
         "prefix": prefix,
         "max_length": max_length,
+        "width": width,
     }
     facts["id"] = hashlib.blake2b(json.dumps(facts, sort_keys=True).encode(), digest_size=12).hexdigest()
     return facts
-
-
-def _part_digest(keys: np.ndarray, vectors: np.ndarray) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(keys.tobytes())
-    h.update(vectors.tobytes())
-    return h.hexdigest()
-
-
-class TargetStore:
-    """One fingerprint's vectors: what is on disk, checked, and what this run adds."""
-
-    def __init__(self, root: Path, facts: dict):
-        self.dir = Path(root) / facts["id"]
-        self.facts = facts
-        self.index: dict[bytes, int] = {}
-        self.rows: list[np.ndarray] = []
-        self.dim: int | None = None
-
-    def load(self) -> int:
-        """Read every intact part; remove damaged ones (warned). Returns the number of vectors read."""
-        from safetensors import safe_open
-
-        if not self.dir.is_dir():
-            return 0
-        for part in sorted(self.dir.glob("part-*.safetensors")):
-            try:
-                with safe_open(str(part), framework="np") as f:
-                    digest = (f.metadata() or {}).get("digest")
-                    keys, vectors = f.get_tensor("keys"), f.get_tensor("vectors")
-                ok = (
-                    digest == _part_digest(keys, vectors)
-                    and keys.ndim == 2
-                    and keys.shape[1] == KEY_BYTES
-                    and vectors.ndim == 2
-                    and len(keys) == len(vectors)
-                    and vectors.dtype == np.float32
-                    and (self.dim is None or vectors.shape[1] == self.dim)
-                )
-            except Exception:  # safetensors raises its own error types for a truncated or garbled file
-                ok = False
-            if not ok:
-                log.warning("teacher-target cache: %s is damaged; removed, its sentences are recomputed", part)
-                part.unlink(missing_ok=True)
-                continue
-            self.dim = vectors.shape[1]
-            self._add(keys, vectors)
-        return len(self.index)
-
-    def _add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
-        base = sum(len(r) for r in self.rows)
-        self.rows.append(vectors)
-        for i, key in enumerate(keys):
-            self.index.setdefault(bytes(key), base + i)
-
-    def missing(self, texts: list[str]) -> list[str]:
-        """The distinct texts of `texts` with no vector yet, in first-seen order."""
-        return [t for t in dict.fromkeys(texts) if text_key(t) not in self.index]
-
-    def write(self, texts: list[str], vectors: np.ndarray) -> None:
-        """Add `vectors` (float32 [n, H]) for `texts` as one new part file, written whole."""
-        from safetensors.numpy import save_file
-
-        keys = np.frombuffer(b"".join(text_key(t) for t in texts), dtype=np.uint8).reshape(len(texts), KEY_BYTES)
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        facts = self.dir / "fingerprint.json"
-        if not facts.exists():
-            facts.write_text(json.dumps(self.facts, indent=2) + "\n", encoding="utf-8")
-        n = len(list(self.dir.glob("part-*.safetensors")))
-        while (self.dir / f"part-{n:05d}.safetensors").exists():
-            n += 1
-        final = self.dir / f"part-{n:05d}.safetensors"
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        try:
-            save_file({"keys": keys, "vectors": vectors}, str(tmp), metadata={"digest": _part_digest(keys, vectors)})
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
-        self.dim = vectors.shape[1]
-        self._add(keys, vectors)
-
-    def table(self) -> TargetTable:
-        return TargetTable(self.index, torch.from_numpy(np.concatenate(self.rows)) if self.rows else None)
-
-
-class TargetTable:
-    """The vectors in memory, looked up by text: what a step's ParallelBatch carries instead of the sources."""
-
-    def __init__(self, index: dict[bytes, int], vectors: torch.Tensor | None):
-        self.index, self.vectors = index, vectors
-
-    def __call__(self, texts: list[str]) -> torch.Tensor:
-        rows = [self.index[text_key(t)] for t in texts]  # KeyError: a text the fill did not embed (a bug)
-        return self.vectors[rows]
 
 
 @torch.no_grad()
@@ -226,12 +129,15 @@ def prepare(
     device,
     is_main: bool = True,
     barrier=lambda: None,
+    advice: str = "give --target-cache a writable directory of its own",
 ) -> TargetTable:
     """The table of the teacher's embeddings of `texts` under `root`: what the store lacks is computed by the main
-    process (logged, with progress), the others wait at `barrier` and read what it wrote."""
-    store = TargetStore(root, fingerprint(module_digest(teacher), modes, normalize, prefix, max_length))
+    process (logged, with progress) while it holds the fingerprint's folder (another run filling it is waited
+    for); the others wait at `barrier` and read what it wrote. `advice`: how an error says to move the cache."""
+    width = teacher.config.hidden_size * len(modes)  # pooling concatenates one vector per mode
+    facts = fingerprint(module_digest(teacher), modes, normalize, prefix, max_length, width=width)
+    store = TargetStore(root, facts, advice)
     if is_main:
-        store.load()
         t0 = time.perf_counter()
 
         def embed(chunk: list[str]) -> np.ndarray:
@@ -249,7 +155,12 @@ def prepare(
         def progress(done: int, total: int) -> None:
             log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
 
-        computed = fill(store, texts, embed, progress)
+        def waiting(holder: str) -> None:
+            log.info("teacher-target cache %s is being filled by another run%s: waiting for it", store.dir, holder)
+
+        with store.locked(wait=waiting):
+            store.load()
+            computed = fill(store, texts, embed, progress)
         distinct = len(set(texts))
         log.info(
             "teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
@@ -260,5 +171,5 @@ def prepare(
         )
     barrier()
     if not is_main:
-        store.load()
+        store.load(repair=False)
     return store.table()

@@ -9,6 +9,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 from mlminilm.errors import CheckpointError
 from mlminilm.io.stale import pid_alive
@@ -22,12 +23,18 @@ class OutputLock:
     be a plain file of its own (no hard link to another), so a planted link can never make mlminilm truncate or
     write into a file of the user's. `fcntl.flock` ties the lock to the open file: a process that dies, however it
     dies, releases it, and the next command takes it over; the pid written in the file is only for the message.
-    Directories made to hold the lock file are removed again when they are left empty."""
+    Directories made to hold the lock file are removed again when they are left empty.
 
-    def __init__(self, out: str | Path):
+    `flag` is how messages name the output (`--target-cache` for the teacher-target cache); `wait`, when given, is
+    called with the holder's description and the lock is then waited for instead of refused: a shared cache is
+    filled by one run after another, each computing only what the one before left out."""
+
+    def __init__(self, out: str | Path, *, flag: str = "--out", wait: Callable[[str], None] | None = None):
         final = Path(os.path.realpath(os.path.expanduser(str(out))))
         self.path = final.parent / f".{final.name}.lock"
         self.out = out
+        self.flag = flag
+        self.wait = wait
         self._fd: int | None = None
         self._made: list[Path] = []
 
@@ -50,7 +57,7 @@ class OutputLock:
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise CheckpointError(
-                        f"the lock file {self.path} of --out {self.out} is a symbolic link, which mlminilm never "
+                        f"the lock file {self.path} of {self.flag} {self.out} is a symbolic link, which mlminilm never "
                         "follows (it did not make it): remove the link, then run again"
                     ) from None
                 raise
@@ -58,18 +65,26 @@ class OutputLock:
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
                 os.close(fd)
                 raise CheckpointError(
-                    f"the lock file {self.path} of --out {self.out} is not a plain file of its own (a FIFO, a device "
-                    "or a hard link to another file), so mlminilm does not write into it: remove it, then run again"
+                    f"the lock file {self.path} of {self.flag} {self.out} is not a plain file of its own (a FIFO, a "
+                    "device or a hard link to another file), so mlminilm does not write into it: remove it, then run "
+                    "again"
                 )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_holder(fd)
-                os.close(fd)
-                raise CheckpointError(
-                    f"--out {self.out} is being written by another mlminilm process{holder}; wait for it to finish, "
-                    "or choose another --out"
-                ) from None
+                if self.wait is None:
+                    os.close(fd)
+                    raise CheckpointError(
+                        f"{self.flag} {self.out} is being written by another mlminilm process{holder}; wait for it "
+                        f"to finish, or choose another {self.flag}"
+                    ) from None
+                try:
+                    self.wait(holder)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:  # interrupted while waiting
+                    os.close(fd)
+                    raise
             # The holder before us may have removed the file between our open and our lock: then we hold a lock on
             # a name nobody else sees, so start again on the current file.
             try:

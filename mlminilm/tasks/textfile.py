@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from pathlib import Path
 from typing import TextIO
 
@@ -27,5 +28,7 @@ def read_text(path: Path) -> str:
             return handle.read()
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
-        raise DataError(f"{path}: cannot read ({exc})") from None
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; a damaged stream, zlib.error
+        damaged = path.suffix == ".gz" and isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile))
+        advice = " (not a whole gzip file: download or compress it again)" if damaged else ""
+        raise DataError(f"{path}: cannot read ({exc}){advice}") from None
