@@ -197,7 +197,8 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
         "teacher": cfg.teacher,
         "teacher_layer": plan.teacher_layer,
-        "objective": cfg.objective,
+        # The relation objective only where its terms were on: a recipe of output or parallel terms is not MiniLM.
+        "objective": cfg.objective if cfg.relation_loss_weight > 0 else "none (--relation-loss-weight 0)",
         "loss": objective_summary(plan),
         "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
         "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
