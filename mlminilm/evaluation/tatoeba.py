@@ -135,6 +135,10 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
     card = card_to_update(cfg)  # the top directory's card, for a sentence-transformers model too
     data, unregistered, st, spec, export = _check(cfg)
+    if card is not None:  # a card files the results as the full test: a subset is refused before any work
+        from mlminilm.tasks.tatoeba_sizes import check_full_test
+
+        check_full_test(data)
     warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
     rt = backends.runtime(cfg)
