@@ -25,9 +25,14 @@ from mlminilm.commands._params import CHECKS, bound_integer_options, choices, va
 from mlminilm.config.options import COMMA, Cli, option_fields
 
 JSON_HELP = "Print the result as one JSON document on stdout."
-# Options that steer the command line itself and have no config field: where the result goes (--json) and how much
-# is logged (--verbose; --quiet is a config field: the run reads it too). They close every command's options.
-CLI_ONLY = ("json_out", "verbose")
+CONFIG_HELP = (
+    "Read options from a TOML, YAML or JSON file (keys: this command's option names; a run.json replays its run); "
+    "options on the command line win."
+)
+# Options that steer the command line itself and have no config field: the options file (--config), where the result
+# goes (--json) and how much is logged (--verbose; --quiet is a config field: the run reads it too). They close
+# every command's options.
+CLI_ONLY = ("config", "json_out", "verbose")
 
 
 def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = JSON_HELP) -> Callable:
@@ -45,6 +50,12 @@ def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = 
     params += _closing(json_help, quiet)
 
     def command(**options):
+        if options.get("config") is not None:
+            # The entry point (commands/app.main) turns --config FILE into options before click parses; a value
+            # here means something parsed the command line without it, and ignoring the file would be silent.
+            from mlminilm.errors import ConfigError
+
+            raise ConfigError("--config is read by the `mlminilm` command line; run the command through it")
         from mlminilm.errors import UsageError
 
         try:
@@ -64,11 +75,14 @@ def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = 
 
 
 def _closing(json_help: str, quiet: list[inspect.Parameter]) -> list[inspect.Parameter]:
-    """--json, --quiet (a config field) and --verbose, the last options of every command."""
+    """--config, --json, --quiet (a config field) and --verbose, the last options of every command. --config is
+    listed for --help: the entry point has read it before click parses (commands/_config_file.expand)."""
+    config = Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help=CONFIG_HELP)]
     json_out = Annotated[bool, typer.Option("--json", help=json_help)]
     verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
     kind = inspect.Parameter.KEYWORD_ONLY
     return [
+        inspect.Parameter("config", kind, default=None, annotation=config),
         inspect.Parameter("json_out", kind, default=False, annotation=json_out),
         *quiet,
         inspect.Parameter("verbose", kind, default=False, annotation=verbose),

@@ -17,8 +17,8 @@ Examples:
 
 def main(cfg: ExportConfig, json_out: bool) -> None:
     """Export a model for serving: an ONNX graph or OpenVINO IR (optionally int8) with its tokenizer, for
-    onnxruntime / OpenVINO, sentence-transformers (backend="onnx" / "openvino") and `eval-tatoeba` / `eval-xnli
-    --backend onnx|openvino`; `--check` says what int8 costs each language."""
+    onnxruntime / OpenVINO (the model card shows how) and `eval-tatoeba` / `eval-xnli --backend onnx|openvino`;
+    `--check` says what int8 costs each language."""
     from mlminilm.models import onnx_export
 
     result = onnx_export.run(cfg)

@@ -320,6 +320,13 @@ def _parameters(doc: dict) -> int | None:
     value = doc.get("parameters")
     if isinstance(value, dict):
         value = value.get("total")
+    if value is None and isinstance(doc.get("size"), dict):  # what the evaluations record (mlminilm.models.size)
+        value = doc["size"].get("parameters")
+    return value if _count(value) else None
+
+
+def _size(doc: dict, key: str) -> int | None:
+    value = doc["size"].get(key) if isinstance(doc.get("size"), dict) else None
     return value if _count(value) else None
 
 
@@ -330,6 +337,7 @@ def _report_record(doc: dict, base: dict, source: str | None) -> dict:
     speed = tp.get("examples_per_s") if tp else None
     base_speed = base_tp.get("examples_per_s") if base_tp else None
     params, base_params = _parameters(doc), _parameters(base)
+    disk, base_disk = _size(doc, "disk_bytes"), _size(base, "disk_bytes")
     return {
         "source": source,
         "model": doc.get("model") or doc.get("predictions_from"),
@@ -339,6 +347,9 @@ def _report_record(doc: dict, base: dict, source: str | None) -> dict:
         "speed_ratio": speed / base_speed if _number(speed) and _number(base_speed) and base_speed else None,
         "parameters": params,
         "parameters_ratio": params / base_params if params is not None and base_params else None,
+        "embedding_parameters": _size(doc, "embedding_parameters"),
+        "disk_bytes": disk,
+        "disk_ratio": disk / base_disk if disk is not None and base_disk else None,
     }
 
 

@@ -154,7 +154,54 @@ def warning_lines(docs: dict[str, dict], dropped: dict[str, list[str]]) -> list[
             + "; ".join(f"{n}: {s}" for n, s in setups.items())
             + "): the speeds are not like for like"
         )
+    return lines + load_lines(docs)
+
+
+# Loads apart by this much (1-minute load average, less the run's own CPU use) or CPU shares (the CPU seconds a run
+# got per wall second, per thread it asked for) apart by this much: the speed ratios measure the machine too.
+OTHER_LOAD_APART = 1.0
+CPU_SHARE_APART = 0.25
+
+
+def load_lines(docs: dict[str, dict]) -> list[str]:
+    """Warnings when the reports' speeds were measured on different machines, or under different loads (the
+    throughput's `machine`, `load_average_1min`, `cpu_per_wall_s` and `threads`: mlminilm.evaluation.machine)."""
+    tps = {n: d["throughput"] for n, d in docs.items() if isinstance(d.get("throughput"), dict)}
+    lines = []
+    machines = {n: tp["machine"] for n, tp in tps.items() if isinstance(tp.get("machine"), dict)}
+    if len({json.dumps(m, sort_keys=True) for m in machines.values()}) > 1:
+        lines.append(
+            "throughput measured on different machines ("
+            + "; ".join(f"{n}: {m.get('host')}, {m.get('cpu')}, {m.get('cores')} cores" for n, m in machines.items())
+            + "): the speed ratios are not like for like"
+        )
+    loads = {n: _load(tp) for n, tp in tps.items() if _load(tp) is not None}
+    if len(loads) > 1:
+        others = [o for o, _ in loads.values()]
+        shares = [s for _, s in loads.values() if s is not None]
+        apart = max(others) - min(others) >= OTHER_LOAD_APART
+        if apart or (len(shares) > 1 and max(shares) - min(shares) >= CPU_SHARE_APART):
+            lines.append(
+                "throughput measured under different loads ("
+                + "; ".join(
+                    f"{n}: load {tps[n]['load_average_1min']['end']:g}"
+                    + (f", the run got {s:.0%} of its {tps[n]['threads']} threads" if s is not None else "")
+                    for n, (_, s) in loads.items()
+                )
+                + "): the speed ratios are not like for like; measure them again on an idle machine"
+            )
     return lines
+
+
+def _load(tp: dict) -> tuple[float, float | None] | None:
+    """(the load besides the run itself, the share of its threads' time the run got on a CPU) or None."""
+    end = (tp.get("load_average_1min") or {}).get("end")
+    own = tp.get("cpu_per_wall_s")
+    if not isinstance(end, (int, float)) or not isinstance(own, (int, float)):
+        return None
+    threads = tp.get("threads")
+    on_cpu = str(tp.get("device", "")).startswith("cpu") and isinstance(threads, int) and threads > 0
+    return max(0.0, end - own), (own / threads if on_cpu else None)
 
 
 def _setup(tp: dict) -> str:

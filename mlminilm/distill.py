@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from mlminilm import logging as mlog
@@ -29,6 +30,9 @@ from mlminilm.models.loading import (
 from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.training.batch_size import plan_batch
 from mlminilm.training.compile_support import check_compile, device_type_of
+
+# --data when a loss term reads running text and none is given (the default of the option before it was optional)
+DEFAULT_DATA = Path("data")
 
 log = mlog.get(__name__)
 
@@ -190,12 +194,27 @@ def student_size_warning(cfg: DistillConfig, teacher_config) -> str | None:
     )
 
 
+def _prepared(cfg: DistillConfig, tokenizer):
+    """The prepared running text of `cfg.data`; with no --data (only the parallel terms on, which never read it) a
+    stand-in that holds none (distillation.plan.NoRunningText). A folder that is not prepared data is one error
+    whose fix names the whole `prepare` command, and that --data can be left out when only the parallel terms are
+    on."""
+    if cfg.data is None:
+        return plans.NoRunningText(cfg.parallel_max_length, tokenizer_identity(tokenizer))
+    try:
+        return PreparedData.open(cfg.data)
+    except DataError as exc:
+        raise DataError(
+            f"{str(exc).replace('TEACHER', cfg.teacher)}; or, with only the parallel terms on (relation, hidden and "
+            "embedding weights 0, --parallel), leave out --data: they never read running text"
+        ) from None
+
+
 def validate(cfg: DistillConfig) -> DistillPlan:
     """Every cheap check of a run, before anything is written or loaded; what they find, resolved once, is the
     run's plan (distillation.plan.DistillPlan)."""
     training.check_report_to(cfg.report_to)
     check_table(cfg)  # every loss term weighed by a field of the config, every loss weight by a term
-    data = PreparedData.open(cfg.data)
     teacher_config = load_config(cfg.teacher)
     check_encoder_config(teacher_config, cfg.teacher)
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
@@ -205,7 +224,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
             "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
             "leaves nothing to train: keep a term, or give --parallel FILE"
         )
+    if cfg.data is None and uses_running_text(cfg):
+        cfg = replace(cfg, data=DEFAULT_DATA)
     tokenizer = load_tokenizer(cfg.teacher)
+    data = _prepared(cfg, tokenizer)
     check_compile(cfg.compile, device_type_of(cfg.device))  # --compile on without Triton on CUDA: refused now
     rule = plans.init_rule(cfg)
     check_compatibility(cfg, teacher_config, data, tokenizer_identity(tokenizer), rule)
@@ -213,7 +235,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     # --batch-size left out is decided with the device, and checked then (distillation/batch.py).
     if cfg.batch_size is not None:
         plan_batch(cfg.batch_size, cfg.grad_accum, cfg.global_batch, int(os.environ.get("WORLD_SIZE", "1")))
-    if sum(data.num_sequences(lang) for lang in data.languages) == 0:
+    if cfg.data is not None and sum(data.num_sequences(lang) for lang in data.languages) == 0:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     head = plans.embedding_head(cfg, sentence)
     if cfg.target_cache is not None:

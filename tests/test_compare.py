@@ -385,6 +385,55 @@ def test_warnings_for_other_data_directory_and_speed_setup(pair, tmp_path, monke
     assert "not like for like" in err
 
 
+def with_load(doc: dict, load: float, cpu_per_wall: float, host: str = "box", cores: int = 2) -> dict:
+    """`doc` with the throughput fields an evaluation records beside its speed (mlminilm.evaluation.machine)."""
+    doc["throughput"].update(
+        device="cpu (x86_64, 2 threads)",
+        threads=2,
+        cpu_s=cpu_per_wall,
+        cpu_per_wall_s=cpu_per_wall,
+        load_average_1min={"start": load, "end": load},
+        machine={"host": host, "cpu": "AMD EPYC", "cores": cores},
+    )
+    return doc
+
+
+def test_warnings_when_machines_or_loads_differ(tmp_path, monkeypatch, capsys):
+    """The issue's case: a student timed while the machine was busy (load 7, 0.1 CPU s per s of its 2 threads)
+    against a teacher timed idle: warned, as is another machine; two idle runs on one machine are not."""
+
+    def warnings(teacher: dict, student: dict) -> list[str]:
+        t, s = write(tmp_path / "t", teacher), write(tmp_path / "s", student)
+        doc = compare_json(monkeypatch, capsys, t, s)
+        return [w for w in doc["warnings"] if "throughput" in w]
+
+    def doc(scores, model):
+        return xnli_doc(scores, model)
+
+    idle = warnings(with_load(doc({"en": 80.0}, "t"), 2.0, 1.9), with_load(doc({"en": 60.0}, "s"), 2.3, 1.8))
+    assert idle == []
+    busy = warnings(with_load(doc({"en": 80.0}, "t"), 2.0, 1.9), with_load(doc({"en": 60.0}, "s"), 7.0, 0.1))
+    assert len(busy) == 1 and "different loads" in busy[0] and "s: load 7, the run got 5% of its 2 threads" in busy[0]
+    other = warnings(
+        with_load(doc({"en": 80.0}, "t"), 2.0, 1.9), with_load(doc({"en": 60.0}, "s"), 2.0, 1.9, host="laptop")
+    )
+    assert len(other) == 1 and "different machines" in other[0] and "laptop" in other[0]
+
+
+def test_sizes_side_by_side(tmp_path, monkeypatch, capsys):
+    """Parameters, their word-embedding share and bytes on disk, as the evaluations record them, with ratios."""
+    teacher, student = xnli_doc({"en": 80.0}, "t"), xnli_doc({"en": 60.0}, "s")
+    teacher["size"] = {"parameters": 1000, "embedding_parameters": 800, "disk_bytes": 4_000_000}
+    student["size"] = {"parameters": 900, "embedding_parameters": 800, "disk_bytes": 3_600_000}
+    t, s = write(tmp_path / "t", teacher), write(tmp_path / "s", student)
+    record = compare_json(monkeypatch, capsys, t, s)["reports"]["s"]
+    assert record["parameters"] == 900 and record["parameters_ratio"] == pytest.approx(0.9)
+    assert record["disk_bytes"] == 3_600_000 and record["disk_ratio"] == pytest.approx(0.9)
+    code, out, err = compare(monkeypatch, capsys, t, s)
+    assert code == 0, err
+    assert "900 parameters (0.90x), 89% of them word embeddings; 3.6 MB on disk (0.90x)" in out
+
+
 # ---------------------------------------------------------------------------------- missing and damaged
 
 
@@ -469,7 +518,8 @@ def test_two_real_tatoeba_reports(small, large, tmp_path, monkeypatch, capsys):
     assert code == 0, err
     doc = json.loads(stdout)
     assert doc["task"] == "tatoeba" and doc["baseline"] == "large" and doc["metric"] == "xx_to_en"
-    assert list(doc["languages"]) == ["de", "fr"] and doc["warnings"] == []
+    # this machine is shared: two runs' loads may differ, and that warning would be true
+    assert list(doc["languages"]) == ["de", "fr"] and [w for w in doc["warnings"] if "loads" not in w] == []
     for lang in ("de", "fr"):
         for name in ("large", "small"):
             assert doc["languages"][lang]["scores"][name] == {
@@ -481,6 +531,24 @@ def test_two_real_tatoeba_reports(small, large, tmp_path, monkeypatch, capsys):
     # de's duplicate line ties with its first copy, which the lower index wins, unless padding in another batch
     # moves its vector by a rounding error: so 5 or 6 of 6, whichever each model got, never fewer.
     assert all(reports[n]["languages"]["de"]["xx_to_en"] >= 500 / 6 - 1e-9 for n in ("large", "small"))
+    # Each report records its model's size (parameters from the weights, bytes on disk) and what the speed was
+    # measured under (process CPU time, load, machine).
+    import platform
+
+    from safetensors.torch import load_file
+
+    for name, model in (("large", large), ("small", small)):
+        size, tp = reports[name]["size"], reports[name]["throughput"]
+        tensors = load_file(model / "model.safetensors")
+        assert size["parameters"] == sum(t.numel() for n, t in tensors.items())
+        words = [t.numel() for n, t in tensors.items() if n.endswith("embeddings.word_embeddings.weight")]
+        assert [size["embedding_parameters"]] == words
+        assert size["disk_bytes"] == (model / "model.safetensors").stat().st_size and size["files"] == [
+            "model.safetensors"
+        ]
+        assert tp["threads"] == 1 and tp["cpu_s"] > 0 and tp["cpu_per_wall_s"] > 0
+        assert set(tp["load_average_1min"]) == {"start", "end"} and tp["machine"]["host"] == platform.node()
+        assert doc["reports"][name]["disk_bytes"] == size["disk_bytes"]
     speeds = [reports[n]["throughput"]["examples_per_s"] for n in ("large", "small")]
     assert doc["reports"]["small"]["speed_ratio"] == pytest.approx(speeds[1] / speeds[0])
     assert "layer 2 of 3" in doc["reports"]["large"]["summary"] and "layer 2 of 2" in doc["reports"]["small"]["summary"]

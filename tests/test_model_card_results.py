@@ -293,17 +293,46 @@ Text.
 """
 
 
+def full_size_tatoeba(data: Path, sizes: dict | None = None) -> Path:
+    """Tatoeba files of tzl and swg, at `sizes` pairs (default: their full test's, 104 and 112); tzl's English side
+    is its own text, so each line retrieves itself."""
+    data.mkdir()
+    for iso, n in (sizes or {"tzl": 104, "swg": 112}).items():
+        lines = [f"{i} {line}" for i, line in enumerate(sample_lines("de", n, seed=3))]  # numbered: no duplicates
+        english = lines if iso == "tzl" else sample_lines("en", n, seed=4)
+        (data / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (data / f"tatoeba.{iso}-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")
+    return data
+
+
+def test_eval_tatoeba_update_card_refuses_a_subset(models, tmp_path, monkeypatch, capsys):
+    """A folder cut to fewer pairs than a language's full test is not the test MTEB's dataset id names: one Error
+    line naming the languages and their counts, before any evaluation; the card and --out untouched."""
+    model = sentence_transformers_model(models, tmp_path / "st-model")
+    card = model / "README.md"
+    card.write_text(HAND_MADE, encoding="utf-8")
+    data = full_size_tatoeba(tmp_path / "tatoeba", {"tzl": 104, "swg": 20})
+    out = tmp_path / "report"
+    args = ("eval-tatoeba", "--model", str(model), "--data", str(data), "--out", str(out), "--update-card")
+    assert_error(
+        run_main(monkeypatch, capsys, *args),
+        "--update-card",
+        "swg: 20 pairs, the full test 112",
+        "mteb/tatoeba-bitext-mining",
+        "leave out --update-card",
+    )
+    assert card.read_text(encoding="utf-8") == HAND_MADE and not out.exists()
+    code, _, err = run_main(monkeypatch, capsys, *args[:-1])  # the same folder without --update-card: a report
+    assert code == 0, err
+
+
 def test_eval_tatoeba_update_card_sentence_transformers_top_directory(models, tmp_path, monkeypatch, capsys):
     model = sentence_transformers_model(models, tmp_path / "st-model")
     card = model / "README.md"
     card.write_text(HAND_MADE, encoding="utf-8")
-    data = tmp_path / "tatoeba"
-    data.mkdir()
-    for iso, lang in (("deu", "de"), ("cmn", "zh")):
-        lines = sample_lines(lang, 5, seed=3)
-        english = lines if iso == "deu" else sample_lines("en", 5, seed=4)  # deu: each line retrieves itself
-        (data / f"tatoeba.{iso}-eng.{iso}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (data / f"tatoeba.{iso}-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")
+    # Two of the Tatoeba test's small languages at their full size (104 and 112 pairs): --update-card takes only
+    # a language's full test (test_eval_tatoeba_update_card_refuses_a_subset).
+    data = full_size_tatoeba(tmp_path / "tatoeba")
     out = tmp_path / "report"
     code, stdout, stderr = run_main(
         monkeypatch,
@@ -325,7 +354,7 @@ def test_eval_tatoeba_update_card_sentence_transformers_top_directory(models, tm
     doc = report(out)
     found = results(card, "mteb/tatoeba-bitext-mining")
     pairs = {s["iso639_3"] + "-eng": s for s in doc["languages"].values()}
-    assert set(pairs) == {"deu-eng", "cmn-eng"} and pairs["deu-eng"]["xx_to_en"] > 50
+    assert set(pairs) == {"tzl-eng", "swg-eng"} and pairs["tzl-eng"]["xx_to_en"] > 50
     for direction in ("xx_to_en", "en_to_xx"):
         assert by_config(found, "accuracy", direction) == {pair: s[direction] for pair, s in pairs.items()}
     for r in found:
@@ -336,6 +365,7 @@ def test_eval_tatoeba_update_card_sentence_transformers_top_directory(models, tm
             "test",
         )
         assert r.source_name.startswith("mlminilm eval-tatoeba ") and "layer 2 of 2, mean pooling" in r.source_name
+        assert r.source_name.endswith("; the full test files, 216 pairs")
     # The hand-made model-index: its name and its STS result stay.
     from huggingface_hub import ModelCard
 

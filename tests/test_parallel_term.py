@@ -555,3 +555,29 @@ def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
     assert (tmp_path / "pairs" / "en-de.tsv").read_text(encoding="utf-8") == (
         tmp_path / "expected" / "en-de.tsv"
     ).read_text(encoding="utf-8")
+
+
+def test_parallel_only_needs_no_prepared_text(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    """The recipe's terms (only the parallel ones) never read running text: without --data the run trains and its
+    card says so; with a running-text term on, a missing --data is one line whose fix is the whole `prepare`
+    command and says when --data can be left out."""
+    from mlminilm import distill
+
+    pairs = _pairs_file(tmp_path / "par" / "en-de.tsv")
+    kw = dict(relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0, parallel=pairs.parent)
+    result = distill.run(config(st_teacher, None, tmp_path / "nodata", parallel_contrastive_weight=1.0, **kw))
+    records = [r for r in _records(tmp_path / "nodata") if "loss" in r]
+    assert len(records) == 4 and all(set(r) & {"attention", "value", "hidden", "embedding"} == set() for r in records)
+    card = json.loads((result.student / "mlminilm.json").read_text())
+    assert card["data"].startswith("none") and card["languages"] == "de" and card["seq_len"] == 128
+    assert "MiniLM" not in (result.student / "README.md").read_text()
+    monkeypatch.chdir(tmp_path)  # no data/ here
+    assert_error(
+        run_main(
+            monkeypatch, capsys, "distill", "--teacher", str(st_teacher), "--out", str(tmp_path / "r"), "--layers", "2"
+        ),
+        "data/manifest.json not found",
+        f"mlminilm prepare --teacher {st_teacher} --input TEXT_DIR --out data",
+        "leave out --data",
+    )
+    assert not (tmp_path / "r").exists()

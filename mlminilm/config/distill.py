@@ -48,7 +48,14 @@ class DistillConfig(TrainConfig):
     teacher: str = option(
         "", required=True, resume=FIXED, help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory."
     )
-    data: Path = option(Path("data"), help="Output directory of `mlminilm prepare`.", resume=FIXED)
+    # None: data/ when a loss term reads running text; none at all when only the parallel terms are on (the recipe)
+    data: Path | None = option(
+        None,
+        help="Output directory of `mlminilm prepare` (running text; default: data/). Not needed when only the "
+        "parallel terms are on.",
+        resume=FIXED,
+        show_default=False,
+    )
     layers: int = option(6, min=1, help="Student layers.", resume=FIXED)
     hidden: int = option(384, min=1, help="Student hidden size.", resume=FIXED)
     heads: int = option(12, min=1, help="Student attention heads (minilm: must equal the teacher's).", resume=FIXED)

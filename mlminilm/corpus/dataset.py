@@ -206,7 +206,7 @@ def _read_manifest(root: Path) -> dict:
     if not path.is_file():
         raise DataError(
             f"{path} not found: {root} is not prepared data, or `mlminilm prepare` did not finish; "
-            f"run `mlminilm prepare --out {root}`"
+            f"make it with `mlminilm prepare --teacher TEACHER --input TEXT_DIR --out {root}`"
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))

@@ -7,7 +7,7 @@ the loss in words and the model card's facts."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from mlminilm import logging as mlog
 from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillConfig, parse_init_layers
@@ -33,9 +33,26 @@ MEAN_POOLING = EmbeddingHead(("mean",), False)
 
 
 @dataclass(frozen=True)
+class NoRunningText:
+    """The prepared data of a run without --data, whose terms (only the parallel ones) never read running text: no
+    sequences to draw; the sequence length is the parallel sentences' limit, the tokenizer the teacher's."""
+
+    seq_len: int
+    tokenizer: dict
+    languages: tuple[str, ...] = ()
+    manifest: dict = field(default_factory=dict)
+
+    def num_sequences(self, lang: str) -> int:
+        return 0
+
+    def highest_token_id(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
 class DistillPlan:
     cfg: DistillConfig  # auto choices decided (the output terms' weights)
-    data: PreparedData
+    data: PreparedData | NoRunningText
     teacher_config: object  # the teacher's transformers config
     tokenizer: object  # the teacher's tokenizer
     sentence: SentenceTransformerSetup | None  # the teacher's sentence-transformers setup, read once
@@ -197,7 +214,8 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "title": f"mlminilm {title} {cfg.layers}x{cfg.hidden}",
         "teacher": cfg.teacher,
         "teacher_layer": plan.teacher_layer,
-        "objective": cfg.objective,
+        # The relation objective only where its terms were on: a recipe of output or parallel terms is not MiniLM.
+        "objective": cfg.objective if cfg.relation_loss_weight > 0 else "none (--relation-loss-weight 0)",
         "loss": objective_summary(plan),
         "relation_heads": cfg.relation_heads if cfg.objective == "minilm-v2" else None,
         "shape": f"{cfg.layers} layers x {cfg.hidden} hidden, {cfg.heads} heads, FFN {cfg.intermediate}",
@@ -205,8 +223,8 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "init_layers": (
             f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None else None
         ),
-        "data": str(cfg.data),
-        "languages": ", ".join(data.languages),
+        "data": str(cfg.data) if cfg.data is not None else "none (only the parallel terms, which read --parallel)",
+        "languages": ", ".join(data.languages or (plan.pairs.lang_counts() if plan.pairs is not None else ())),
         "alpha": cfg.alpha,
         "parallel": str(cfg.parallel) if cfg.parallel_term else None,
         "steps": cfg.max_steps,

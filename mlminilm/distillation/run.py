@@ -243,10 +243,10 @@ def _running_text_loader(plan: DistillPlan, rt: training.Runtime, batch: BatchPl
     """The running text's micro-batches from step `start` on, as a context manager (the loader's workers); with
     only the parallel term on, the running text is not read at all: a null context."""
     cfg = plan.cfg
-    sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
-    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.local_world)
     if not uses_running_text(cfg):
         return contextlib.nullcontext()
+    sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
+    workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.local_world)
     return make_loader(
         plan.data,
         sampler,

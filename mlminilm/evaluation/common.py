@@ -82,9 +82,12 @@ def read_selection(model: str | None) -> dict | None:
         return {"rule": f"unknown: {path} is not readable JSON"}
 
 
-def throughput_record(examples: int, elapsed: float, rt, batch_size: int, **rates: int) -> dict:
+def throughput_record(examples: int, elapsed: float, rt, batch_size: int, span=None, **rates: int) -> dict:
     """A report's throughput record: examples per second, `rates` (name -> count, e.g. sentences=...) as
-    `<name>_per_s`, the time, what ran it and how."""
+    `<name>_per_s`, the time, what ran it and how; with `span` (evaluation.machine.Span, started with the timed
+    work), the process's CPU time, the load and the machine beside them."""
+    import torch
+
     per_s = {f"{name}_per_s": count / max(elapsed, 1e-9) for name, count in rates.items()}
     return {
         "examples_per_s": examples / max(elapsed, 1e-9),
@@ -93,6 +96,7 @@ def throughput_record(examples: int, elapsed: float, rt, batch_size: int, **rate
         "device": device_name(rt),
         "precision": str(rt.dtype).replace("torch.", ""),
         "batch_size": batch_size,
+        **({"threads": torch.get_num_threads(), **span.record()} if span is not None else {}),
     }
 
 

@@ -35,6 +35,7 @@ from mlminilm.evaluation.common import (
     to_device,
     write_json,
 )
+from mlminilm.evaluation.machine import Span
 from mlminilm.evaluation.qa_files import (
     find_qa_files,
     prediction_name,
@@ -42,6 +43,7 @@ from mlminilm.evaluation.qa_files import (
 )
 from mlminilm.metrics import mlqa as mlqa_scorer
 from mlminilm.metrics import squad_v1
+from mlminilm.models.size import model_size
 from mlminilm.tasks.qa_features import postprocess_predictions, prepare_eval_features
 from mlminilm.tasks.squad import (
     QAExample,
@@ -298,7 +300,7 @@ def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
     model, tokenizer = load_qa_model(cfg.model, rt)
     total = sum(len(d.examples) for d in datasets.values())
     log.info("%d files, %s questions; model %s on %s", len(files), f"{total:,}", cfg.model, rt.device)
-    t0 = time.perf_counter()
+    t0, span = time.perf_counter(), Span()  # the span: CPU time and load beside the wall clock
     done_before = 0
     feature_total = 0
     with mlog.progress() as bar:
@@ -331,7 +333,7 @@ def _run_model(cfg, files, datasets, settings, predictions, languages) -> dict:
             done_before += len(examples)
             feature_total += features
     elapsed = time.perf_counter() - t0
-    return throughput_record(total, elapsed, rt, cfg.batch_size, features=feature_total)
+    return throughput_record(total, elapsed, rt, cfg.batch_size, span=span, features=feature_total)
 
 
 def _document(cfg, benchmark, scorer, files, languages, settings, throughput, elapsed) -> dict:
@@ -364,6 +366,7 @@ def _document(cfg, benchmark, scorer, files, languages, settings, throughput, el
         },
         "settings": settings if cfg.predictions is None else {},
         "throughput": throughput,
+        "size": model_size(cfg.model) if cfg.predictions is None else None,
         "elapsed_s": elapsed,
         "mlminilm": __version__,
     }

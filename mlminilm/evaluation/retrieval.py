@@ -23,11 +23,13 @@ from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import EmbeddingSpec, embed, encode, prompt_length, resolve_spec, truncate_at
+from mlminilm.evaluation.machine import Span
 from mlminilm.evaluation.retrieval_files import find_retrieval_sets
 from mlminilm.evaluation.tatoeba import normalize
 from mlminilm.langs import warn_unregistered
 from mlminilm.metrics.retrieval import DEPTH, METRICS, mean_scores
 from mlminilm.models.sentence_encoder import read_sentence_transformers
+from mlminilm.models.size import model_size
 from mlminilm.tasks.retrieval import RetrievalSet
 from mlminilm.version import __version__
 
@@ -159,7 +161,7 @@ def run(cfg: EvalRetrievalConfig) -> dict:
         cfg.model,
         backends.where(export, rt),
     )
-    t0 = time.perf_counter()
+    t0, span = time.perf_counter(), Span()  # the span: CPU time and load beside the wall clock
     vectors, cut = _embed_all(texts, model, tokenizer, specs, cfg.batch_size, rt, total)
     languages, predictions = {}, {}
     # monolingual pairs first, then the cross-lingual ones, each in the data's order
@@ -186,8 +188,9 @@ def run(cfg: EvalRetrievalConfig) -> dict:
             specs["passage"].max_length,
         )
     doc = _document(cfg, benchmark, sets, specs, languages, cut, unregistered)
-    doc["throughput"] = throughput_record(total, elapsed, rt, cfg.batch_size, texts=total)
+    doc["throughput"] = throughput_record(total, elapsed, rt, cfg.batch_size, span, texts=total)
     backends.stamp(doc, export, rt)
+    doc["size"] = model_size(str(export.directory) if export is not None else specs["query"].weights)
     return report_dir.publish(doc, _prediction_writer(sets, predictions), card)
 
 

@@ -29,8 +29,10 @@ from mlminilm.evaluation.embeddings import (
     resolve_spec,
     truncate_at,
 )
+from mlminilm.evaluation.machine import Span
 from mlminilm.langs import warn_unregistered
 from mlminilm.models.sentence_encoder import read_sentence_transformers
+from mlminilm.models.size import model_size
 from mlminilm.tasks.tatoeba import TatoebaSet, load_tatoeba
 from mlminilm.version import __version__
 
@@ -133,6 +135,10 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
     card = card_to_update(cfg)  # the top directory's card, for a sentence-transformers model too
     data, unregistered, st, spec, export = _check(cfg)
+    if card is not None:  # a card files the results as the full test: a subset is refused before any work
+        from mlminilm.tasks.tatoeba_sizes import check_full_test
+
+        check_full_test(data)
     warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
     rt = backends.runtime(cfg)
@@ -146,15 +152,16 @@ def run(cfg: EvalTatoebaConfig) -> dict:
         backends.where(export, rt),
         spec.describe(),
     )
-    t_all = time.perf_counter()
+    t_all, span = time.perf_counter(), Span()  # the span: CPU time and load beside the wall clock
     languages, predictions = _evaluate(data, model, tokenizer, spec, cfg, rt, total)
     elapsed = time.perf_counter() - t_all
     if any(sum(s["truncated"].values()) for s in languages.values()):
         log.warning(
             "some sentences were longer than %d tokens and were cut (see `truncated` in metrics.json)", spec.max_length
         )
-    doc = _document(cfg, spec, languages, unregistered, total, elapsed, rt)
+    doc = _document(cfg, spec, languages, unregistered, total, elapsed, rt, span)
     backends.stamp(doc, export, rt)
+    doc["size"] = model_size(str(export.directory) if export is not None else spec.weights)
     return report_dir.publish(doc, _prediction_writer(predictions), card)
 
 
@@ -228,6 +235,7 @@ def _document(
     total: int,
     elapsed: float,
     rt,
+    span=None,
 ) -> dict:
     """The metrics document (metrics.json)."""
     pairs_total = sum(s["examples"] for s in languages.values())
@@ -256,7 +264,7 @@ def _document(
             "similarity": "cosine, float32, ties to the lowest index",
         },
         # Examples are sentence pairs (two sentences each).
-        "throughput": throughput_record(pairs_total, elapsed, rt, cfg.batch_size, sentences=total),
+        "throughput": throughput_record(pairs_total, elapsed, rt, cfg.batch_size, span=span, sentences=total),
         "mlminilm": __version__,
     }
 

@@ -29,7 +29,9 @@ from mlminilm.evaluation.common import (
     throughput_record,
     to_device,
 )
+from mlminilm.evaluation.machine import Span
 from mlminilm.langs import warn_unregistered
+from mlminilm.models.size import model_size
 from mlminilm.tasks.xnli import NLI_LABELS, NLIExample, find_xnli_files, label_id, read_xnli_split
 from mlminilm.version import __version__
 
@@ -181,12 +183,13 @@ def run(cfg: EvalXnliConfig) -> dict:
         cfg.model,
         backends.where(export, rt),
     )
-    t_all = time.perf_counter()
+    t_all, span = time.perf_counter(), Span()  # the span: CPU time and load beside the wall clock
     classify = _classifier(model, tokenizer, label_map, max_seq_len, cfg.batch_size, rt)
     languages, predictions = _evaluate(classify, data, skipped, files, f"xnli {cfg.split}", total)
     elapsed = time.perf_counter() - t_all
-    doc = _document(cfg, files, config, label_map, languages, max_seq_len, total, elapsed, rt)
+    doc = _document(cfg, files, config, label_map, languages, max_seq_len, total, elapsed, rt, span)
     backends.stamp(doc, export, rt)
+    doc["size"] = model_size(cfg.model)
     return report_dir.publish(doc, _prediction_writer(predictions, cfg.split), card)
 
 
@@ -296,6 +299,7 @@ def _document(
     total: int,
     elapsed: float,
     rt,
+    span=None,
 ) -> dict:
     """The metrics document (metrics.json)."""
     return {
@@ -321,7 +325,7 @@ def _document(
             "skipped": int(sum(s["skipped"] for s in languages.values())),
         },
         "settings": {"max_seq_len": max_seq_len, "batch_size": cfg.batch_size, "sorted_by_length": True},
-        "throughput": throughput_record(total, elapsed, rt, cfg.batch_size),
+        "throughput": throughput_record(total, elapsed, rt, cfg.batch_size, span=span),
         "mlminilm": __version__,
     }
 

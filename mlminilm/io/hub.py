@@ -44,8 +44,10 @@ def looks_like_hub_id(name: str) -> bool:
 
 
 def check_reachable(name: str) -> None:
-    """Fail fast, before any loader retries, for a hub id that offline mode cannot serve from the cache."""
-    if not offline() or not looks_like_hub_id(name):
+    """Fail fast, before any loader retries, for a hub id that is not in the cache when offline mode is set or the
+    Hub cannot be reached (a short connect probe: without it, huggingface_hub's retries take up to 50 s and a
+    dozen log lines before the loader's error)."""
+    if not looks_like_hub_id(name):
         return
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -53,8 +55,18 @@ def check_reachable(name: str) -> None:
         cached = [try_to_load_from_cache(name, file) for file in ("config.json", "tokenizer_config.json")]
     except Exception:  # noqa: BLE001 - an id huggingface_hub refuses: the loader reports it
         return
-    if not any(isinstance(path, str) for path in cached):
+    if any(isinstance(path, str) for path in cached):
+        return
+    if offline():
         raise ConfigError(
             f"'{name}' is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE=1 is set: "
             "pass a local model directory, or unset HF_HUB_OFFLINE to download it"
+        )
+    from mlminilm.io.hub_probe import endpoint, unreachable
+
+    reason = unreachable(endpoint())
+    if reason is not None:
+        raise ConfigError(
+            f"'{name}' is not a local directory and is not in the Hugging Face cache, and the Hub cannot be reached "
+            f"({reason}): connect to the network, or pass a local model directory"
         )

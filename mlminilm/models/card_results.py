@@ -152,9 +152,11 @@ def _source(doc: dict, command: str) -> tuple[str, str]:
     if doc["task"] == "tatoeba":
         e = doc.get("embedding", {})
         pooling, prefix = "+".join(e.get("pooling", ())), repr(e["prefix"]) if e.get("prefix") else "none"
+        pairs = (doc.get("average") or {}).get("examples")  # eval-tatoeba refuses --update-card on a subset
         return (
             f"mlminilm {command} {__version__}: {head}; layer {e.get('layer')} of {e.get('num_layers')}, "
-            f"{pooling} pooling, prefix {prefix}, max length {e.get('max_length')}",
+            f"{pooling} pooling, prefix {prefix}, max length {e.get('max_length')}"
+            + (f"; the full test files, {pairs:,} pairs" if pairs else ""),
             TATOEBA_URL,
         )
     if doc["task"] == "retrieval":

@@ -142,7 +142,10 @@ def infer_card_data(info: dict, sentence_encoder: bool = False, architectures=No
     language = info.get("languages") or base_card.get("language")
     task = info.get("task")
     pipeline = TASK_PIPELINES.get(task) if task else None
-    tags = ["distillation", "minilm"] if "objective" in info else []
+    # A distilled student is tagged minilm only when its loss had MiniLM's relation terms (a recipe may turn them off).
+    distilled = "objective" in info
+    minilm = distilled and ("loss" not in info or "MiniLM" in str(info["loss"]))
+    tags = [*(["distillation"] if distilled else []), *(["minilm"] if minilm else [])]
     if task:
         tags.append(str(task))
     if len(languages_of(language)) > 1:
@@ -159,6 +162,15 @@ def infer_card_data(info: dict, sentence_encoder: bool = False, architectures=No
     return card_data(**fields)
 
 
+def default_summary(info: dict) -> str:
+    """What a distilled student's card says first: the loss its run was trained with (the run's own words), not
+    "MiniLM" whatever the terms were."""
+    if info.get("loss"):
+        teacher = f" from `{info['teacher']}`" if info.get("teacher") else ""
+        return f"Distilled with mlminilm{teacher}; loss: {info['loss']}."
+    return "Distilled with mlminilm (MiniLM deep self-attention distillation)."
+
+
 def render_card(info: dict, data, summary: str | None = None, load_line: str = LOAD_LINE):
     """A `ModelCard`: `data` as front matter, then the title, the summary, the info table and how to load it."""
     from huggingface_hub import ModelCard
@@ -166,7 +178,7 @@ def render_card(info: dict, data, summary: str | None = None, load_line: str = L
     lines = [
         f"# {info.get('title', 'mlminilm model')}",
         "",
-        summary or "Distilled with mlminilm (MiniLM deep self-attention distillation).",
+        summary or default_summary(info),
         "",
         "| field | value |",
         "|---|---|",

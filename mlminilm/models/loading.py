@@ -39,8 +39,9 @@ def resolve_model(name: str) -> str:
 def load_config(name: str):
     from transformers import AutoConfig
 
+    path = resolve_model(name)  # its errors (a hub id that cannot be fetched, a packaged teacher) are whole lines
     try:
-        return AutoConfig.from_pretrained(resolve_model(name))
+        return AutoConfig.from_pretrained(path)
     except Exception as exc:  # transformers raises OSError/ValueError/KeyError depending on what is wrong
         raise _load_error("model config", name, exc) from exc
 
@@ -103,8 +104,9 @@ def check_vocabulary(config, tokenizer_size: int, name: str) -> None:
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
+    path = resolve_model(name)
     try:
-        return AutoTokenizer.from_pretrained(resolve_model(name))
+        return AutoTokenizer.from_pretrained(path)
     except Exception as exc:
         raise _load_error("tokenizer", name, exc) from exc
 

@@ -90,13 +90,20 @@ def _comparison_lines(doc: dict) -> list[str]:
         tp = r.get("throughput") or {}
         if r.get("examples_per_s") is not None:
             ratio = f" ({r['speed_ratio']:.2f}x)" if name != base and r.get("speed_ratio") is not None else ""
+            load = (tp.get("load_average_1min") or {}).get("end")
+            busy = f", load {load:g}, {tp['cpu_per_wall_s']:.2f} CPU s per s" if load is not None else ""
             parts.append(
                 f"{r['examples_per_s']:,.1f} examples/s{ratio} on {tp.get('device')} "
-                f"({tp.get('precision')}, batch {tp.get('batch_size')})"
+                f"({tp.get('precision')}, batch {tp.get('batch_size')}{busy})"
             )
         if r.get("parameters") is not None:
             ratio = f" ({r['parameters_ratio']:.2f}x)" if name != base and r.get("parameters_ratio") else ""
-            parts.append(f"{r['parameters']:,} parameters{ratio}")
+            embeddings = r.get("embedding_parameters")
+            share = f", {embeddings / r['parameters']:.0%} of them word embeddings" if embeddings else ""
+            parts.append(f"{r['parameters']:,} parameters{ratio}{share}")
+        if r.get("disk_bytes") is not None:
+            ratio = f" ({r['disk_ratio']:.2f}x)" if name != base and r.get("disk_ratio") else ""
+            parts.append(f"{r['disk_bytes'] / 1e6:,.1f} MB on disk{ratio}")
         if r.get("summary"):
             parts.append(r["summary"])
         lines.append("; ".join(parts))
