@@ -253,6 +253,33 @@ def test_plain_tests_run_on_the_cpu_on_a_gpu_box():
     assert "2 passed" in proc.stdout, proc.stdout
 
 
+def test_a_checkout_in_a_folder_named_gpu_keeps_plain_tests_plain(tmp_path):
+    """The project's conftest in a folder named `gpu`: a plain test runs (on this CPU box it was skipped as "needs
+    a CUDA device", and on a GPU box it kept CUDA), a `gpu` test is still skipped without CUDA."""
+    import shutil
+
+    tests = tmp_path / "gpu" / "tests"
+    tests.mkdir(parents=True)
+    for name in ("conftest.py", "helpers.py"):
+        shutil.copy(REPO / "tests" / name, tests / name)
+    (tests / "test_probe.py").write_text(
+        "import pytest, torch\n"
+        "def test_plain():\n    assert torch.cuda.is_available() is False\n"
+        "@pytest.mark.gpu\ndef test_gpu():\n    pass\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "gpu" / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "gpu",
+        env=script_env(),
+        timeout=180,
+    )
+    assert "1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_this_plain_test_sees_no_cuda():
     import torch
 
