@@ -26,6 +26,8 @@ synchronisation at the end of the backward, as before.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -123,7 +125,7 @@ def reduce_rows(grad: torch.Tensor, most: int = 0) -> int:
     """Sum `grad` ([rows, width], a view in DDP's bucket) over the ranks, in place, row-sparse; returns how many
     rows went over the wire. `most`: the most rows the ranks can have used together (0: unknown), the size of a
     block taken without a host synchronisation (`reduce_rows_static`)."""
-    if most and hasattr(torch, "nonzero_static"):
+    if most and static_rows_work(str(grad.device)):
         return reduce_rows_static(grad, most)
     used = grad.ne(0).any(dim=1).to(torch.int32)
     dist.all_reduce(used, op=dist.ReduceOp.MAX)
@@ -135,6 +137,17 @@ def reduce_rows(grad: torch.Tensor, most: int = 0) -> int:
     dist.all_reduce(block)
     grad.index_copy_(0, rows, block)
     return rows.numel()
+
+
+@functools.lru_cache(maxsize=None)
+def static_rows_work(device: str) -> bool:
+    """Whether this torch has `nonzero_static` for `device` (the CPU from 2.1, CUDA only in later releases than the
+    2.3 mlminilm allows): asked once per device, on a one-element tensor, before any collective depends on it."""
+    try:
+        torch.nonzero_static(torch.ones(1, dtype=torch.int32, device=device), size=1)
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return False
+    return True
 
 
 def reduce_rows_static(grad: torch.Tensor, most: int) -> int:
