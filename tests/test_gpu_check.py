@@ -429,3 +429,5 @@ def test_the_pipeline_at_toy_shape_on_the_cpu(tiny_sentencepiece_dir, tmp_path, 
     assert md.startswith("### `make gpu-check` on cpu (toy run, not a GPU result)") and "PASSED" not in md
     assert proc.stdout.strip().splitlines()[-1].startswith("gpu-check: TOY RUN on the CPU, not a GPU result")
     assert ("DDP) stage skipped" in proc.stdout) is not ddp
+    compiled = next(c for c in s["checks"] if c["name"] == "compiled")
+    assert compiled["ok"] and compiled["detail"].count(",") >= 1, compiled  # the killed run and the resume
