@@ -55,7 +55,7 @@ for path in (Path(__file__).resolve().parent, REPO / "benchmarks", REPO):  # app
 
 import gpu_check_report as report  # noqa: E402
 from gpu_check_inputs import build_teacher, generate_tokenizer, write_text  # noqa: E402
-from gpu_check_stages import (  # noqa: E402  # noqa: E402
+from gpu_check_stages import (  # noqa: E402
     LONG,
     REAL,
     TOY,
@@ -65,6 +65,7 @@ from gpu_check_stages import (  # noqa: E402  # noqa: E402
     distill_stage,
     flops_per_token,
     long_stage,
+    seconds_left,
     toy,
 )
 
@@ -246,7 +247,7 @@ def pytest_stage(args: argparse.Namespace, work: Path, st: Stages | None = None)
             return report.Check("pytest -m gpu", False, f"no earlier `--stage pytest` in {work}")
         return report.pytest_check(0, report.junit_counts(xml), failed=report.junit_failed(xml))
     t0 = time.perf_counter()
-    check = run_pytest(work, gpu_test_files(REPO / "tests"), timeout_s=args.pytest_timeout)
+    check = run_pytest(work, gpu_test_files(REPO / "tests"), timeout_s=int(seconds_left(args.pytest_timeout)))
     if st is not None:
         st.seconds["pytest -m gpu"] = time.perf_counter() - t0
     print(f"gpu-check: pytest -m gpu: {check.detail}", flush=True)

@@ -17,6 +17,17 @@ import gpu_check_report as report
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(__file__).resolve().with_name("gpu_check_cli.py")
+# Seconds this whole command may take ($MLMINILM_GPU_CHECK_BUDGET_S, set by scripts/gpu_oneshot.sh from its step's
+# `timeout`): a CLI process is stopped in time for the summaries to be written, where a `timeout` that killed this
+# script would leave none. Unset: each process has its plan's timeout only.
+BUDGET_S = float(os.environ.get("MLMINILM_GPU_CHECK_BUDGET_S") or "inf")
+STARTED = time.monotonic()
+SUMMARY_S = 20  # kept for the figures, the GEMM and the summaries after the last process
+
+
+def seconds_left(cap: float) -> float:
+    """`cap`, or less when the command's budget ends sooner (at least 1 s: a stage still starts and fails)."""
+    return max(1.0, min(cap, BUDGET_S - (time.monotonic() - STARTED) - SUMMARY_S))
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ class Stages:
 
     def _wait(self, proc: subprocess.Popen) -> int:
         try:
-            return proc.wait(timeout=self.plan.timeout_s)
+            return proc.wait(timeout=seconds_left(self.plan.timeout_s))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole session: torchrun, its workers, loader processes
             proc.wait()

@@ -179,6 +179,18 @@ def test_the_cli_stage_judges_pytest_from_the_earlier_pytest_stage(tmp_path):
     assert judged.ok and judged.detail.startswith("1 passed"), judged
 
 
+def test_a_budget_stops_each_process_in_time_for_the_summaries(monkeypatch):
+    """Under gpu_oneshot.sh's `timeout` a killed gpu_check.py writes no summary: its processes are stopped first."""
+    import gpu_check_stages as stages
+
+    monkeypatch.setattr(stages, "BUDGET_S", 60.0)
+    monkeypatch.setattr(stages, "STARTED", time.monotonic())
+    assert 38 <= stages.seconds_left(300) <= 40  # 60 s less the 20 kept for the summaries
+    assert stages.seconds_left(10) == 10
+    monkeypatch.setattr(stages, "STARTED", time.monotonic() - 100)
+    assert stages.seconds_left(300) == 1.0
+
+
 def test_a_pytest_stage_that_hangs_is_a_failed_check(tmp_path):
     import gpu_check
 
