@@ -56,25 +56,31 @@ step() {
 
 versions() {
     "$PY" - <<'EOF'
-import platform, torch
-def version(name):
-    try:
-        return __import__(name).__version__
-    except Exception as exc:
-        return f"absent ({type(exc).__name__})"
+import platform
+from importlib import metadata
+
+import torch
+
 print("python", platform.python_version())
 print("torch", torch.__version__, "CUDA", torch.version.cuda)
 for name in ("triton", "transformers", "tokenizers", "typer", "rich", "mlminilm"):
-    print(name, version(name))
-print("gpu", torch.cuda.get_device_name(), "x", torch.cuda.device_count(), "capability", torch.cuda.get_device_capability())
+    try:
+        print(name, metadata.version(name))
+    except metadata.PackageNotFoundError:
+        print(name, "absent")
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(), "x", torch.cuda.device_count(), torch.cuda.get_device_capability())
 EOF
 }
 
-install() {
+oneshot_install() {
     "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . && versions | tee "$OUT/env.txt"
 }
+# `timeout` runs programs, not this shell's functions: a child bash runs the exported ones.
+export -f oneshot_install versions
+export PY OUT
 
-step install 120 1 install
+step install 120 1 bash -c oneshot_install
 step canary 90 1 "$PY" scripts/gpu_canary.py --out "$OUT/canary.json"
 step pytest-gpu 180 1 "$PY" scripts/gpu_check.py --stage pytest --out "$OUT" --work "$WORK"
 step cli-real-shape 330 1 "$PY" scripts/gpu_check.py --stage cli --out "$OUT" --work "$WORK"
