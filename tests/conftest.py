@@ -44,22 +44,28 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
 
 
+def marked(item, name: str) -> bool:
+    """Whether the test carries the marker `name`. Not `name in item.keywords`: keywords also hold the names of the
+    folders above the test, so a checkout in a folder named `gpu` made every test a GPU test."""
+    return item.get_closest_marker(name) is not None
+
+
 def pytest_collection_modifyitems(config, items):
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
     skip_realdata = pytest.mark.skip(reason=f"real data not found at {SHARED_DATA}")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     has_cuda = None
     for item in items:
-        if "slow" in item.keywords and not config.getoption("--runslow"):
+        if marked(item, "slow") and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
-        if "gpu" in item.keywords:
+        if marked(item, "gpu"):
             if has_cuda is None:
                 import torch
 
                 has_cuda = torch.cuda.is_available()
             if not has_cuda:
                 item.add_marker(skip_gpu)
-        if "realdata" in item.keywords and not SHARED_DATA.is_dir():
+        if marked(item, "realdata") and not SHARED_DATA.is_dir():
             item.add_marker(skip_realdata)
 
 
@@ -78,7 +84,7 @@ def _cpu_unless_gpu(request, monkeypatch, _cuda_probed_as_started):
     `--compile auto` compile there, and the bit-exact resume tests hold on the CPU only (on CUDA flash attention's
     backward and inductor's embedding backward add with atomics). In this process torch.cuda.is_available() says
     False; subprocesses (the CLI, torchrun) get CUDA_VISIBLE_DEVICES="" and see no device. `gpu` tests keep CUDA."""
-    if "gpu" in request.node.keywords:
+    if marked(request.node, "gpu"):
         return
     import torch
 

@@ -96,8 +96,8 @@ def reduce_bucket(rows_of, bucket):
     record("allreduce", bucket.index())
     return real_bucket(rows_of, bucket)
 
-def reduce_rows(grad):
-    sent = real_rows(grad)
+def reduce_rows(grad, *args):
+    sent = real_rows(grad, *args)
     record("rows", f"{sent}/{grad.shape[0]}")
     return sent
 

@@ -203,6 +203,8 @@ def test_embedding_gradients_reduced_by_rows_equal_the_dense_all_reduce(setup, t
     assert sent["rank0"] == sent["rank1"] and sent["rank0"], sent  # the ranks agree on the rows to send
     word = [tuple(map(int, s.split("/"))) for s in sent["rank0"]]  # the word embedding's, once a step
     assert len(word) == 4 and all(0 < n < total / 2 for n, total in word), word  # a step's rows only
+    # A block of a size the host knows, no host sync: 2 processes x (2 sequences x 32 tokens x 2 micro-batches).
+    assert {n for n, _ in word} == {2 * 2 * 32 * 2}, word
     assert not any(recorded(dense, "rows").values())
     a, b = losses(rows_out), losses(dense)
     assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]

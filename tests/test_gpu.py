@@ -410,6 +410,23 @@ def test_teacher_attention_runs_a_fused_sdpa_kernel_not_math(tiny_wordpiece_dir,
 # --------------------------------------------------------------------------- 5. distill -> kill -> resume
 
 
+# On CUDA two runs differ from their first step (flash attention's and the embedding's backward add with atomics in
+# a varying order), and AdamW turns a last-bit difference of a near-zero gradient into a difference of up to lr in
+# its update: an element-wise relative 1e-5 fails without a fault. What a faulty resume (lost optimizer state, a
+# wrong data position or dropout seed) changes is the whole of the steps after the checkpoint; the noise changes a
+# small part of them. So each tensor of the resumed run must be within RESUMED_MOVE_SHARE of the distance the
+# uninterrupted run moved it after the checkpoint, and the losses within bf16's precision.
+RESUMED_MOVE_SHARE = 0.1
+RESUMED_LOSS_RTOL = 2e-2
+
+
+def assert_resumed_close(full: torch.Tensor, resumed: torch.Tensor, at_cut: torch.Tensor, key: str) -> None:
+    full, resumed, at_cut = full.double(), resumed.double(), at_cut.double()
+    moved = float((full - at_cut).norm())
+    apart = float((resumed - full).norm())
+    assert apart <= RESUMED_MOVE_SHARE * moved + 1e-6 * float(full.norm()) + 1e-12, (key, apart, moved)
+
+
 def test_distill_killed_and_resumed_ends_close_to_the_uninterrupted_run(teachers, datasets, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
@@ -433,14 +450,18 @@ def test_distill_killed_and_resumed_ends_close_to_the_uninterrupted_run(teachers
 
     a = load_file(full.student / "model.safetensors")
     b = load_file(resumed.student / "model.safetensors")
-    assert a.keys() == b.keys()
+    at_cut = load_file(tmp_path / "cut" / "checkpoints" / "step-3" / "model.safetensors")
+    assert a.keys() == b.keys() and set(a) & set(at_cut)
     for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
+        if not CUDA:  # the CPU is deterministic: the same weights to the last bits
+            torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
+        elif key in at_cut:
+            assert_resumed_close(a[key], b[key], at_cut[key], key)
     full_losses = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "full")]
     cut_losses = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "cut")]
     assert [s for s, _ in cut_losses] == [s for s, _ in full_losses] == list(range(1, 7))
     for (step, x), (_, y) in zip(full_losses, cut_losses):
-        assert y == pytest.approx(x, rel=1e-5), step
+        assert y == pytest.approx(x, rel=RESUMED_LOSS_RTOL if CUDA else 1e-5), step
     assert full_losses[-1][1] != full_losses[0][1]  # it trained
 
 

@@ -51,6 +51,48 @@ def test_gpu_check_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
     assert seconds < 60, seconds  # no training: an import of torch and a look
 
 
+def test_the_oneshot_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
+    """scripts/gpu_oneshot.sh on this machine (conftest hides CUDA from subprocesses): one line on stderr, exit 2,
+    nothing installed, nothing written to $OUT."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_oneshot.sh")],
+        capture_output=True,
+        text=True,
+        env=script_env(PYTHON=sys.executable, OUT=str(out)),
+        timeout=120,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("Error: gpu_oneshot.sh needs a CUDA device"), proc.stderr
+    assert not out.exists()
+
+
+def test_the_canary_without_cuda_is_one_line_and_exit_2():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_canary.py")], capture_output=True, text=True, env=script_env()
+    )
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("Error: the canary needs a CUDA device") and len(proc.stderr.splitlines()) == 1
+
+
+def test_the_generated_tokenizer_has_xlm_rs_ids_and_splits_the_generated_text(tmp_path):
+    """What the lent machine uses (no network, no ../shared): XLM-R's 250,002 ids and special ids, made in-process."""
+    import random
+
+    from gpu_check_inputs import SCRIPTS, generate_tokenizer
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(generate_tokenizer(tmp_path / "tok"))
+    assert len(tok) == 250_002
+    assert (tok.cls_token_id, tok.pad_token_id, tok.sep_token_id, tok.unk_token_id) == (0, 1, 2, 3)
+    assert tok.mask_token_id == 250_001
+    rng = random.Random(1)  # words as write_text generates them (the lent machine has no ../shared text)
+    line = " ".join("".join(rng.choices(SCRIPTS["ru"], k=rng.randint(2, 8))) for _ in range(12))
+    ids = tok(line)["input_ids"][1:-1]
+    assert ids and tok.unk_token_id not in ids and len(ids) < len(line)
+
+
 def test_make_gpu_check_calls_the_script():
     """The Makefile target runs scripts/gpu_check.py (make -n: what it would run, with this venv's python)."""
     bin_dir = Path(sys.executable).parent
@@ -98,10 +140,60 @@ def test_the_pytest_stage_fails_on_a_skip_and_passes_without_one(tmp_path, monke
     assert passed.ok and passed.detail.startswith("2 passed, 0 failed, 0 errors, 0 skipped"), passed
 
 
+def test_a_module_without_gpu_tests_that_skips_at_collection_does_not_fail_the_stage(tmp_path):
+    """As tests/test_openvino.py does without openvino: `pytest -m gpu tests/` counted its collection skip as a
+    skipped GPU test and failed the stage; the stage now runs the files that hold GPU tests only."""
+    import gpu_check
+
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_gpu_probe.py").write_text("import pytest\n@pytest.mark.gpu\ndef test_runs():\n    pass\n")
+    (tests / "test_optional.py").write_text("import pytest\npytest.importorskip('no_such_runtime')\n")
+    (tests / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    assert gpu_check.gpu_test_files(tests) == [str(tests / "test_gpu_probe.py")]
+    whole = gpu_check.run_pytest(tmp_path, [str(tests)])
+    assert not whole.ok and "1 skipped" in whole.detail, whole  # what the old stage ran
+    check = gpu_check.run_pytest(tmp_path, gpu_check.gpu_test_files(tests))
+    assert check.ok and check.detail.startswith("1 passed, 0 failed, 0 errors, 0 skipped"), check
+    assert gpu_check.gpu_test_files(REPO / "tests") and all(
+        "mark.gpu" in Path(f).read_text() for f in gpu_check.gpu_test_files(REPO / "tests")
+    )
+
+
+def test_the_cli_stage_judges_pytest_from_the_earlier_pytest_stage(tmp_path):
+    """The oneshot runs `--stage pytest`, then `--stage cli` in the same --work: the summary's pytest check comes from
+    the first one's JUnit file, and without one it fails (never passes unseen)."""
+    import argparse
+
+    import gpu_check
+
+    args = argparse.Namespace(stage="cli", skip_pytest=False, pytest_timeout=60)
+    missing = gpu_check.pytest_stage(args, tmp_path)
+    assert not missing.ok and "no earlier `--stage pytest`" in missing.detail
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_gpu_probe.py").write_text("import pytest\n@pytest.mark.gpu\ndef test_runs():\n    pass\n")
+    (tests / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    assert gpu_check.run_pytest(tmp_path, [str(tests)]).ok
+    judged = gpu_check.pytest_stage(args, tmp_path)
+    assert judged.ok and judged.detail.startswith("1 passed"), judged
+
+
+def test_a_budget_stops_each_process_in_time_for_the_summaries(monkeypatch):
+    """Under gpu_oneshot.sh's `timeout` a killed gpu_check.py writes no summary: its processes are stopped first."""
+    import gpu_check_stages as stages
+
+    monkeypatch.setattr(stages, "BUDGET_S", 60.0)
+    monkeypatch.setattr(stages, "STARTED", time.monotonic())
+    assert 38 <= stages.seconds_left(300) <= 40  # 60 s less the 20 kept for the summaries
+    assert stages.seconds_left(10) == 10
+    monkeypatch.setattr(stages, "STARTED", time.monotonic() - 100)
+    assert stages.seconds_left(300) == 1.0
+
+
 def test_a_pytest_stage_that_hangs_is_a_failed_check(tmp_path):
     import gpu_check
 
-    (tmp_path / "logs").mkdir()
     tests = tmp_path / "t"
     tests.mkdir()
     (tests / "test_hang.py").write_text(
@@ -147,12 +239,38 @@ def test_steady_rate_leaves_out_the_compiling_windows():
     assert report.steady_rate(records[:1], {10}) is None
 
 
-def test_mfu_against_the_part_and_the_reference():
-    # 1e5 tokens/s x 1e9 FLOP/token = 1e14 FLOP/s: 13.2 % of an H100 PCIe (756), 10.1 % of an SXM (989.4).
-    got = report.mfu(1e5, 1e9, ("H100 PCIe", 756e12))
-    assert got == pytest.approx({"H100 PCIe (756 TFLOP/s)": 1e14 / 756e12, "H100 SXM (989 TFLOP/s)": 1e14 / 989.4e12})
-    assert list(report.mfu(1e5, 1e9, None)) == ["H100 SXM (989 TFLOP/s)"]
-    assert report.mfu(None, 1e9, None) == {}
+def test_mfu_against_the_datasheet_and_a_measured_gemm_each_peak_named_once():
+    # 1e5 tokens/s x 1e9 FLOP/token = 1e14 FLOP/s: 13.2 % of an H100 PCIe (756), 12.5 % of a measured 800.
+    got = report.mfu(1e5, 1e9, ("H100 PCIe", 756e12), 800e12)
+    assert got == pytest.approx(
+        {"datasheet H100 PCIe (756 TFLOP/s)": 1e14 / 756e12, "measured bf16 GEMM (800 TFLOP/s)": 0.125}
+    )
+    sxm = report.mfu(1e5, 1e9, ("H100 SXM", 989.4e12), None)
+    assert list(sxm) == ["datasheet H100 SXM (989 TFLOP/s)"]  # once (it was printed as the part and the reference)
+    assert list(report.mfu(1e5, 1e9, None, None)) == ["datasheet H100 SXM (989 TFLOP/s)"]  # a name that says no part
+    assert report.mfu(None, 1e9, None, 800e12) == {}
+
+
+def test_mfu_below_the_floor_fails():
+    part = ("H100 SXM", 989.4e12)
+    at_floor = report.MFU_FLOOR * 989.4e12 / 1e9  # tokens/s at 1e9 FLOP/token
+    assert report.mfu_check(at_floor * 1.01, 1e9, part).ok
+    low = report.mfu_check(at_floor * 0.99, 1e9, part)
+    assert not low.ok and "of H100 SXM's 989 TFLOP/s" in low.detail and "goal 40%" in low.detail
+    assert not report.mfu_check(None, 1e9, part).ok
+
+
+def test_compiled_is_read_from_the_graphs_dynamo_compiled():
+    assert report.compiled_check([{"unique_graphs": 2}], [{"unique_graphs": 1}]).ok
+    assert not report.compiled_check([{"unique_graphs": 2}], [{"unique_graphs": 0}]).ok  # the resume ran eager
+    assert not report.compiled_check([], []).ok
+
+
+def test_a_toy_run_never_says_passed():
+    s = report.summary({"toy": True, "checks": [report.Check("a", True, "")]})
+    assert s["ok"] and report.verdict(s).startswith("TOY RUN on the CPU, not a GPU result")
+    assert "PASSED" not in report.verdict(s)
+    assert report.verdict(report.summary({"checks": [report.Check("a", True, "")]})) == "PASSED"
 
 
 def test_ddp_checks():
@@ -253,6 +371,33 @@ def test_plain_tests_run_on_the_cpu_on_a_gpu_box():
     assert "2 passed" in proc.stdout, proc.stdout
 
 
+def test_a_checkout_in_a_folder_named_gpu_keeps_plain_tests_plain(tmp_path):
+    """The project's conftest in a folder named `gpu`: a plain test runs (on this CPU box it was skipped as "needs
+    a CUDA device", and on a GPU box it kept CUDA), a `gpu` test is still skipped without CUDA."""
+    import shutil
+
+    tests = tmp_path / "gpu" / "tests"
+    tests.mkdir(parents=True)
+    for name in ("conftest.py", "helpers.py"):
+        shutil.copy(REPO / "tests" / name, tests / name)
+    (tests / "test_probe.py").write_text(
+        "import pytest, torch\n"
+        "def test_plain():\n    assert torch.cuda.is_available() is False\n"
+        "@pytest.mark.gpu\ndef test_gpu():\n    pass\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "gpu" / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "gpu",
+        env=script_env(),
+        timeout=180,
+    )
+    assert "1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_this_plain_test_sees_no_cuda():
     import torch
 
@@ -272,7 +417,8 @@ def test_the_pipeline_at_toy_shape_on_the_cpu(tiny_sentencepiece_dir, tmp_path, 
     out = tmp_path / "out"
     env = script_env(MLMINILM_GPU_CHECK_TOY="1", MLMINILM_GPU_CHECK_TOY_DDP="1" if ddp else "0")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--tokenizer", str(tiny_sentencepiece_dir)],
+        [sys.executable, str(SCRIPT), "--out", str(out), "--work", str(tmp_path / "work")]
+        + ["--tokenizer", str(tiny_sentencepiece_dir)],
         capture_output=True,
         text=True,
         env=env,
@@ -287,6 +433,13 @@ def test_the_pipeline_at_toy_shape_on_the_cpu(tiny_sentencepiece_dir, tmp_path, 
     assert 1 <= s["figures"]["recompiles"] <= 2  # packed and padded micro-batches: two graphs
     assert any("distill_terms" in r and "mask is None" in r for r in s["figures"]["recompile_reasons"]), s["figures"]
     assert s["figures"]["tokens_per_s"] > 0 and s["shape"]["vocab"] < 1000
+    assert {"compiled", "--resume continues"} <= names and sorted(p.name for p in out.iterdir()) == [
+        "gpu-check.json",
+        "gpu-check.md",
+    ]  # scratch and logs stay in --work: OUT gets the summaries only
     md = (out / "gpu-check.md").read_text()
-    assert md.startswith("### `make gpu-check` on cpu (toy run)") and "PASSED" in md
-    assert proc.stdout.strip().splitlines()[-1].startswith("gpu-check: PASSED")
+    assert md.startswith("### `make gpu-check` on cpu (toy run, not a GPU result)") and "PASSED" not in md
+    assert proc.stdout.strip().splitlines()[-1].startswith("gpu-check: TOY RUN on the CPU, not a GPU result")
+    assert ("DDP) stage skipped" in proc.stdout) is not ddp
+    compiled = next(c for c in s["checks"] if c["name"] == "compiled")
+    assert compiled["ok"] and compiled["detail"].count(",") >= 1, compiled  # the killed run and the resume

@@ -126,3 +126,23 @@ def test_the_bucket_changes_nothing_of_the_loss(setup):
         torch.testing.assert_close(loss, loss0, rtol=1e-5, atol=1e-7, msg=f"padded to {length}")
         for g, g0 in zip(grads, grads0):
             torch.testing.assert_close(g, g0, rtol=1e-4, atol=1e-6, msg=f"padded to {length}")
+
+
+def test_every_process_pads_a_micro_batch_to_the_same_bucket(setup):
+    """With 4 processes of one pair each, the rows differ in length from 1 word to past MAX_LENGTH: every process
+    pads each micro-batch to the bucket of the longest row any of them draws (before: its own longest row's, so
+    the ranks ran different shapes and a compiled step recompiled on one rank while the others waited)."""
+    _, _, sampler, _ = setup
+    world, differed = 4, 0
+    for step in range(12):
+        for micro in range(2):
+            batches = [sampler.batch(step, micro, 1, 2, rank, world) for rank in range(world)]
+            shapes = {b.both_ids.shape[1] for b in batches}
+            assert len(shapes) == 1, (step, micro, shapes)
+            own = {pad_length(int(b.both_mask.sum(1).max()), MAX_LENGTH) for b in batches}
+            differed += len(own) > 1  # the ranks' own buckets would have differed here
+            assert shapes.pop() == max(own)
+            assert all(b.source_ids.shape[1] == b.both_ids.shape[1] for b in batches)
+    assert differed, "no micro-batch where the ranks' own buckets differ: the case is not shown"
+    one = sampler.batch(3, 0, 4, 2, 0, 1)  # one process: its own longest row, as before
+    assert one.both_ids.shape[1] == pad_length(int(one.both_mask.sum(1).max()), MAX_LENGTH)

@@ -12,7 +12,8 @@ from mlminilm.distillation.relations import scaled_logits, tf32_relations
 
 
 def setting() -> tuple:
-    return torch.backends.cuda.matmul.fp32_precision, torch.get_float32_matmul_precision()
+    """The legacy getters: they raise while the legacy and new APIs are mixed (torch 2.9+)."""
+    return torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
 
 
 @pytest.mark.parametrize(
@@ -30,7 +31,10 @@ def test_tf32_untouched_off_cuda_or_in_fp32(device, dtype):
 def test_tf32_on_for_a_cuda_run_in_bf16_or_fp16_and_restored(dtype):
     before = setting()
     with tf32_relations(torch.device("cuda", 0), dtype) as on:  # only the flag: no CUDA tensor is made
-        assert on and torch.backends.cuda.matmul.fp32_precision == "tf32"
+        # Inductor (torch 2.9/2.10) reads the legacy getters while lowering the fp32 bmm: they must answer here.
+        assert on and setting() == (True, "high")
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32"
     assert setting() == before
     with pytest.raises(RuntimeError), tf32_relations("cuda", dtype):
         raise RuntimeError("restored on the way out of a failure too")
@@ -65,3 +69,17 @@ def test_the_cpu_order_is_unchanged():
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(2, 3, 16, 32, generator=g), torch.randn(2, 3, 16, 32, generator=g)
     assert torch.equal(scaled_logits(x, y), torch.matmul(x * (1 / math.sqrt(32)), y.transpose(-1, -2)))
+
+
+def test_a_setting_made_with_the_new_api_is_restored():
+    """A caller that chose TF32 through torch's new `fp32_precision` gets it back; inside, the getters answer."""
+    matmul = torch.backends.cuda.matmul
+    if not hasattr(matmul, "fp32_precision"):
+        pytest.skip("torch < 2.9 has no fp32_precision")
+    matmul.fp32_precision = "tf32"
+    try:
+        with tf32_relations("cuda", torch.bfloat16):
+            assert setting() == (True, "high")
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.allow_tf32 = False  # one API again (the default), whatever failed

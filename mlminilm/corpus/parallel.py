@@ -155,6 +155,7 @@ class ParallelSampler:
         self.pairs, self.tokenizer = pairs, tokenizer
         self.prefix, self.max_length, self.seed = prefix, max_length, seed
         self.target_table = None  # a distillation.targets.TargetTable once the cache is filled: then no source forward
+        self._lengths: dict[int, int] = {}  # pair index -> its longer side's token count (`_pair_length`)
 
     def drawn_sources(self, start: int, steps: int, batch: int, accum: int, world: int) -> list[str]:
         """Every source sentence steps [start, steps) draw on every process (what the target cache must hold)."""
@@ -188,11 +189,29 @@ class ParallelSampler:
             mask, length, 0, self.tokenizer.padding_side
         )
 
+    def _pair_length(self, i: int) -> int:
+        if i not in self._lengths:
+            texts = [self.prefix + self.pairs.sources[i], self.prefix + self.pairs.targets[i]]
+            enc = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_token_type_ids=False)
+            self._lengths[i] = max(len(ids) for ids in enc["input_ids"])
+        return self._lengths[i]
+
+    def step_length(self, step: int, micro: int, batch: int, accum: int, world: int) -> int:
+        """The bucket every process pads micro-batch `micro` of `step` to: that of the longest row any process draws.
+        Each process knows every process's draw (`_drawn` depends on the step alone), so they agree with no
+        collective and no host sync; a bucket chosen per process gave ranks different shapes, and under
+        torch.compile one rank compiled a new graph while the others waited for it at the all-reduce. Lengths are
+        cached per pair: a pair is tokenised once for this, whichever process draws it."""
+        drawn = self._drawn(step, batch * accum * world)
+        rows = drawn[micro * world * batch : (micro + 1) * world * batch]
+        return pad_length(max(self._pair_length(int(i)) for i in set(rows.tolist())), self.max_length)
+
     def batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> ParallelBatch:
         picked = self.indices(step, micro, batch, accum, rank, world)
         sources = [self.pairs.sources[i] for i in picked]
         targets = [self.pairs.targets[i] for i in picked]
-        both_ids, both_mask = self._encode(sources + targets)
+        length = self.step_length(step, micro, batch, accum, world) if world > 1 else None
+        both_ids, both_mask = self._encode(sources + targets, length)
         langs = dict(Counter(self.pairs.langs[i] for i in picked))
         if self.target_table is not None:
             empty = torch.zeros(len(picked), 0, dtype=torch.long)

@@ -118,13 +118,27 @@ def tf32_relations(device: torch.device | str, dtype: torch.dtype):
     if torch.device(device).type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         yield False
         return
+    # The legacy flag alone, set and restored: it exists on every torch mlminilm allows (`fp32_precision` only from
+    # 2.9), and after it the legacy getters (`allow_tf32`, `get_float32_matmul_precision`) still answer. Setting the
+    # new `fp32_precision` made them raise "mix of legacy and new APIs" (torch 2.13), and inductor on torch 2.9/2.10
+    # calls them while it lowers the relations' fp32 bmm (pytorch/pytorch#166387).
     matmul = torch.backends.cuda.matmul
-    old = matmul.fp32_precision
-    matmul.fp32_precision = "tf32"
+    old = legacy_tf32()
+    matmul.allow_tf32 = True
     try:
         yield True
     finally:
-        matmul.fp32_precision = old
+        matmul.allow_tf32 = old
+
+
+def legacy_tf32() -> bool:
+    """Whether fp32 matmuls may use TF32, read through the legacy flag; when the caller set it with the new API (a
+    mix that makes the legacy getter raise), read from that."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:
+        return getattr(matmul, "fp32_precision", "ieee") == "tf32"
 
 
 def relation_logits(x: torch.Tensor, y: torch.Tensor, heads: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ from mlminilm import training
 from mlminilm.corpus.parallel import ParallelSampler
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import logged, weighted_loss
+from mlminilm.training import row_sparse_reduce
 from mlminilm.training.batch_size import BatchPlan
 
 
@@ -49,6 +50,11 @@ class DistillStep:
             tokens += int(pair_batch.both_mask.sum())  # counted on the host, before the copy
             info.update({f"pair:{k}": v for k, v in pair_batch.langs.items()})
             pair_batch = pair_batch.to(rt.device, non_blocking=True)
+        # The row-sparse embedding reduce sizes its block by the ids the student looks up (shapes: host ints).
+        looked_up = (batch.input_ids.numel() if batch is not None else 0) + (
+            pair_batch.both_ids.numel() if pair_batch is not None else 0
+        )
+        row_sparse_reduce.note_lookups(self.model, looked_up)
         # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
         # so no step reads the device to find out, and unpadded steps skip every masking pass.
         parts = self.terms_fn(

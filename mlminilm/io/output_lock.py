@@ -14,6 +14,33 @@ from typing import Callable
 from mlminilm.errors import CheckpointError
 from mlminilm.io.stale import pid_alive
 
+# The locks this process holds. A forked child (a DataLoader worker, a `prepare` tokenizer worker, any other fork)
+# inherits their descriptors, and a flock lasts until the last descriptor of its open file is closed: the orphaned
+# loader workers of a SIGKILLed `distill` held --out for seconds after it died (up to their 5 s watchdog), so a job
+# requeued at once was told "being written by another mlminilm process". O_CLOEXEC covers exec, not fork. So every
+# child closes them right after the fork, whichever Python code forks (os.register_at_fork runs in the child before
+# it runs anything else, in its first time slice, also when the parent is already dead), and the lock is held by the
+# process that took it alone.
+# Chosen over judging the lock by the pid written in it and taking it over when that pid is dead: a pid names a
+# process on one machine only (another node's holder of an --out on a shared filesystem looks dead here), pids are
+# reused, and a takeover must replace a file that another process may be locking at that moment; closing in the
+# child keeps flock's own rule, "a lock dies with its holder", true whatever forks, with no guess about liveness.
+_HELD: set["OutputLock"] = set()
+
+
+def _close_inherited_locks() -> None:
+    for lock in list(_HELD):
+        if lock._fd is not None:
+            try:
+                os.close(lock._fd)
+            except OSError:
+                pass
+            lock._fd = None  # and this child's __exit__, if it ever ran, leaves the parent's lock file alone
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
 
 class OutputLock:
     """An exclusive lock on an output path, held by one process from the start of a command to its end.
@@ -22,7 +49,8 @@ class OutputLock:
     an output that is created or replaced while it is held. It is opened without following a symbolic link and must
     be a plain file of its own (no hard link to another), so a planted link can never make mlminilm truncate or
     write into a file of the user's. `fcntl.flock` ties the lock to the open file: a process that dies, however it
-    dies, releases it, and the next command takes it over; the pid written in the file is only for the message.
+    dies, releases it, and the next command takes it over (forked children never keep it: `_HELD`); the pid written
+    in the file is only for the message.
     Directories made to hold the lock file are removed again when they are left empty.
 
     `flag` is how messages name the output (`--target-cache` for the teacher-target cache); `wait`, when given, is
@@ -94,6 +122,7 @@ class OutputLock:
                 pass
             os.close(fd)
         self._fd = fd
+        _HELD.add(self)
         try:  # the pid is for the other process's message only: a full disk must not stop the command here
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
@@ -112,6 +141,7 @@ class OutputLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            _HELD.discard(self)
         self._remove_made()
 
     def _remove_made(self) -> None:

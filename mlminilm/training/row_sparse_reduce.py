@@ -15,11 +15,18 @@ hook does (`default_hooks.allreduce_hook`). Where U covers more than half the ro
 large batch) the row-sparse form saves nothing and the embedding is reduced whole. AdamW still updates every row
 (its moments decay in untouched rows too): only the communication is sparse, never the optimizer.
 
-Costs: one read of the embedding's gradient to mark rows, one [vocabulary] all-reduce, and on CUDA one host
-synchronisation to size U (`nonzero`), at the end of the backward, where the step waits for this bucket anyway.
+Costs: one read of the embedding's gradient to mark rows, one [vocabulary] all-reduce, and no host
+synchronisation when the training step says how many ids it looked up (`note_lookups`; distill does): then the
+rows are taken by `torch.nonzero_static` into a block of a size fixed on the host, the most rows the step can
+have used, |U| <= the world size x this process's lookups (every rank looks up as many: packed sequences of one
+length, pair batches padded to one bucket on every rank). A step that looked up more than half the table's rows
+so reduces the embedding whole. A caller that does not count (finetune) gets the block sized by `nonzero`, one host
+synchronisation at the end of the backward, as before.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.distributed as dist
@@ -45,14 +52,34 @@ def embedding_weights(module: nn.Module) -> set[int]:
     return {id(m.weight) for m in found if m.weight.requires_grad}
 
 
+class RowState:
+    """The hook's state: which parameters are word embeddings, and the ids this process looked up since the last
+    reduce (0: not counted, the block is sized by `nonzero`)."""
+
+    def __init__(self, rows_of: set[int]):
+        self.rows_of, self.lookups = rows_of, 0
+
+    def __contains__(self, param_id: int) -> bool:
+        return param_id in self.rows_of
+
+
 def register(ddp: nn.parallel.DistributedDataParallel, module: nn.Module, device: torch.device) -> bool:
     """Make `ddp` reduce `module`'s word-embedding gradient row-sparse (`reduce_bucket`) on the devices of
     ON_DEVICES; elsewhere, or without a trained word embedding (--freeze-embeddings), DDP keeps its own hook.
     Returns whether the hook was registered."""
     rows_of = embedding_weights(module) if device.type in ON_DEVICES else set()
     if rows_of:
-        ddp.register_comm_hook(rows_of, hook)
+        ddp._mlminilm_rows = RowState(rows_of)
+        ddp.register_comm_hook(ddp._mlminilm_rows, hook)
     return bool(rows_of)
+
+
+def note_lookups(model: nn.Module, ids: int) -> None:
+    """Count `ids` word-embedding lookups of this process's current step (a host int: a batch's numel) toward the
+    static block size; nothing where the row-sparse hook is not registered."""
+    state = getattr(model, "_mlminilm_rows", None)
+    if state is not None:
+        state.lookups += ids
 
 
 def hook(rows_of, bucket):  # unannotated: DDP refuses any return annotation but the exact Future[Tensor] object
@@ -71,7 +98,7 @@ def hook(rows_of, bucket):  # unannotated: DDP refuses any return annotation but
     return done
 
 
-def reduce_bucket(rows_of: set[int], bucket) -> None:
+def reduce_bucket(rows_of: RowState | set[int], bucket) -> None:
     """All-reduce (mean) one DDP bucket in place: its embedding gradients by rows (`reduce_rows`), the spans of
     the flat buffer between them whole."""
     buffer = bucket.buffer()
@@ -86,18 +113,23 @@ def reduce_bucket(rows_of: set[int], bucket) -> None:
     for offset, grad in embeddings:
         if offset > start:
             dist.all_reduce(buffer[start:offset])
-        reduce_rows(grad)
+        reduce_rows(grad, getattr(rows_of, "lookups", 0) * dist.get_world_size())
         start = offset + grad.numel()
     if start < buffer.numel():
         dist.all_reduce(buffer[start:])
+    if isinstance(rows_of, RowState):
+        rows_of.lookups = 0  # the step's gradients are reduced: the next step counts afresh
 
 
-def reduce_rows(grad: torch.Tensor) -> int:
+def reduce_rows(grad: torch.Tensor, most: int = 0) -> int:
     """Sum `grad` ([rows, width], a view in DDP's bucket) over the ranks, in place, row-sparse; returns how many
-    rows went over the wire."""
+    rows went over the wire. `most`: the most rows the ranks can have used together (0: unknown), the size of a
+    block taken without a host synchronisation (`reduce_rows_static`)."""
+    if most and static_rows_work(str(grad.device)):
+        return reduce_rows_static(grad, most)
     used = grad.ne(0).any(dim=1).to(torch.int32)
     dist.all_reduce(used, op=dist.ReduceOp.MAX)
-    rows = used.nonzero().squeeze(1)
+    rows = used.nonzero().squeeze(1)  # sized by the device's answer: the host waits for it
     if 2 * rows.numel() > grad.shape[0]:
         dist.all_reduce(grad)
         return grad.shape[0]
@@ -105,3 +137,37 @@ def reduce_rows(grad: torch.Tensor) -> int:
     dist.all_reduce(block)
     grad.index_copy_(0, rows, block)
     return rows.numel()
+
+
+@functools.lru_cache(maxsize=None)
+def static_rows_work(device: str) -> bool:
+    """Whether this torch has `nonzero_static` for `device` (the CPU from 2.1, CUDA only in later releases than the
+    2.3 mlminilm allows): asked once per device, on a one-element tensor, before any collective depends on it."""
+    try:
+        torch.nonzero_static(torch.ones(1, dtype=torch.int32, device=device), size=1)
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
+def reduce_rows_static(grad: torch.Tensor, most: int) -> int:
+    """`reduce_rows` with a block of `most` rows, a size the host knows: the used rows' indices padded with -1 by
+    `nonzero_static`, so no step waits for the device. The padding slots gather zeros and add zeros (to row 0):
+    the used rows are cleared and the summed block added back, so whichever rows are used the result is the dense
+    sum's, bit for bit in the used rows, and a row that no rank used keeps its zeros."""
+    if 2 * most > grad.shape[0]:
+        dist.all_reduce(grad)
+        return grad.shape[0]
+    used = grad.ne(0).any(dim=1).to(torch.int32)
+    dist.all_reduce(used, op=dist.ReduceOp.MAX)
+    # More used rows than `most` would drop some: the step's count above rules it out, and a device-side assert (no
+    # host wait) stops the run loudly rather than let a miscounted step train on a partial gradient.
+    torch._assert_async(used.sum() <= most)
+    rows = torch.nonzero_static(used, size=most, fill_value=-1).squeeze(1)
+    real = rows.ge(0)
+    rows = rows.clamp(min=0)
+    block = grad.index_select(0, rows).mul_(real.unsqueeze(1))
+    dist.all_reduce(block)
+    grad.masked_fill_(used.bool().unsqueeze(1), 0)
+    grad.index_add_(0, rows, block)
+    return most
