@@ -354,6 +354,29 @@ def test_compare_two_retrieval_reports(encoder, tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------------------------- real data
 
 
+# MLQA dev as MTEB's MLQARetrieval describes it (its published descriptive statistics, validation split): distinct
+# contexts (documents) and questions of each monolingual file.
+MTEB_MLQA_DEV = {
+    "ar": (439, 517),
+    "de": (456, 512),
+    "en": (978, 1148),
+    "es": (454, 500),
+    "hi": (425, 507),
+    "vi": (451, 511),
+}
+
+
+@pytest.mark.realdata
+def test_real_mlqa_dev_sizes_as_mteb(shared_data):
+    from mlminilm.evaluation.retrieval_files import find_retrieval_sets
+
+    benchmark, sets, _ = find_retrieval_sets(shared_data / "mlqa", "dev", None, None, monolingual=True)
+    assert benchmark == "mlqa" and sorted(sets) == ["ar", "de", "en", "es", "hi", "vi", "zh"]
+    assert {k: (len(s.corpus), len(s.queries)) for k, s in sets.items() if k in MTEB_MLQA_DEV} == MTEB_MLQA_DEV
+    benchmark, sets, _ = find_retrieval_sets(shared_data / "mlqa" / "dev", "dev", ["de", "en"], None, False)
+    assert sorted(sets) == ["de", "de-en", "en", "en-de"] and len(sets["en-de"].corpus) == 447  # MTEB: eng-deu
+
+
 @pytest.mark.realdata
 def test_real_mlqa_dev_against_an_independent_computation(shared_data, tiny_sentencepiece_dir, tmp_path):
     """MLQA dev de: the corpus (distinct contexts) and questions read apart from the project's readers, embedded by
