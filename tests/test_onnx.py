@@ -722,3 +722,26 @@ def test_real_e5_export_equals_pytorch(shared_data, tmp_path):
         expected = model(**batch).last_hidden_state.numpy()
     got = OnnxModel(tmp_path / "e5")(**batch).last_hidden_state.numpy()
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+
+
+def test_eval_retrieval_onnx_equals_torch(exports, st_xlmr, tmp_path, monkeypatch, capsys):
+    """eval-retrieval on the exported graph ranks every passage as the PyTorch model does (its query and passage
+    prompts, the last layer), so the two reports agree to the last figure and their rankings line by line."""
+    from test_eval_retrieval import write_squad
+
+    lines = list(dict.fromkeys(sample_lines("de", 30, seed=9)))
+    contexts = [" ".join(lines[i : i + 3]) for i in range(0, 18, 3)]
+    paragraphs = [(c, [(f"q{i}", " ".join(c.split()[1:6]))]) for i, c in enumerate(contexts)]
+    data = write_squad(tmp_path / "qa" / "dev-context-de-question-de.json", paragraphs)
+    out, _ = exports["st"]
+    torch_doc = evaluate(
+        monkeypatch, capsys, "eval-retrieval", st_xlmr, data, tmp_path / "torch", "--precision", "fp32"
+    )
+    onnx_doc = evaluate(monkeypatch, capsys, "eval-retrieval", out, data, tmp_path / "onnx", "--backend", "onnx")
+    for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_1", "examples", "corpus"):
+        assert onnx_doc["languages"]["de"][metric] == pytest.approx(torch_doc["languages"]["de"][metric]), metric
+    assert [line.split()[:4] for line in (tmp_path / "onnx" / "predictions" / "de.trec").read_text().splitlines()] == [
+        line.split()[:4] for line in (tmp_path / "torch" / "predictions" / "de.trec").read_text().splitlines()
+    ]
+    assert onnx_doc["embedding"]["passage"]["prefix"] == torch_doc["embedding"]["passage"]["prefix"]
+    assert onnx_doc["backend"]["name"] == "onnx" and torch_doc["benchmark"] == "mlqa"
