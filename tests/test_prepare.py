@@ -199,7 +199,7 @@ def test_cli_option_defaults_come_from_the_config():
     from mlminilm.commands import prepare as command
 
     for name, parameter in inspect.signature(command.command).parameters.items():
-        if parameter.default is not inspect.Parameter.empty and name not in ("json_out", "verbose"):
+        if parameter.default is not inspect.Parameter.empty and name not in ("json_out", "verbose", "config"):
             assert parameter.default == default(PrepareConfig, name), name
 
 
