@@ -234,7 +234,11 @@ def test_option_defaults_match_the_config_fields():
 
     for module, cls in ((finetune, FinetuneConfig), (eval_xnli, EvalXnliConfig), (eval_mlqa, EvalMlqaConfig)):
         for name, param in inspect.signature(module.command).parameters.items():
-            if name in ("json_out", "verbose", "config") or param.default is inspect.Parameter.empty or param.default is ...:
+            if (
+                name in ("json_out", "verbose", "config")
+                or param.default is inspect.Parameter.empty
+                or param.default is ...
+            ):
                 continue
             expected = default(cls, name)
             got = tuple(param.default) if isinstance(expected, tuple) else param.default
