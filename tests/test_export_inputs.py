@@ -254,10 +254,10 @@ def test_unknown_format_names_no_backend(exported, tmp_path, monkeypatch, capsys
 @pytest.mark.parametrize(
     "args, needles",
     [
-        (("--calibration", "{text}"), ("--calibration", "only apply with --quantize int8")),
-        (("--check", "{text}"), ("--check", "only apply with --quantize int8")),
+        (("--calibration", "{text}"), ("--calibration", "only applies with --quantize int8")),
+        (("--check", "{text}"), ("--check", "only applies with --quantize int8")),
         (("--quantize", "int8", "--strict"), ("--strict needs --check",)),
-        (("--strict",), ("--strict", "only apply with --quantize int8")),
+        (("--strict",), ("--strict", "only applies with --quantize int8")),
         (("--quantize", "int8", "--calibration", "{text}"), ("--calibration is for --format openvino",)),
         (("--format", "openvino", "--quantize", "int8", "--int8-keep", "qkv"), ("--int8-keep", "NNCF")),
     ],

@@ -121,7 +121,8 @@ class ExportConfig:
                 if value
             ]
             if given:
-                p.append(f"{', '.join(given)} only apply with --quantize int8")
+                verb = "applies" if len(given) == 1 else "apply"
+                p.append(f"{', '.join(given)} only {verb} with --quantize int8")
         elif self.format == "openvino" and self.int8_keep:
             p.append("--int8-keep chooses onnxruntime's float32 weights (--format onnx); OpenVINO's int8 is NNCF's")
         elif self.format == "onnx" and self.calibration is not None:
