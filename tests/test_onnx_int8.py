@@ -312,8 +312,8 @@ def test_int8_option_refusals(bert, text_dir, tatoeba, tmp_path, monkeypatch, ca
     def run(*args):
         return run_main(monkeypatch, capsys, "export", "--model", str(bert), "--out", str(out), *args)
 
-    refused(run("--calibration", str(text_dir)), out, "--calibration", "only apply with --quantize int8")
-    refused(run("--check", str(tatoeba)), out, "--check", "only apply with --quantize int8")
+    refused(run("--calibration", str(text_dir)), out, "--calibration", "only applies with --quantize int8")
+    refused(run("--check", str(tatoeba)), out, "--check", "only applies with --quantize int8")
     refused(run("--quantize", "int8", "--calibration", str(text_dir)), out, "--format openvino", "needs none")
     refused(run("--quantize", "int8", "--strict"), out, "--strict needs --check")
     refused(run("--quantize", "int8", "--check", str(tmp_path / "absent")), out, "--check", "is not a folder")
