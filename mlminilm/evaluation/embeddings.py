@@ -205,6 +205,38 @@ def encode(tokenizer, sentences: Sequence[str], prefix: str, max_length: int) ->
     return {k: list(v) for k, v in rows.items() if k in keys}, len(over)
 
 
+def check_graph_layer(export, spec: EmbeddingSpec, backend: str) -> None:
+    """An exported graph (`export`, None for PyTorch) outputs only the last layer's hidden states: a ConfigError
+    when `spec` pools another."""
+    if export is not None and spec.layer != spec.num_layers:
+        raise ConfigError(
+            f"--backend {backend}: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
+            f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch"
+        )
+
+
+def load_embedder(spec: EmbeddingSpec, export, rt):
+    """(model, tokenizer) for `spec`: the exported graph (`export`, an ExportRecord), called as the PyTorch model is
+    (its last layer only), or the encoder in float32 cut above the spec's layer."""
+    import torch
+
+    from mlminilm.evaluation import backends
+    from mlminilm.models.loading import load_encoder, load_tokenizer
+
+    tokenizer = load_tokenizer(spec.weights)
+    if export is not None:
+        return backends.onnx_model(export), tokenizer
+    # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
+    return truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval(), tokenizer
+
+
+def skipping_prompt(spec: EmbeddingSpec, tokenizer, st: SentenceTransformerSetup | None) -> EmbeddingSpec:
+    """`spec` with the count of its prompt's tokens that the pooling leaves out (`prompt_length`)."""
+    from dataclasses import replace
+
+    return replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
+
+
 def truncate_at(model, layer: int):
     """The model without the layers above hidden-states index `layer` (at least one layer is kept, so that the
     embedding output stays index 0 of `hidden_states`): they cannot change that layer's output."""

@@ -22,7 +22,15 @@ from mlminilm.config.retrieval import RETRIEVAL_MAX_LENGTH, EvalRetrievalConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
-from mlminilm.evaluation.embeddings import EmbeddingSpec, embed, encode, prompt_length, resolve_spec, truncate_at
+from mlminilm.evaluation.embeddings import (
+    EmbeddingSpec,
+    check_graph_layer,
+    embed,
+    encode,
+    load_embedder,
+    resolve_spec,
+    skipping_prompt,
+)
 from mlminilm.evaluation.machine import Span
 from mlminilm.evaluation.retrieval_files import find_retrieval_sets
 from mlminilm.evaluation.tatoeba import normalize
@@ -78,12 +86,7 @@ def _check(cfg: EvalRetrievalConfig):
         st = read_sentence_transformers(model_dir)
         specs = _specs(cfg, model_dir, config, st)
         export = backends.check(cfg.backend, model_dir, "feature-extraction")
-        spec = specs["query"]
-        if export is not None and spec.layer != spec.num_layers:
-            raise ConfigError(
-                f"--backend {cfg.backend}: the graph outputs only the last layer's hidden states, not layer "
-                f"{spec.layer} of {spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch"
-            )
+        check_graph_layer(export, specs["query"], cfg.backend)  # one layer for both sides
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
@@ -146,7 +149,8 @@ def run(cfg: EvalRetrievalConfig) -> dict:
     benchmark, sets, unregistered, st, specs, export = _check(cfg)
     warn_unregistered(unregistered, "evaluated and reported under that code")
     rt = backends.runtime(cfg)
-    model, tokenizer, specs = _load_model(specs, st, export, rt)
+    model, tokenizer = load_embedder(specs["query"], export, rt)  # one encoder for both sides
+    specs = {side: skipping_prompt(spec, tokenizer, st) for side, spec in specs.items()}
     texts = {
         "query": list(dict.fromkeys(q for s in sets.values() for q in s.queries)),
         "passage": list(dict.fromkeys(d for s in sets.values() for d in s.corpus)),
@@ -192,23 +196,6 @@ def run(cfg: EvalRetrievalConfig) -> dict:
     backends.stamp(doc, export, rt)
     doc["size"] = model_size(str(export.directory) if export is not None else specs["query"].weights)
     return report_dir.publish(doc, _prediction_writer(sets, predictions), card)
-
-
-def _load_model(specs: dict[str, EmbeddingSpec], st, export, rt):
-    import torch
-
-    from mlminilm.models.loading import load_encoder, load_tokenizer
-
-    spec = specs["query"]
-    tokenizer = load_tokenizer(spec.weights)
-    if export is not None:
-        model = backends.onnx_model(export)
-    else:
-        model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
-    specs = {
-        side: dataclasses.replace(s, skip_prompt_tokens=prompt_length(tokenizer, s, st)) for side, s in specs.items()
-    }
-    return model, tokenizer, specs
 
 
 def _embed_all(texts, model, tokenizer, specs, batch_size: int, rt, total: int):

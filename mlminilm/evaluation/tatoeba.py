@@ -9,7 +9,6 @@ unweighted averages over languages.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
@@ -23,11 +22,12 @@ from mlminilm.evaluation import backends
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
 from mlminilm.evaluation.embeddings import (
     EmbeddingSpec,
+    check_graph_layer,
     embed,
     encode,
-    prompt_length,
+    load_embedder,
     resolve_spec,
-    truncate_at,
+    skipping_prompt,
 )
 from mlminilm.evaluation.machine import Span
 from mlminilm.langs import warn_unregistered
@@ -116,11 +116,7 @@ def _check(cfg: EvalTatoebaConfig):
             default_max_length=TATOEBA_MAX_LENGTH,
         )
         export = backends.check(cfg.backend, model_dir, "feature-extraction")
-        if export is not None and spec.layer != spec.num_layers:
-            raise ConfigError(
-                f"--backend onnx: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
-                f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch"
-            )
+        check_graph_layer(export, spec, "onnx")
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
@@ -142,7 +138,8 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     warn_unregistered(unregistered, "evaluated and reported under the Tatoeba file code")
 
     rt = backends.runtime(cfg)
-    model, tokenizer, spec = _load_model(spec, st, export, rt)
+    model, tokenizer = load_embedder(spec, export, rt)
+    spec = skipping_prompt(spec, tokenizer, st)
     total = 2 * sum(len(s) for s in data.values())
     log.info(
         "Tatoeba: %d languages, %s sentences; model %s on %s; %s",
@@ -163,23 +160,6 @@ def run(cfg: EvalTatoebaConfig) -> dict:
     backends.stamp(doc, export, rt)
     doc["size"] = model_size(str(export.directory) if export is not None else spec.weights)
     return report_dir.publish(doc, _prediction_writer(predictions), card)
-
-
-def _load_model(spec: EmbeddingSpec, st, export, rt):
-    """(model, tokenizer, spec with the prompt tokens to skip): the ONNX graph, called as the PyTorch model is (its
-    last layer only), or the encoder in float32 cut above the spec's layer."""
-    import torch
-
-    from mlminilm.models.loading import load_encoder, load_tokenizer
-
-    tokenizer = load_tokenizer(spec.weights)
-    if export is not None:
-        model = backends.onnx_model(export)
-    else:
-        # float32 weights whatever the checkpoint stores; --precision only sets the autocast of the forward pass.
-        model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).to(rt.device).eval()
-    spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(tokenizer, spec, st))
-    return model, tokenizer, spec
 
 
 def _evaluate(
