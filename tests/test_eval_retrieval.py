@@ -182,6 +182,12 @@ def test_beir_reader(tmp_path):
             read_beir(folder, "test", "en", "en")
     with pytest.raises(DataError, match=r"no qrels/dev.tsv .*it has test.tsv"):
         read_beir(folder, "dev", "en", "en")
+    # A raw U+2028 inside a JSON string is one line of JSON, not two (str.splitlines would break it).
+    doc = {"_id": "d1", "text": "first\u2028second"}
+    (folder / "corpus.jsonl").write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_qrels = "qa\td1\t1\n"
+    (folder / "qrels" / "test.tsv").write_text(write_qrels, encoding="utf-8")
+    assert read_beir(folder, "test", "en", "en").corpus == ["first\u2028second"]
     (folder / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\nnot json\n', encoding="utf-8")
     with pytest.raises(DataError, match="corpus.jsonl: line 2 is not JSON"):
         read_beir(folder, "test", "en", "en")

@@ -92,11 +92,17 @@ def is_beir_folder(folder: Path) -> bool:
     return folder.is_dir() and all(beir_file(folder, name) for name in BEIR_FILES)
 
 
+def _lines(path: Path) -> list[str]:
+    """The file's lines, split at "\n" alone: str.splitlines() also breaks at U+2028, U+0085 and U+001D, which
+    JSON strings may hold raw (web text has them) and a line of JSON must keep."""
+    return [line.rstrip("\r") for line in read_text(path).split("\n")]
+
+
 def _jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
     """Every object of a JSON-lines file (blank lines skipped), each with string values for `fields` (`_id` and
     `text` required, the others default to "")."""
     rows = []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
+    for n, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
         try:
@@ -122,7 +128,7 @@ def _jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
 def _qrels(path: Path) -> list[tuple[str, str, int]]:
     """(query id, document id, score) rows of a BEIR qrels TSV; its `query-id corpus-id score` header is optional."""
     rows = []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
+    for n, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
         cells = line.rstrip("\r").split("\t")
