@@ -193,9 +193,10 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"({'every row' if not b.get('no_probe') else 'every row but ' + ', '.join(b['no_probe'])}): "
         "multinomial logistic regression on [u, v, |u-v|, u*v] of the "
         f"sentence vectors, L2 chosen on the selection pairs; deterministic",
-        f"  - fine-tuned (rows: {', '.join(b['finetuned'])}): `finetune --task xnli`, {b['ft_epochs']} epochs, "
-        f"batch {b['ft_batch']}, lr {b['ft_lr']}, warmup 10 %, word embeddings "
-        f"{'frozen' if b['ft_freeze_embeddings'] else 'trained'}, checkpoint chosen on the English selection pairs",
+        f"  - fine-tuned (rows: {', '.join(b['finetuned'])}): `finetune --task xnli`, {b['xnli_ft']['epochs']} "
+        f"epochs, batch {b['xnli_ft']['batch']}, lr {b['xnli_ft']['lr']}, warmup 10 %, word embeddings "
+        f"{'frozen' if b['xnli_ft']['freeze_embeddings'] else 'trained'}, precision {b['xnli_ft']['precision']}, "
+        "checkpoint chosen on the English selection pairs",
         "",
         "## Rows",
         "",
@@ -263,39 +264,8 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     ]
 
     for kind, title in (("probe", "XNLI zero-shot, frozen-encoder probe"), ("finetuned", "XNLI zero-shot, fine-tuned")):
-        scores = xnli_scores(doc, kind)
-        if not scores:
-            continue
-        xl = list(next(iter(scores.values()))["languages"])
-        lines += ["", f"## {title}: accuracy (%)", ""]
-        rows = []
-        for n, e in scores.items():
-            ret = f"{100 * e['retention']:.0f} % {_pct_ci(e['retention_interval'])}" if "retention" in e else "-"
-            rows.append(
-                [n] + [f"{e['languages'][l]:.1f}" for l in xl] + [f"**{e['average']:.1f}** {_ci(e['interval'])}", ret]
-            )
-        lines += _table(["model"] + xl + ["avg [95 % CI]", "retention [95 % CI]"], rows)
-        if kind == "probe":
-            lines += [
-                "",
-                "L2 chosen on the selection pairs: "
-                + ", ".join(
-                    f"{n} {res[n]['probe']['l2']:g} ({res[n]['probe']['selection_accuracy']:.1f})" for n in scores
-                )
-                + ".",
-            ]
-        else:
-            lines += [
-                "",
-                "Checkpoint selection (English selection pairs): "
-                + ", ".join(
-                    f"{n} step {res[n]['finetuned']['finetune']['selected_step']} "
-                    f"({res[n]['finetuned']['finetune']['selected_score'] or 0:.1f})"
-                    for n in scores
-                )
-                + ".",
-            ]
-            lines += finetuned_compared(res, scores)
+        lines += xnli_section(doc, kind, title)
+    lines += mlqa_section(doc)
 
     if doc["curves"]:
         lines += [
@@ -325,6 +295,70 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def xnli_section(doc: dict, kind: str, title: str) -> list[str]:
+    """An XNLI table ("probe" or "finetuned" results): accuracy per language, the average with its interval, the
+    retention (chance-corrected and the plain accuracy ratio)."""
+    res = doc["results"]
+    lines: list[str] = []
+    scores = xnli_scores(doc, kind)
+    if not scores:
+        return []
+    xl = list(next(iter(scores.values()))["languages"])
+    lines += ["", f"## {title}: accuracy (%)", ""]
+    rows = []
+    teacher_avg = scores[TEACHER]["average"] if TEACHER in scores else None
+    for n, e in scores.items():
+        ret = f"{100 * e['retention']:.0f} % {_pct_ci(e['retention_interval'])}" if "retention" in e else "-"
+        ratio = f"{100 * e['average'] / teacher_avg:.0f} %" if teacher_avg and n != TEACHER else "-"
+        rows.append(
+            [n]
+            + [f"{e['languages'][l]:.1f}" for l in xl]
+            + [f"**{e['average']:.1f}** {_ci(e['interval'])}", ratio, ret]
+        )
+    lines += _table(["model"] + xl + ["avg [95 % CI]", "of teacher", "chance-corrected [95 % CI]"], rows)
+    if kind == "probe":
+        lines += [
+            "",
+            "L2 chosen on the selection pairs: "
+            + ", ".join(f"{n} {res[n]['probe']['l2']:g} ({res[n]['probe']['selection_accuracy']:.1f})" for n in scores)
+            + ".",
+        ]
+    else:
+        lines += [
+            "",
+            "Checkpoint selection (English selection pairs): "
+            + ", ".join(
+                f"{n} step {res[n]['finetuned']['finetune']['selected_step']} "
+                f"({res[n]['finetuned']['finetune']['selected_score'] or 0:.1f})"
+                for n in scores
+            )
+            + ".",
+        ]
+        lines += finetuned_compared(res, scores)
+    return lines
+
+
+def mlqa_section(doc: dict) -> list[str]:
+    """MLQA zero-shot after English QA fine-tuning (benchmarks/finetuned.py), for the rows that have it."""
+    from finetuned import mlqa_notes, mlqa_table
+
+    res = doc["results"]
+    rows = [n for n in res if "mlqa" in res[n]]
+    if TEACHER not in rows:
+        return []
+    lines = ["", "## MLQA zero-shot, fine-tuned on English QA: F1 / EM (%)", ""]
+    lines += mlqa_table(res, rows, TEACHER, BASELINE if BASELINE in rows else None)
+    lines += [""] + [f"- {x}" for x in mlqa_notes(res, rows, doc["budget"]["qa_ft"], doc["qa_questions"])]
+    read_text = [s["name"] for s in doc["budget"]["students"] if s["steps"] and not s.get("recipe")]
+    read_text = [n for n in rows if n in read_text or (n.endswith(" trimmed"))]
+    if read_text:
+        lines.append(
+            f"- The distillation text (benchmarks/running_text.py) holds MLQA dev's contexts: {', '.join(read_text)} "
+            "read them (trimmed rows: their vocabulary is cut to it); the recipe reads only the parallel text."
+        )
+    return lines
 
 
 def _describe(s: dict, b: dict) -> str:

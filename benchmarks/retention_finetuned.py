@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""The fine-tuned half of the retention benchmark on models you name: English fine-tuning, zero-shot XNLI and MLQA
+per language (benchmarks/finetuned.py has the protocols), with the first model as the teacher.
+
+    python benchmarks/retention_finetuned.py --model teacher=multilingual-e5-small \\
+        --model "first-6 untrained=CUT_DIR" --model "recipe=STUDENT_DIR" --work W --out REPORT.md
+
+`benchmarks/retention.py` runs the same stages on the rows it makes; this runs them on students made elsewhere
+(e.g. a recipe run of another length). A rerun with the same --work skips finished stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from finetuned import finetuned_mlqa, finetuned_xnli, qa_data  # noqa: E402
+from retention import CPU, SMOKE, STAGE_SECONDS, TEACHER, log, stage  # noqa: E402
+from retention_measures import xnli_data  # noqa: E402
+
+
+def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...]) -> dict:
+    from retention_report import _git
+
+    from mlminilm.models.loading import resolve_model
+
+    b = SMOKE if smoke else CPU
+    xnli_ft, qa_ft = b.xnli_ft, b.qa_ft
+    work.mkdir(parents=True, exist_ok=True)
+    settings = {"xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "xnli_every": b.xnli_every, "models": models}
+    recorded = work / "settings.json"
+    if recorded.exists() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
+        raise SystemExit(f"Error: {work} holds stages of other settings ({recorded}); use a new --work")
+    recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    xdata = xnli_data(work, b.xnli_every, b.train_every)
+    counts = qa_data(work, qa_ft)
+    results: dict[str, dict] = {name: {"model": resolve_model(source)} for name, source in models.items()}
+    # MLQA first: it is the costlier half, and the one no earlier report has
+    for task in ("mlqa", "xnli"):
+        for name, row in results.items() if task in tasks else ():
+            model_dir = row["model"]
+            if task == "xnli":
+                row["finetuned"] = stage(
+                    work, f"xnli finetuned {name}", lambda: finetuned_xnli(work, name, model_dir, xdata, xnli_ft)
+                )
+            else:
+                row["mlqa"] = stage(
+                    work, f"mlqa finetuned {name}", lambda: finetuned_mlqa(work, name, model_dir, qa_ft)
+                )
+    return {
+        "results": results,
+        "budget": {"name": b.name, "xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "students": []},
+        "dev_groups": xdata.dev_groups.tolist(),
+        "dev_pairs": len(next(iter(xdata.dev.values()))),
+        "train_pairs": len(xdata.train),
+        "selection_pairs": len(xdata.selection),
+        "qa_questions": counts,
+        "git": _git(),
+        "stage_seconds": dict(STAGE_SECONDS),
+    }
+
+
+def write(doc: dict, path: Path, command: str) -> None:
+    from retention_report import _table, machine, mlqa_section, xnli_section
+
+    x = doc["budget"]["xnli_ft"]
+    lines = [
+        "# Retention after English fine-tuning: XNLI and MLQA, zero-shot per language",
+        "",
+        f"- command: `{command}`; every figure below was measured by this run",
+        f"- machine: {machine()}; date {time.strftime('%Y-%m-%d')}; measured at git {doc['git']}",
+        f"- models: {', '.join(f'{n} ({m})' for n, m in doc['models'].items())}; the first is the teacher",
+        f"- XNLI: `finetune --task xnli` on XNLI test-en's {doc['train_pairs']:,} training pairs (split by premise "
+        f"groups; {doc['selection_pairs']} selection pairs choose the checkpoint), {x['epochs']} epochs, batch "
+        f"{x['batch']}, lr {x['lr']}, warmup 10 %, word embeddings {'frozen' if x['freeze_embeddings'] else 'trained'}"
+        f", precision {x['precision']}; zero-shot on XNLI dev ({doc['dev_pairs']} pairs per language, 15 "
+        "languages); 95 % cluster-bootstrap intervals over premise groups; retention as the accuracy ratio and "
+        "chance-corrected, (s - 33.3) / (t - 33.3)",
+    ]
+    lines += xnli_section(doc, "finetuned", "XNLI zero-shot, fine-tuned on English")
+    lines += mlqa_section(doc)
+    lines += ["", "## Time per stage", ""]
+    lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR", help="a row (teacher first)")
+    parser.add_argument("--tasks", default="xnli,mlqa", help="xnli, mlqa or both (comma-separated)")
+    parser.add_argument("--smoke", action="store_true", help="a sliver of everything: checks the pipeline only")
+    parser.add_argument("--work", type=Path, required=True, help="stage outputs (a rerun skips finished stages)")
+    parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    args = parser.parse_args(argv)
+    models = dict(m.split("=", 1) for m in args.model)
+    if next(iter(models)) != TEACHER:
+        print(f"Error: the first --model must be named {TEACHER!r}", file=sys.stderr)
+        return 2
+    tasks = tuple(t.strip() for t in args.tasks.split(","))
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    doc = run(models, args.work, args.smoke, tasks)
+    doc["models"] = models
+    command = "python benchmarks/retention_finetuned.py " + " ".join(f'--model "{m}"' for m in args.model)
+    write(doc, args.out, command + (" --smoke" if args.smoke else ""))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The retention benchmark's measurements of one model: its XNLI data split, sentence vectors, speed, size, the
+frozen-encoder XNLI probe, the XNLI fine-tuning, and Tatoeba reports (benchmarks/retention.py runs them as stages)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+XNLI_LANGS = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
+LABELS = ("entailment", "neutral", "contradiction")
+SELECTION_ROWS = 510  # of XNLI test-en's 5,010 (whole premise groups); the other 4,500 train
+
+# ----------------------------------------------------------------------------------------------- XNLI data
+
+
+@dataclass
+class XnliData:
+    train: list[tuple[str, str, int]]
+    selection: list[tuple[str, str, int]]
+    dev: dict[str, list[tuple[str, str, int]]]  # per language, the kept dev rows
+    dev_groups: np.ndarray  # premise group of each kept dev row (merged over languages: row-parallel files)
+    dev_dir: Path  # the kept dev rows as XTREME files, for eval-xnli
+
+
+def _rows(path: Path) -> list[tuple[str, str, int]]:
+    out = []
+    for line in path.read_text(encoding="utf-8").rstrip("\n").split("\n"):  # not splitlines(): U+001D in test-el
+        premise, hypothesis, label = line.split("\t")
+        out.append((premise, hypothesis, LABELS.index(label.replace("contradictory", "contradiction"))))
+    return out
+
+
+def xnli_data(work: Path, every: int, train_every: int = 1) -> XnliData:
+    from mlminilm.tasks.xnli_split import merge_groups, premise_groups, split_by_groups, subsample_groups
+
+    test_en = _rows(SHARED / "xnli" / "test-en.tsv")
+    groups = premise_groups([r[0] for r in test_en])
+    train_idx, sel_idx = split_by_groups(groups, SELECTION_ROWS, seed=0)
+    train_idx = train_idx[subsample_groups(groups[train_idx], train_every)]
+    sel_idx = sel_idx[subsample_groups(groups[sel_idx], train_every)]
+    dev_all = {lang: _rows(SHARED / "xnli" / f"dev-{lang}.tsv") for lang in XNLI_LANGS}
+    merged = merge_groups(*(premise_groups([r[0] for r in rows]) for rows in dev_all.values()))
+    kept = subsample_groups(merged, every)
+    dev = {lang: [rows[i] for i in kept] for lang, rows in dev_all.items()}
+    dev_dir = work / "xnli-dev"
+    dev_dir.mkdir(parents=True, exist_ok=True)
+    for lang, rows in dev.items():
+        (dev_dir / f"dev-{lang}.tsv").write_text(
+            "".join(f"{p}\t{h}\t{LABELS[y]}\n" for p, h, y in rows), encoding="utf-8"
+        )
+    for name, idx in (("train", train_idx), ("selection", sel_idx)):
+        (work / f"nli-{name}-en.tsv").write_text(
+            "".join(f"{test_en[i][0]}\t{test_en[i][1]}\t{LABELS[test_en[i][2]]}\n" for i in idx), encoding="utf-8"
+        )
+    return XnliData([test_en[i] for i in train_idx], [test_en[i] for i in sel_idx], dev, merged[kept], dev_dir)
+
+
+# ----------------------------------------------------------------------------------------------- embeddings
+
+
+class Embedder:
+    """A model's sentence vectors as eval-tatoeba makes them (its sentence-transformers setup: last layer, mean
+    pooling, "query: "), in float32 weights and the budget's precision."""
+
+    def __init__(self, model_dir: str, precision: str):
+        import dataclasses
+
+        import torch
+
+        from mlminilm import training
+        from mlminilm.config import TATOEBA_MAX_LENGTH
+        from mlminilm.evaluation.embeddings import prompt_length, read_sentence_transformers, resolve_spec, truncate_at
+        from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
+
+        st = read_sentence_transformers(model_dir)
+        spec = resolve_spec(
+            model_dir,
+            load_config(model_dir),
+            st,
+            layer=None,
+            pooling="auto",
+            prefix=None,
+            max_length=None,
+            default_max_length=TATOEBA_MAX_LENGTH,
+        )
+        self.tokenizer = load_tokenizer(spec.weights)
+        self.spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(self.tokenizer, spec, st))
+        self.rt = training.setup_runtime("cpu", precision)
+        self.model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).eval()
+
+    def __call__(self, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+        from mlminilm.evaluation.embeddings import embed, encode
+
+        rows, _ = encode(self.tokenizer, sentences, self.spec.prefix, self.spec.max_length)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return embed(self.model, rows, self.spec, batch_size=batch_size, rt=self.rt, pad_id=pad)
+
+
+def pair_vectors(embedder: Embedder, rows: list[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Premise and hypothesis vectors of each row (each distinct sentence embedded once)."""
+    distinct = sorted({s for r in rows for s in r[:2]})
+    index = {s: i for i, s in enumerate(distinct)}
+    vectors = embedder(distinct)
+    return vectors[[index[r[0]] for r in rows]], vectors[[index[r[1]] for r in rows]]
+
+
+def speed(embedder: Embedder, sentences: list[str], repeats: int) -> dict:
+    """Sentences per second of the embedding pass (tokenising included), median over `repeats` after a warm-up."""
+    embedder(sentences[:64])
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        embedder(sentences)
+        rates.append(len(sentences) / (time.perf_counter() - t0))
+    return {"sentences_per_s": float(np.median(rates)), "repeats": rates, "sentences": len(sentences)}
+
+
+def speed_sentences() -> list[str]:
+    """1,008 Tatoeba sentences: the first 36 of each language side (14 languages and their English)."""
+    out = []
+    for path in sorted((SHARED / "tatoeba").glob("tatoeba.*")):
+        out += path.read_text(encoding="utf-8").splitlines()[:36]
+    return out
+
+
+def size(model_dir: str) -> dict:
+    from mlminilm.models.loading import load_encoder
+
+    model = load_encoder(model_dir)
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight.numel()
+    disk = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+    return {
+        "parameters": total,
+        "embedding": emb,
+        "rest": total - emb,
+        "disk_bytes": disk,
+        "shape": f"{model.config.num_hidden_layers}x{model.config.hidden_size}",
+        "vocab": model.config.vocab_size,
+    }
+
+
+def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
+    """The frozen-encoder probe: logistic regression on pair features, l2 chosen on the English selection set."""
+    from mlminilm.evaluation.nli_probe import pair_features, select_l2
+
+    embedder = Embedder(model_dir, precision)
+    feats = {}
+    for name, rows in (("train", data.train), ("selection", data.selection)):
+        feats[name] = (pair_features(*pair_vectors(embedder, rows)), np.array([r[2] for r in rows]))
+    chosen = select_l2(*feats["train"], *feats["selection"], grid=(1e-3, 1e-2, 1e-1, 1.0))
+    correct = {}
+    for lang, rows in data.dev.items():
+        X = pair_features(*pair_vectors(embedder, rows))
+        correct[lang] = chosen.probe.correct(X, np.array([r[2] for r in rows])).tolist()
+    return {
+        "l2": chosen.l2,
+        "selection_accuracy": 100 * chosen.accuracy,
+        "selection_by_l2": {str(k): 100 * v for k, v in chosen.accuracies.items()},
+        "correct": correct,
+    }
+
+
+def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder: Path) -> dict:
+    from mlminilm.config import EvalTatoebaConfig
+    from mlminilm.evaluation import tatoeba
+
+    slug = name.replace(" ", "-").replace("+", "plus")
+    return tatoeba.run(
+        EvalTatoebaConfig(
+            model=model_dir,
+            data=str(folder),
+            batch_size=64,
+            precision=precision,
+            out=work / f"report-tatoeba-{slug}",
+            overwrite=True,
+        )
+    )
+
+
+# Tatoeba's test sets for 30 languages that are not XNLI languages: none is in the parallel text.
+MORE = "tatoeba-more"
+
+
+def tatoeba_folder(work: Path, pairs: int | None, name: str = "tatoeba") -> Path:
+    if pairs is None:
+        return SHARED / name
+    out = work / f"{name}-sample"
+    out.mkdir(parents=True, exist_ok=True)
+    for path in (SHARED / name).glob("tatoeba.*"):
+        (out / path.name).write_text(
+            "\n".join(path.read_text(encoding="utf-8").splitlines()[:pairs]) + "\n", encoding="utf-8"
+        )
+    return out
