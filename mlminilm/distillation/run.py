@@ -346,7 +346,8 @@ def fill_target_cache(
     plan: BatchPlan,
 ) -> None:
     """The teacher's embedding of every source sentence steps [start, max_steps) will draw, from the cache or
-    computed once now (rank 0; the other ranks read what it wrote), so that no step runs the teacher on pairs."""
+    computed once now (under DDP each rank computes a share, then all read the whole table), so that no step runs
+    the teacher on pairs."""
     from mlminilm.distillation import targets
 
     root = Path(cfg.target_cache) if cfg.target_cache is not None else out / TARGET_CACHE
@@ -366,7 +367,8 @@ def fill_target_cache(
         prefix=pairs.prefix,
         max_length=pairs.max_length,
         device=rt.device,
-        is_main=rt.is_main,
+        rank=rt.rank,
+        world=rt.world,
         barrier=rt.barrier,
         advice=advice,
     )

@@ -15,6 +15,11 @@ temporaries of writers that died (`.part-*.tmp-<pid>`). A part is written whole 
 a write that fails (a full disk) removes its temporary, and the folder when it holds no part yet, and stops the
 run with one line naming the cache. A cache that cannot be written (read-only) is read without the lock, and is
 an error only when it lacks targets the run needs.
+
+Under DDP the ranks of one run fill the folder together (targets.prepare): rank 0 holds the lock and checks the
+folder, and every rank writes the parts of its own share into it. A rank numbers its parts among the numbers left
+to it (`rank` modulo `world`), so two ranks writing at once never pick the same name (a rename would replace the
+other's part without a word).
 """
 
 from __future__ import annotations
@@ -89,8 +94,17 @@ class TargetStore:
     """One fingerprint's vectors: what is on disk, checked, and what this run adds. `advice` says, in an error,
     how to give the run another cache (which option places it)."""
 
-    def __init__(self, root: Path, facts: dict, advice: str = "give --target-cache a directory of its own"):
+    def __init__(
+        self,
+        root: Path,
+        facts: dict,
+        advice: str = "give --target-cache a directory of its own",
+        *,
+        rank: int = 0,
+        world: int = 1,
+    ):
         self.root = Path(root)
+        self.rank, self.world = rank, world  # which part numbers this process writes (one process: all)
         self.dir = self.root / facts["id"]
         self.facts = facts
         self.width: int | None = facts.get("width")  # None (a caller that does not know it): the first part's
@@ -206,11 +220,7 @@ class TargetStore:
         """Add `vectors` (float32 [n, width]) for `texts` as one new part file, written whole."""
         keys = np.frombuffer(b"".join(text_key(t) for t in texts), dtype=np.uint8).reshape(len(texts), KEY_BYTES)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if not self.writable:
-            raise CheckpointError(
-                f"teacher-target cache {self.root} cannot be written and lacks targets of sentences this run "
-                f"draws; {self.advice}"
-            )
+        self.require_writable()
         data = part_bytes(self.facts["id"], keys, vectors)
         tmp = None
         try:
@@ -218,8 +228,9 @@ class TargetStore:
             if not (self.dir / FACTS).exists():
                 self._write_facts()
             n = len(list(self.dir.glob("part-*.safetensors")))
+            n += (self.rank - n) % self.world  # the first number left to this rank from there
             while (self.dir / f"part-{n:05d}.safetensors").exists():
-                n += 1
+                n += self.world
             final = self.dir / f"part-{n:05d}.safetensors"
             tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
             with open(tmp, "xb") as handle:
@@ -232,6 +243,14 @@ class TargetStore:
             raise self._error(exc) from None
         self.width = vectors.shape[1]
         self._add(keys, vectors)
+
+    def require_writable(self) -> None:
+        """CheckpointError when the cache cannot be written (read-only) and the run needs targets it lacks."""
+        if not self.writable:
+            raise CheckpointError(
+                f"teacher-target cache {self.root} cannot be written and lacks targets of sentences this run "
+                f"draws; {self.advice}"
+            )
 
     def _write_facts(self) -> None:
         from mlminilm.io.atomic import write_json_atomic

@@ -17,6 +17,7 @@ while filling the cache leaves the parts finished before it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -29,6 +30,7 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm.distillation.losses import sentence_embedding
 from mlminilm.distillation.target_store import TargetStore, TargetTable, text_key  # noqa: F401 (the store's home)
+from mlminilm.errors import CheckpointError
 
 log = mlog.get(__name__)
 
@@ -106,13 +108,22 @@ def embed_sources(
 
 def fill(store: TargetStore, texts: list[str], embed, progress=None) -> int:
     """Embed (`embed(texts) -> float32 [n, H]`) and store every text of `texts` the store lacks, PART_SIZE at a
-    time. Returns how many were computed."""
+    time. Returns how many were computed.
+
+    Under DDP (a store of rank r of `world` ranks) rank r embeds and writes every world-th of those parts from the
+    r-th on, and `progress` counts its own share; the returned count is still that of all ranks. The parts are the
+    ones a single process cuts, each embedded in the same batches, so every vector is bit for bit the one a single
+    process computes, whatever the number of ranks (a finer split would change the batches, hence the padding and
+    the sums' order)."""
     todo = store.missing(texts)
-    for start in range(0, len(todo), PART_SIZE):
+    starts = range(store.rank * PART_SIZE, len(todo), store.world * PART_SIZE)
+    share, done = sum(min(PART_SIZE, len(todo) - start) for start in starts), 0
+    for start in starts:
         chunk = todo[start : start + PART_SIZE]
         store.write(chunk, embed(chunk))
+        done += len(chunk)
         if progress is not None:
-            progress(min(start + PART_SIZE, len(todo)), len(todo))
+            progress(done, share)
     return len(todo)
 
 
@@ -127,30 +138,36 @@ def prepare(
     prefix: str,
     max_length: int,
     device,
-    is_main: bool = True,
+    rank: int = 0,
+    world: int = 1,
     barrier=lambda: None,
     advice: str = "give --target-cache a writable directory of its own",
 ) -> TargetTable:
-    """The table of the teacher's embeddings of `texts` under `root`: what the store lacks is computed by the main
-    process (logged, with progress) while it holds the fingerprint's folder (another run filling it is waited
-    for); the others wait at `barrier` and read what it wrote. `advice`: how an error says to move the cache."""
+    """The table of the teacher's embeddings of `texts` under `root`. What the store lacks is computed while rank 0
+    holds the fingerprint's folder (another run filling it is waited for; the main process logs, with progress).
+    Under DDP every rank computes and writes its share of it (`fill`) and all meet at `barrier` before reading the
+    whole table. `advice`: how an error says to move the cache.
+
+    Why rank 0 holds the lock for all the ranks, and they write into the folder it holds, rather than each writing
+    temporaries for rank 0 to move in: the lock keeps other runs out, and the ranks of this run only add parts
+    under numbers of their own (target_store.TargetStore.write), each written whole as a single process writes it,
+    so a rank that dies leaves only finished parts and its temporary (cleaned by the next holder), and nothing has
+    to be handed from rank to rank."""
     width = teacher.config.hidden_size * len(modes)  # pooling concatenates one vector per mode
     facts = fingerprint(module_digest(teacher), modes, normalize, prefix, max_length, width=width)
-    store = TargetStore(root, facts, advice)
-    if is_main:
+    store = TargetStore(root, facts, advice, rank=rank, world=world)
+    embed = functools.partial(
+        embed_sources,
+        teacher,
+        tokenizer,
+        prefix=prefix,
+        max_length=max_length,
+        modes=modes,
+        normalize=normalize,
+        device=device,
+    )
+    if rank == 0:
         t0 = time.perf_counter()
-
-        def embed(chunk: list[str]) -> np.ndarray:
-            return embed_sources(
-                teacher,
-                tokenizer,
-                chunk,
-                prefix=prefix,
-                max_length=max_length,
-                modes=modes,
-                normalize=normalize,
-                device=device,
-            )
 
         def progress(done: int, total: int) -> None:
             log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
@@ -160,7 +177,12 @@ def prepare(
 
         with store.locked(wait=waiting):
             store.load()
+            if world > 1 and store.missing(texts):
+                store.require_writable()  # a read-only cache stops rank 0 before the others start embedding
+            barrier()  # the others read the folder once rank 0 has checked it (what does not prove itself is gone)
+            barrier()  # and every rank has found what is missing before any writes: all cut the same parts
             computed = fill(store, texts, embed, progress)
+            barrier()  # every rank's parts are written before the lock is given back
         distinct = len(set(texts))
         log.info(
             "teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
@@ -169,7 +191,25 @@ def prepare(
             f"{computed:,}",
             store.dir,
         )
-    barrier()
-    if not is_main:
+    else:
+        barrier()
         store.load(repair=False)
+        barrier()
+        fill(store, texts, embed)
+        barrier()
+    return store.table() if world == 1 else _read_whole(store, texts)
+
+
+def _read_whole(store: TargetStore, texts: list[str]) -> TargetTable:
+    """After a fill under DDP: the table of every rank's parts, read afresh (what this rank held is let go first,
+    so the cache is in memory once); a rank that does not find them all (a cache on a disk of its own node, which
+    the other nodes do not see) stops with one line."""
+    store.index, store.rows = {}, []
+    store.load(repair=False)
+    lacking = store.missing(texts)
+    if lacking:
+        raise CheckpointError(
+            f"rank {store.rank} does not find {len(lacking):,} of the teacher targets the ranks wrote to the cache "
+            f"{store.root}: every node must see the same cache directory (a shared filesystem); {store.advice}"
+        )
     return store.table()
