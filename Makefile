@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 TEACHER ?=
 PRECISION ?=
 
-.PHONY: venv demo test test-all bench gpu-check clean
+.PHONY: venv demo test test-all bench gpu-check cli-reference clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test-all: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q --runslow
+
+# docs/CLI.md from the option declarations (tests/test_cli_reference.py fails when it is stale).
+cli-reference: venv
+	$(BIN)/python scripts/cli_reference.py
 
 bench: venv
 	$(BIN)/python benchmarks/distill_step.py

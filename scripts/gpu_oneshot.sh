@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first command on a lent GPU machine (README "GPUs"): in <= 9 minutes on one GPU, without network and
+# The first command on a lent GPU machine (docs/guides/scale.md): in <= 9 minutes on one GPU, without network and
 # without ../shared, each step under its own `timeout`, the clock checked before each step after the required ones,
 # and at most 7 small files written to $OUT:
 #

@@ -674,7 +674,7 @@ def test_a_failed_export_leaves_no_temporary(wp_teacher, wp_data, tmp_path, monk
     out = tmp_path / "run"
     assert_error(run_main(monkeypatch, capsys, *cli_args(wp_teacher, wp_data, out)), "disk space")
     assert not list(out.glob(".tmp-*")) and not (out / "student").exists()
-    assert (out / "run.json").is_file()  # the record to rerun it as it was (README "Reliability")
+    assert (out / "run.json").is_file()  # the record to rerun it as it was (docs/guides/reliability.md)
 
 
 def test_trim_never_writes_into_its_model_and_overwrites_only_a_trimmed_model(

@@ -1,4 +1,4 @@
-"""The house rules a reader relies on (README "Development"), read from the source with `ast`: library files stay
+"""The house rules a reader relies on (CONTRIBUTING.md), read from the source with `ast`: library files stay
 short enough to read in one sitting, functions short enough to hold in one's head, and the command modules say
 where each name comes from."""
 

@@ -1,4 +1,4 @@
-"""The house as drawn (README "Development"): every module of `mlminilm` sits on a layer and imports only from its
+"""The house as drawn (CONTRIBUTING.md): every module of `mlminilm` sits on a layer and imports only from its
 own layer or below, and no modules import each other in a circle. Function-level imports count too: a lazy import
 is still a dependency, only a deferred one.
 

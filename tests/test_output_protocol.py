@@ -1,4 +1,4 @@
-"""The output protocol (README "Reliability", mlminilm/io/outputs.py), the same cases for every command that writes a
+"""The output protocol (the reliability guide, mlminilm/io/outputs.py), the same cases for every command that writes a
 directory (issue 27): two runs on one --out, a file the user writes into --out during a run, --overwrite over
 foreign files, a symlinked lock file and a symlinked --out, look-alike .tmp-/.old- directories, --out ., and a run
 killed with SIGKILL then run again.

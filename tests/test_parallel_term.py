@@ -528,7 +528,7 @@ def test_hub_parallel_sentences_layout(monkeypatch):
 
 
 def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
-    """The README's shell one-liner (cut + paste + awk) turns XNLI's row-parallel files into the pairs
+    """The distill guide's shell one-liner (cut + paste + awk) turns XNLI's row-parallel files into the pairs
     benchmarks/running_text.py --parallel writes."""
     import subprocess
 
@@ -543,7 +543,7 @@ def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
         "Ein Hund.\tEr bellt.\tentailment\n",
         encoding="utf-8",
     )
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "distill.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if x.startswith("for l in ") and "paste" in x)
     line = line.replace("ar bg de el es fr hi ru sw th tr ur vi zh", "de")
     subprocess.run(["bash", "-c", f"cd {tmp_path} && X={xnli} && mkdir -p pairs && {line}"], check=True)

@@ -618,7 +618,7 @@ def test_cli_per_language_options_and_bad_input(teachers, tiny_corpus_dir, tmp_p
         out_dir = tmp_path / f"bad-{i}"
         assert_error(run_main(monkeypatch, capsys, "trim", *args, "--out", str(out_dir)), *needles)
         assert not out_dir.exists(), args
-    # Bad option values are usage errors (exit 2) naming the option, as the README's exit-code table says.
+    # Bad option values are usage errors (exit 2) naming the option, as the reliability guide's exit codes say.
     from helpers import assert_usage_error
 
     for option, value in (

@@ -53,7 +53,7 @@ class ExportConfig:
         choices=QUANTIZATIONS,
         help="none (float32 weights) or int8, about 4x smaller: with --format onnx onnxruntime's dynamic "
         "quantisation (int8 weights per channel, activations quantised at run time); with --format openvino NNCF's "
-        "static quantisation calibrated on --calibration text (the one that keeps every language: README).",
+        "static quantisation calibrated on --calibration text (which keeps every language: docs/guides/ship.md).",
     )
     int8_keep: tuple[str, ...] = option(
         (),
