@@ -43,6 +43,7 @@ from retention_measures import (  # noqa: E402
     MORE,
     Embedder,
     frozen_probe,
+    retrieval_report,
     size,
     speed,
     speed_sentences,
@@ -100,6 +101,7 @@ class Budget:
     students: tuple[Student, ...] = field(default=())
     no_probe: tuple[str, ...] = ()  # rows left out of the frozen XNLI probe (to fit the CPU budget)
     more: tuple[str, ...] = ("*",)  # rows measured on tatoeba-more ("*": all)
+    retrieval: tuple[str, ...] = ("*",)  # rows measured on MLQA question -> passage retrieval ("*": all)
 
 
 PARALLEL = "parallel"  # the row of the cross-lingual term alone (no relation, no output terms)
@@ -209,6 +211,7 @@ CPU = Budget(
     ),
     no_probe=("first-last untrained", f"{TEACHER} trimmed", f"{RECIPE_ROW} trimmed"),
     more=(TEACHER, BASELINE, RECIPE_ROW),
+    retrieval=(TEACHER, BASELINE, RECIPE_ROW, f"{RECIPE_ROW} trimmed"),
 )
 SCALE = replace(
     CPU,
@@ -381,6 +384,10 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
         if "*" in b.more or name in b.more:
             row["tatoeba_more"] = stage(
                 work, f"tatoeba-more {name}", lambda: tatoeba_report(work, f"{name} more", model_dir, b.precision, more)
+            )
+        if "*" in b.retrieval or name in b.retrieval:
+            row["retrieval"] = stage(
+                work, f"retrieval {name}", lambda: retrieval_report(work, name, model_dir, b.precision)
             )
         if name not in b.no_probe:
             row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))

@@ -34,11 +34,18 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
     b = SMOKE if smoke else CPU
     xnli_ft, qa_ft = b.xnli_ft, b.qa_ft
     work.mkdir(parents=True, exist_ok=True)
-    settings = {"xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "xnli_every": b.xnli_every, "models": models}
+    settings = {"xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "xnli_every": b.xnli_every}
     recorded = work / "settings.json"
     if recorded.exists() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
         raise SystemExit(f"Error: {work} holds stages of other settings ({recorded}); use a new --work")
     recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    # Rows may be added to a --work later (their stages run, the others are read back), but a name keeps its model.
+    known_path = work / "models.json"
+    known = json.loads(known_path.read_text(encoding="utf-8")) if known_path.exists() else {}
+    changed = [n for n in models if n in known and known[n] != models[n]]
+    if changed:
+        raise SystemExit(f"Error: {work} measured {changed[0]!r} as {known[changed[0]]}; name the new model otherwise")
+    known_path.write_text(json.dumps({**known, **models}, indent=2) + "\n", encoding="utf-8")
     xdata = xnli_data(work, b.xnli_every, b.train_every)
     counts = qa_data(work, qa_ft)
     results: dict[str, dict] = {name: {"model": resolve_model(source)} for name, source in models.items()}

@@ -183,6 +183,24 @@ def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder
     )
 
 
+def retrieval_report(work: Path, name: str, model_dir: str, precision: str) -> dict:
+    """Question -> passage retrieval on MLQA dev, each language's own questions over its own contexts (MTEB's
+    MLQARetrieval setting: `eval-retrieval --monolingual`, nDCG@10 the main score)."""
+    from mlminilm.config import EvalRetrievalConfig
+    from mlminilm.evaluation import retrieval
+
+    return retrieval.run(
+        EvalRetrievalConfig(
+            model=model_dir,
+            data=str(SHARED / "mlqa" / "dev"),
+            monolingual=True,
+            precision=precision,
+            out=work / f"report-retrieval-{name.replace(' ', '-').replace('+', 'plus')}",
+            overwrite=True,
+        )
+    )
+
+
 # Tatoeba's test sets for 30 languages that are not XNLI languages: none is in the parallel text.
 MORE = "tatoeba-more"
 
