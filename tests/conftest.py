@@ -185,3 +185,177 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Module-scoped fixtures that several test files of one family share (module scope, as above: each module that asks
+# builds its own). A module that defines a fixture of the same name uses its own.
+
+# ------------------------------------------------------------------------- bad input (test_bad_input_*.py)
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    """Small task inputs: an NLI TSV, a SQuAD JSON, an XNLI directory (en, de) and an MLQA path that is empty."""
+    from taskdata import squad_doc, write_json, write_nli_tsv, write_xnli_dir
+
+    folder = tmp_path_factory.mktemp("task")
+    return {
+        "nli": write_nli_tsv(folder / "train-en.tsv", "en", 12),
+        "squad": write_json(folder / "train.json", squad_doc("en", count=2, seed=1)),
+        "xnli": write_xnli_dir(folder / "xnli", langs=("en", "de")),
+        "mlqa": folder / "mlqa",
+    }
+
+
+@pytest.fixture(scope="module")
+def xnli_model(tiny_wordpiece_dir, tmp_path_factory):
+    """A tiny classifier with an XNLI head (`taskdata.save_head_model`), untrained."""
+    from taskdata import save_head_model
+
+    return save_head_model(tiny_wordpiece_dir, tmp_path_factory.mktemp("xnli-model"), "xnli")
+
+
+# --------------------------------------------------------------- ONNX export (test_onnx_export.py, test_onnx_eval.py)
+
+# The sentence-transformers modules.json of an e5-like model: transformer, mean pooling, normalisation.
+ST_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+]
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_wordpiece_dir, tmp_path_factory) -> Path:
+    """A 4-layer BERT (WordPiece, token_type_ids) without sentence-transformers files."""
+    return save_tiny_teacher(
+        tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4, intermediate=64
+    )
+
+
+@pytest.fixture(scope="module")
+def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
+    """A 2-layer XLM-R (no token_type_ids) with e5-like sentence-transformers files (mean pooling, normalise,
+    a 'query: ' prompt)."""
+    import json
+
+    model = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("xlmr"),
+        kind="xlmr",
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+    )
+    (model / "modules.json").write_text(json.dumps(ST_MODULES))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
+    )
+    (model / "2_Normalize").mkdir()
+    (model / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "query: ", "passage": "passage: "}})
+    )
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    return model
+
+
+@pytest.fixture(scope="module")
+def classifier(bert, tmp_path_factory) -> Path:
+    """A `finetune --task xnli` output (2 steps) of the BERT: a classifier with run.json and selection.json."""
+    from taskdata import write_nli_tsv
+
+    from mlminilm import finetune
+    from mlminilm.config import FinetuneConfig
+
+    folder = tmp_path_factory.mktemp("ft")
+    train = write_nli_tsv(folder / "train.tsv", "en", 16)
+    dev = write_nli_tsv(folder / "dev.tsv", "en", 6, seed=3)
+    out = folder / "model"
+    finetune.run(
+        FinetuneConfig(
+            task="xnli",
+            model=str(bert),
+            train=str(train),
+            dev=str(dev),
+            out=out,
+            max_steps=2,
+            save_every=1,
+            batch_size=8,
+            max_seq_len=48,
+            precision="fp32",
+        )
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def exports(bert, st_xlmr, classifier, tmp_path_factory):
+    """The exports the tests read: name -> (directory, export record)."""
+    from mlminilm.config import ExportConfig
+    from mlminilm.models import onnx_export
+
+    root = tmp_path_factory.mktemp("exports")
+    made = {}
+    for name, model, quantize in (
+        ("bert", bert, "none"),
+        ("bert-int8", bert, "int8"),
+        ("st", st_xlmr, "none"),
+        ("classifier", classifier, "none"),
+    ):
+        out = root / name
+        made[name] = (out, onnx_export.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
+    return made
+
+
+# ------------------------------------------------------------------------------------ GPU (test_gpu_*.py)
+
+
+@pytest.fixture(scope="module")
+def gpu_teachers(tiny_wordpiece_dir, tiny_sentencepiece_dir, tmp_path_factory) -> dict[str, Path]:
+    """A tiny BERT (WordPiece) and a tiny XLM-R (SentencePiece) teacher: 4 layers, hidden 64, 4 heads."""
+    root = tmp_path_factory.mktemp("gpu-teachers")
+    return {
+        "bert": save_tiny_teacher(tiny_wordpiece_dir, root / "bert"),
+        "xlm-roberta": save_tiny_teacher(tiny_sentencepiece_dir, root / "xlmr", kind="xlm-roberta"),
+    }
+
+
+@pytest.fixture(scope="module")
+def gpu_data(gpu_teachers, tiny_corpus_dir, tmp_path_factory) -> dict[str, Path]:
+    """The tiny corpus prepared with each of `gpu_teachers`' tokenizers."""
+    root = tmp_path_factory.mktemp("gpu-data")
+    return {kind: prepare_data(path, tiny_corpus_dir, root / kind) for kind, path in gpu_teachers.items()}
+
+
+# ----------------------------------------------------------------------------------- trim (test_trim_*.py)
+
+
+@pytest.fixture(scope="module")
+def trim_teachers(tiny_wordpiece_dir, tiny_sentencepiece_dir, tmp_path_factory):
+    """Tiny BERT (WordPiece) and XLM-R (SentencePiece Unigram) encoders."""
+    root = tmp_path_factory.mktemp("trim-teachers")
+    return {
+        "wordpiece": save_tiny_teacher(tiny_wordpiece_dir, root / "bert", layers=2, hidden=32, intermediate=64),
+        "unigram": save_tiny_teacher(
+            tiny_sentencepiece_dir, root / "xlmr", kind="xlmr", layers=2, hidden=32, intermediate=64
+        ),
+    }
+
+
+# ------------------------------------------------------------ model cards' results (test_model_card_results_*.py)
+
+
+@pytest.fixture(scope="module")
+def card_models(tiny_wordpiece_dir, tmp_path_factory) -> dict[str, Path]:
+    """Tiny models with their heads (no training needed to evaluate); each test copies the one it writes into."""
+    from taskdata import save_head_model
+
+    folder = tmp_path_factory.mktemp("card-models")
+    return {
+        "xnli": save_head_model(tiny_wordpiece_dir, folder / "xnli", "xnli", max_positions=160),
+        "qa": save_head_model(tiny_wordpiece_dir, folder / "qa", "qa", max_positions=160),
+        "encoder": save_tiny_teacher(tiny_wordpiece_dir, folder / "enc", layers=2, hidden=16, heads=2, intermediate=32),
+    }

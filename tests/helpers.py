@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -192,3 +193,204 @@ def run_killed_after_checkpoint(monkeypatch, step: int, run, *args, **kwargs) ->
             run(*args, **kwargs)
     finally:
         monkeypatch.setattr("mlminilm.training.loop.step_seed", real)
+
+
+# ---------------------------------------------------------------------------- command lines and output trees
+
+
+def one_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
+    """`distill` of a 2x32 student of `teacher` for one step: what the bad-input tests refuse (test_bad_input_*.py)."""
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "1",
+        *extra,
+    ]
+
+
+def two_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
+    """`distill` of a 2x32 student of `teacher` for two steps of 2 sequences, one checkpoint at the end: the short
+    run the fault tests break (test_faults_*.py)."""
+    return [
+        "distill",
+        "--teacher",
+        str(teacher),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--intermediate",
+        "64",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "2",
+        *extra,
+    ]
+
+
+def file_tree(root: Path) -> dict[str, bytes | None]:
+    """Every path below `root` (relative) with its bytes (None for a directory): the file tree to compare."""
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if not p.is_symlink()
+    }
+
+
+def refused(result, out: Path | None, *needles: str) -> str:
+    """One `Error:` line holding every needle, exit 1, nothing on stdout, and (when given) no `out` and no
+    temporary beside it."""
+    code, stdout, stderr = result
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert code == 1 and len(errors) == 1 and not stdout and "Traceback" not in stderr, (code, stdout, stderr)
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    if out is not None:
+        assert not out.exists() and not list(out.parent.glob(f".tmp-{out.name}-*"))
+    return errors[0]
+
+
+@contextlib.contextmanager
+def small_tmpfs(tmp_path: Path):
+    """A 1 MiB tmpfs at tmp_path/disk for the block (the test is skipped where this process may not mount one)."""
+    import pytest
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode
+        != 0
+    ):
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def fill_disk(disk: Path) -> None:
+    """Write disk/filler until the file system is full."""
+    try:
+        with open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------ the GPU tests (tests/test_gpu_*.py)
+
+# The device the GPU tests' bodies run on: CUDA, or the CPU to exercise the same bodies without a GPU (tests that
+# check what only CUDA has guard it with `CUDA`).
+GPU_TEST_DEVICE = os.environ.get("MLMINILM_TEST_GPU_DEVICE", "cuda")
+assert GPU_TEST_DEVICE in ("cuda", "cpu"), f"MLMINILM_TEST_GPU_DEVICE must be cuda or cpu, got {GPU_TEST_DEVICE!r}"
+GPU_TEST_CUDA = GPU_TEST_DEVICE == "cuda"
+
+
+def distill_fields() -> set[str]:
+    from mlminilm.config import DistillConfig
+
+    return set(DistillConfig.__dataclass_fields__)
+
+
+def device_distill_config(teacher: Path, data: Path, out: Path, **kw):
+    """A tiny 2x32 student run on GPU_TEST_DEVICE. `compile` off unless asked: a compiled graph autotunes
+    (synchronizing) on first use and costs compile time in every run; the compile test covers it."""
+    from mlminilm.config import DistillConfig
+
+    base = dict(
+        teacher=str(teacher),
+        data=data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=6,
+        batch_size=4,
+        save_every=3,
+        log_every=1,
+        lr=1e-3,
+        warmup=0.0,
+        device=GPU_TEST_DEVICE,
+        quiet=True,
+    )
+    if "compile" in distill_fields():
+        base["compile"] = "off"
+    base.update(kw)
+    missing = set(base) - distill_fields()
+    assert not missing, f"DistillConfig has no field(s) {sorted(missing)}"
+    return DistillConfig(**base)
+
+
+# ------------------------------------------------------------------------ trim (tests/test_trim_*.py)
+
+TRIM_LANGS = ("en", "de", "ar", "zh")  # the tiny corpus's languages; fr, ru, el, hi stay out of the counts
+
+
+def trim(model, out, **kw):
+    """`trim` of `model` into `out` in this process, one worker; `kw` sets any TrimConfig field."""
+    from mlminilm import vocab
+    from mlminilm.config import TrimConfig
+
+    return vocab.run(TrimConfig(model=str(model), out=out, workers=1, **kw))
+
+
+def covered_texts():
+    """Lines made of the corpus's words in other orders: every word was counted, so every piece is kept."""
+    from conftest import sample_lines
+
+    return [line for lang in TRIM_LANGS for line in sample_lines(lang, 15, seed=7)]
+
+
+# ---------------------------------------------- model cards' results (tests/test_model_card_*.py)
+
+
+def card_results(card_path: Path, dataset_type: str | None = None) -> list:
+    """The model-index results of the card at `card_path` (of one dataset type, when given)."""
+    from huggingface_hub import ModelCard
+
+    found = ModelCard.load(card_path).data.eval_results or []
+    return [r for r in found if dataset_type is None or r.dataset_type == dataset_type]
+
+
+def by_config(found: list, metric: str = "accuracy", metric_config: str | None = None) -> dict[str, float]:
+    """{dataset config: value} of the results `found` for `metric` (and `metric_config`); a duplicate fails."""
+    values = {}
+    for r in found:
+        if r.metric_type == metric and r.metric_config == metric_config:
+            assert r.dataset_config not in values, f"duplicate entry for {r.dataset_config}"
+            values[r.dataset_config] = r.metric_value
+    return values
+
+
+def read_report(out: Path) -> dict:
+    """An evaluation's metrics.json in `out`."""
+    import json
+
+    return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
