@@ -265,9 +265,7 @@ def test_a_real_full_disk_under_the_cache_is_one_line_and_leaves_only_what_was_t
     folder left behind. A 1 MiB tmpfs, full but for a page (skipped where this process may not mount one)."""
     import os
 
-    from test_faults import fill_disk, small_tmpfs
-
-    from helpers import assert_one_line_error, cli
+    from helpers import assert_one_line_error, cli, fill_disk, small_tmpfs
 
     with small_tmpfs(tmp_path) as disk:
         fill_disk(disk)
