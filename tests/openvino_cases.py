@@ -15,18 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sample_lines
-from test_onnx import (
-    ST_MODULES,
-    card_snippet,
-    evaluate,
-    pooled_like_sentence_transformers,
-    refused,
-    run_card_snippet,
-    tatoeba_dir,
-)
+from conftest import ST_MODULES, sample_lines
+from test_onnx_eval import evaluate, tatoeba_dir
+from test_onnx_export import card_snippet, pooled_like_sentence_transformers, run_card_snippet
 
-from helpers import run_main, save_tiny_teacher
+from helpers import refused, run_main, save_tiny_teacher
 
 pytest.importorskip("openvino")  # a guard only: the test extra installs mlminilm[openvino]
 

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sample_lines
-from test_onnx import ST_MODULES, refused, tatoeba_dir
+from conftest import ST_MODULES, sample_lines
+from test_onnx_eval import tatoeba_dir
 
-from helpers import run_main, save_tiny_teacher
+from helpers import refused, run_main, save_tiny_teacher
 
 pytest.importorskip("onnxruntime")
 
