@@ -55,8 +55,8 @@ def write_probe() -> None:
 
 def kill_at(spec: str) -> None:
     """`N:PATH`: kill this process (SIGKILL, no clean-up, as a preempted job dies) as step N starts, once PATH (the
-    step-N checkpoint's state.json, written last) exists: a kill at a known point, however fast the steps are
-    (the seam tests/test_ddp.py and tests/test_gpu.py use: training.loop.step_seed runs once at each step's start)."""
+    step-N checkpoint's state.json, written last) exists: a kill at a known point, however fast the steps are (the
+    seam tests/test_ddp.py and tests/test_gpu_runs.py use: training.loop.step_seed runs once at each step's start)."""
     from mlminilm.training import loop
 
     step, path = spec.split(":", 1)
