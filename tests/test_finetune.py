@@ -303,7 +303,7 @@ def test_bad_options_and_models(wp_encoder, nli_data, tmp_path):
     from mlminilm.errors import CheckpointError, ConfigError, DataError
 
     out = tmp_path / "out"
-    # Bad option values are usage errors (exit 2) naming the option; tests/test_bad_input.py has more.
+    # Bad option values are usage errors (exit 2) naming the option; tests/test_bad_input_options.py has more.
     proc = ft("--task", "ner", "--model", str(wp_encoder), "--train", str(nli_data[0]), "--out", str(out))
     assert proc.returncode == 2 and "'--task'" in proc.stderr and "xnli" in proc.stderr
     with pytest.raises(ConfigError, match="--task must be one of xnli, qa.*--lr must be positive"):
