@@ -45,7 +45,7 @@ class XnliProtocol:
 class QaProtocol:
     """`finetune --task qa` settings and how much of the data each stage reads (1 = all)."""
 
-    epochs: float = 2
+    epochs: float = 1
     lr: float = 1e-4
     batch: int = 32
     max_seq_len: int = 256
