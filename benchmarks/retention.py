@@ -102,6 +102,7 @@ class Budget:
     no_probe: tuple[str, ...] = ()  # rows left out of the frozen XNLI probe (to fit the CPU budget)
     more: tuple[str, ...] = ("*",)  # rows measured on tatoeba-more ("*": all)
     retrieval: tuple[str, ...] = ("*",)  # rows measured on MLQA question -> passage retrieval ("*": all)
+    retrieval_langs: tuple[str, ...] = ()  # MLQA languages retrieved in (empty: all 7)
 
 
 PARALLEL = "parallel"  # the row of the cross-lingual term alone (no relation, no output terms)
@@ -247,6 +248,7 @@ SMOKE = replace(
     tatoeba_pairs=20,
     speed_repeats=1,
     students=students(2, 2, 4, 1e-4, recipe_steps=2),
+    retrieval_langs=("de",),
     more=("*",),
 )
 
@@ -387,7 +389,9 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
             )
         if "*" in b.retrieval or name in b.retrieval:
             row["retrieval"] = stage(
-                work, f"retrieval {name}", lambda: retrieval_report(work, name, model_dir, b.precision)
+                work,
+                f"retrieval {name}",
+                lambda: retrieval_report(work, name, model_dir, b.precision, b.retrieval_langs),
             )
         if name not in b.no_probe:
             row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))

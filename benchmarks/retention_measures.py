@@ -183,7 +183,7 @@ def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder
     )
 
 
-def retrieval_report(work: Path, name: str, model_dir: str, precision: str) -> dict:
+def retrieval_report(work: Path, name: str, model_dir: str, precision: str, langs: tuple[str, ...] = ()) -> dict:
     """Question -> passage retrieval on MLQA dev, each language's own questions over its own contexts (MTEB's
     MLQARetrieval setting: `eval-retrieval --monolingual`, nDCG@10 the main score)."""
     from mlminilm.config import EvalRetrievalConfig
@@ -194,6 +194,7 @@ def retrieval_report(work: Path, name: str, model_dir: str, precision: str) -> d
             model=model_dir,
             data=str(SHARED / "mlqa" / "dev"),
             monolingual=True,
+            langs=langs,
             precision=precision,
             out=work / f"report-retrieval-{name.replace(' ', '-').replace('+', 'plus')}",
             overwrite=True,
