@@ -21,7 +21,7 @@ no network, no ../shared (scripts/gpu_oneshot.sh runs it so on a lent machine).
 4. With 2+ GPUs: `torchrun --nproc_per_node 2` (NCCL, compile on) against one process with the same global batch:
    the same losses within bf16 tolerance, and the same files (only rank 0 writes). With one GPU a line says it
    was skipped and why.
-5. OUT/gpu-check.json and OUT/gpu-check.md (a section to paste into docs/BENCHMARKS.md); OUT is --out, else $OUT,
+5. OUT/gpu-check.json and OUT/gpu-check.md (a section to paste into docs/benchmarks/gpu.md); OUT is --out, else $OUT,
    else gpu-check-out/. Scratch (teacher, data, runs, logs) goes to --work (/tmp/mlminilm-gpu-check): only the
    summaries land in OUT. Exit 0 when every check passed, 1 otherwise.
 

@@ -184,7 +184,7 @@ def summary(doc: dict) -> dict:
 
 
 def markdown(s: dict) -> str:
-    """The summary as a section to paste into docs/BENCHMARKS.md."""
+    """The summary as a section to paste into docs/benchmarks/gpu.md (section 17)."""
     fig = s["figures"]
     mfus = ", ".join(f"{v:.1%} of {k}" for k, v in fig["mfu"].items()) or "n/a"
     memory = fig["peak_memory_gib"]
