@@ -42,7 +42,8 @@ def main(argv=None) -> int:
     from mlminilm.corpus.parallel import ParallelSampler, read_parallel
     from mlminilm.distill import MEAN_POOLING, embedding_head
     from mlminilm.distillation import targets
-    from mlminilm.distillation.objective import StudentQKV, distill_terms, weighted_loss
+    from mlminilm.distillation.objective import StudentQKV, distill_terms
+    from mlminilm.distillation.terms import weighted_loss
     from mlminilm.models.loading import load_config, load_teacher, load_tokenizer, resolve_model
     from mlminilm.models.student import (
         build_student,

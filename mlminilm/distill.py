@@ -16,7 +16,7 @@ from mlminilm.distillation import plan as plans
 from mlminilm.distillation.objective import StudentQKV, distill_terms  # noqa: F401 (the step's names, here too)
 from mlminilm.distillation.plan import MEAN_POOLING, DistillPlan  # noqa: F401
 from mlminilm.distillation.run import TARGET_CACHE, DistillResult, Hooks, Where, execute
-from mlminilm.distillation.terms import check_table, uses_running_text
+from mlminilm.distillation.terms import check_table, reads_pairs, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
 from mlminilm.models.loading import (
@@ -112,7 +112,7 @@ def check_compatibility(
                     f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
                     f"'{cfg.teacher}' has layers 0..{t.layers - 1}"
                 )
-    if cfg.trains_output and cfg.hidden != t.hidden:
+    if trains_output(cfg) and cfg.hidden != t.hidden:
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
         problems.append(
@@ -121,7 +121,7 @@ def check_compatibility(
             f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
             "whose second stage has equal widths)"
         )
-    if cfg.parallel_term:
+    if reads_pairs(cfg):
         from mlminilm.evaluation.common import position_limit
 
         limit = position_limit(teacher_config)
@@ -219,7 +219,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     check_encoder_config(teacher_config, cfg.teacher)
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
     cfg = plans.resolve_output_terms(cfg, teacher_config, sentence)
-    if not uses_running_text(cfg) and not cfg.parallel_term:
+    if not uses_running_text(cfg) and not reads_pairs(cfg):
         raise ConfigError(
             "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
             "leaves nothing to train: keep a term, or give --parallel FILE"
@@ -263,7 +263,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         teacher_layer=plans.teacher_layer(cfg, teacher_config.num_hidden_layers),
         init_layers=rule,
         terms=plans.terms_with_weights(cfg),
-        pairs=pairs if cfg.parallel_term else None,
+        pairs=pairs if reads_pairs(cfg) else None,
         prefix=plans.parallel_prefix(cfg, sentence),
     )
 

@@ -273,23 +273,6 @@ class DistillConfig(TrainConfig):
     ZERO_STEPS = True
 
     @property
-    def output_terms(self) -> bool:
-        """Whether any term reads the student's output (then its top layer trains whole); auto (None) counts as
-        off until `distill.resolve_output_terms` has decided."""
-        return (self.hidden_loss_weight or 0) > 0 or (self.embedding_loss_weight or 0) > 0
-
-    @property
-    def parallel_term(self) -> bool:
-        """Whether a term reads the parallel pairs (the MSE term or the contrastive one)."""
-        return self.parallel is not None and (self.parallel_loss_weight > 0 or self.parallel_contrastive_weight > 0)
-
-    @property
-    def trains_output(self) -> bool:
-        """Whether a term reaches the student's last layer whole (output or parallel terms): then nothing of it
-        is frozen and the teacher runs to its top."""
-        return self.output_terms or self.parallel_term
-
-    @property
     def init_rule(self) -> str:
         return self.init_layers if self.init_layers is not None else DEFAULT_INIT_LAYERS
 

@@ -14,7 +14,7 @@ from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillCon
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.parallel import ParallelPairs
 from mlminilm.distillation.objective import EmbeddingHead
-from mlminilm.distillation.terms import OUTPUT, PAIRS, terms_on, weight_of
+from mlminilm.distillation.terms import Words, in_words, reads_pairs, terms_on, weight_of
 from mlminilm.errors import ConfigError
 from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
@@ -66,21 +66,6 @@ class DistillPlan:
     @property
     def counts(self) -> dict[str, int]:
         return {lang: self.data.num_sequences(lang) for lang in self.data.languages}
-
-    @property
-    def reads_output(self) -> bool:
-        """Whether a term reads the student's output (then its top layer trains whole)."""
-        return bool(_names(self.cfg, (OUTPUT,)))
-
-    @property
-    def trains_output(self) -> bool:
-        """Whether a term reaches the student's last layer whole (output or pairs terms): then nothing of it is
-        frozen and the teacher runs to its top."""
-        return bool(_names(self.cfg, (OUTPUT, PAIRS)))
-
-
-def _names(cfg: DistillConfig, reads: tuple[str, ...]) -> set[str]:
-    return {t.name for t in terms_on(cfg, reads)}
 
 
 def default_batch(cfg: DistillConfig, device_type: str, seq_len: int, world: int) -> DistillConfig:
@@ -142,7 +127,7 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
     embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
     encoder's last hidden states by their mean over real tokens."""
-    if not cfg.embedding_loss_weight and not cfg.parallel_term:
+    if not cfg.embedding_loss_weight and not reads_pairs(cfg):
         return None
     from mlminilm.models.pooling import POOLING_MODES
 
@@ -179,32 +164,10 @@ def parallel_prefix(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> 
 
 
 def objective_summary(plan: DistillPlan) -> str:
-    """The loss in words, for the log, run.json and the model card."""
-    cfg, head = plan.cfg, plan.head
-    parts = []
-    if cfg.relation_loss_weight > 0:
-        relations = (
-            "MiniLM attention + value relations"
-            if cfg.objective == "minilm"
-            else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"
-        )
-        parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
-    if cfg.hidden_loss_weight:
-        parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
-    how = head and "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
-    if cfg.embedding_loss_weight and head is not None:
-        parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
-    if cfg.parallel_term and head is not None and cfg.parallel_loss_weight > 0:
-        parts.append(
-            f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
-            f"teacher's sentence; {how}; prefix {plan.prefix!r})"
-        )
-    if cfg.parallel_term and head is not None and cfg.parallel_contrastive_weight > 0:
-        parts.append(
-            f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
-            f"temperature {cfg.parallel_temperature:g}; {how})"
-        )
-    return " + ".join(parts)
+    """The loss in words, for the log, run.json and the model card: as the loss-term table says each term on."""
+    head = plan.head
+    how = "" if head is None else "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
+    return in_words(plan.cfg, Words(how, plan.prefix))
 
 
 def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
@@ -226,7 +189,7 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "data": str(cfg.data) if cfg.data is not None else "none (only the parallel terms, which read --parallel)",
         "languages": ", ".join(data.languages or (plan.pairs.lang_counts() if plan.pairs is not None else ())),
         "alpha": cfg.alpha,
-        "parallel": str(cfg.parallel) if cfg.parallel_term else None,
+        "parallel": str(cfg.parallel) if reads_pairs(cfg) else None,
         "steps": cfg.max_steps,
         "seq_len": data.seq_len,
     }

@@ -26,7 +26,7 @@ from mlminilm.distillation.objective import EmbeddingHead, StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
 from mlminilm.distillation.relations import tf32_relations
 from mlminilm.distillation.step import DistillStep
-from mlminilm.distillation.terms import uses_running_text
+from mlminilm.distillation.terms import reads_output, trains_output, uses_running_text
 from mlminilm.models.student import (
     build_student,
     freeze_bottom_layers,
@@ -115,14 +115,14 @@ def _load_models(plan: DistillPlan, rt: training.Runtime, hooks: Hooks, record: 
     cfg = plan.cfg
     # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
     # layer, or whole when an output term needs its last hidden states.
-    teacher, _ = hooks.load_teacher(cfg.teacher, -1 if plan.trains_output else cfg.teacher_layer, rt.dtype, rt.device)
+    teacher, _ = hooks.load_teacher(cfg.teacher, -1 if trains_output(cfg) else cfg.teacher_layer, rt.dtype, rt.device)
     s_config = student_config(plan.teacher_config, cfg.shape, cfg.dropout)
     student = build_student(s_config, cfg.seed)
     picked = None
     if plan.init_layers is not None:
         picked = init_from_teacher(student, cfg.teacher, plan.init_layers)
         log.info("student initialised from teacher layers %s (--init-layers %s)", picked, cfg.init_rule)
-    frozen = freeze_unused(student, -1, through_output=plan.trains_output)
+    frozen = freeze_unused(student, -1, through_output=trains_output(cfg))
     if cfg.freeze_embeddings:
         frozen += freeze_word_embeddings(student)
     frozen += freeze_bottom_layers(student, cfg.freeze_layers)
@@ -169,7 +169,7 @@ def _prepare_training(plan: DistillPlan, rt: training.Runtime, where: Where, hoo
     """The batch decided and recorded, the run record written, DDP, AdamW and the resume point, the pairs'
     targets cached: (the config with the batch decided, the batch, the training state)."""
     cfg = plan.cfg
-    forward = StudentQKV(models.student, outputs=plan.reads_output)
+    forward = StudentQKV(models.student, outputs=reads_output(cfg))
     batch = resolve_batch(plan, rt, models.teacher, forward, hooks.distill_terms)
     if batch.how != "given":
         log.info(
