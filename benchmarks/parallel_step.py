@@ -40,11 +40,12 @@ def main(argv=None) -> int:
 
     from mlminilm.config import DistillConfig
     from mlminilm.corpus.parallel import ParallelSampler, read_parallel
-    from mlminilm.distill import MEAN_POOLING, embedding_head
     from mlminilm.distillation import targets
     from mlminilm.distillation.objective import StudentQKV, distill_terms
+    from mlminilm.distillation.plan import MEAN_POOLING, embedding_head
     from mlminilm.distillation.terms import weighted_loss
     from mlminilm.models.loading import load_config, load_teacher, load_tokenizer, resolve_model
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
     from mlminilm.models.student import (
         build_student,
         freeze_bottom_layers,
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
         warmup=0.0,
         precision="fp32",
     )
-    head = embedding_head(cfg) or MEAN_POOLING
+    head = embedding_head(cfg, read_sentence_transformers(teacher_dir)) or MEAN_POOLING
     tokenizer = load_tokenizer(teacher_dir)
     teacher, _ = load_teacher(teacher_dir, -1, torch.float32, torch.device("cpu"))
     sampler = ParallelSampler(read_parallel(cfg.parallel), tokenizer, prefix="query: ", max_length=128, seed=0)

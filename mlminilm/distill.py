@@ -13,8 +13,8 @@ from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.corpus.parallel import read_parallel
 from mlminilm.distillation import plan as plans
-from mlminilm.distillation.objective import StudentQKV, distill_terms  # noqa: F401 (the step's names, here too)
-from mlminilm.distillation.plan import MEAN_POOLING, DistillPlan  # noqa: F401
+from mlminilm.distillation.objective import distill_terms
+from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.run import TARGET_CACHE, DistillResult, Hooks, Where, execute
 from mlminilm.distillation.terms import check_table, reads_pairs, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
@@ -36,10 +36,9 @@ DEFAULT_DATA = Path("data")
 
 log = mlog.get(__name__)
 
-# OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
+# OUT/run.json is the run record.
 ARTIFACTS = (
     training.RUN_RECORD,
-    training.LEGACY_RUN_RECORD,
     training.METRICS,
     training.TENSORBOARD,
     training.CHECKPOINTS,
@@ -49,16 +48,6 @@ ARTIFACTS = (
 # Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
 # refused, but for the changeable ones (--lr, --warmup).
 RESUME_KEYS = resume_keys(DistillConfig)
-
-
-def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:
-    """The config with the output terms' auto weights decided for `cfg.teacher` (distillation.plan)."""
-    return plans.resolve_output_terms(cfg, teacher_config, read_sentence_transformers(resolve_model(cfg.teacher)))
-
-
-def embedding_head(cfg: DistillConfig):
-    """The teacher's sentence-embedding head for `cfg` (distillation.plan.embedding_head), or None."""
-    return plans.embedding_head(cfg, read_sentence_transformers(resolve_model(cfg.teacher)))
 
 
 def check_compatibility(
