@@ -115,6 +115,8 @@ def main(argv=None) -> int:
         optimizer = make_optimizer(student, replace(cfg, freeze_layers=frozen), torch.device("cpu"))
         return {"name": name, "cached": cached, "forward": forward, "optimizer": optimizer, "times": []}
 
+    # The same draw, made with the cached targets (as a distill run makes its sampler).
+    cached = ParallelSampler(sampler.pairs, tokenizer, prefix="query: ", max_length=128, seed=0, target_table=table)
     variants = [
         variant("teacher forward in every step", False, 0),
         variant("cached targets", True, 0),
@@ -123,8 +125,7 @@ def main(argv=None) -> int:
     step = 0
     for round_ in range(args.steps + 1):  # round 0 warms up
         for v in variants:
-            sampler.target_table = table if v["cached"] else None
-            batch = sampler.batch(step, 0, args.batch, 1, 0, 1)
+            batch = (cached if v["cached"] else sampler).batch(step, 0, args.batch, 1, 0, 1)
             step += 1
             start = time.perf_counter()
             parts = distill_terms(teacher, t_cfg.num_hidden_layers - 1, v["forward"], None, None, cfg, head, batch)

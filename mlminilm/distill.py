@@ -15,7 +15,7 @@ from mlminilm.corpus.parallel import read_parallel
 from mlminilm.distillation import plan as plans
 from mlminilm.distillation.objective import distill_terms
 from mlminilm.distillation.plan import DistillPlan
-from mlminilm.distillation.run import TARGET_CACHE, DistillResult, Hooks, Where, execute
+from mlminilm.distillation.run import TARGET_CACHE, DistillResult, DistillRun
 from mlminilm.distillation.terms import check_table, reads_pairs, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
@@ -283,13 +283,15 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 
         rt = training.setup_runtime(cfg.device, cfg.precision)
         try:
-            return execute(plan, rt, Where(out, export_dir, title, RESUME_KEYS), _hooks(cfg))
+            return _make_run(plan, rt, out, export_dir, title).execute()
         finally:
             training.teardown_runtime(rt)
 
 
-def _hooks(cfg: DistillConfig) -> Hooks:
-    """This module's names as the run calls them, read when it starts (tests and launchers replace them here)."""
+def _make_run(plan: DistillPlan, rt: training.Runtime, out: Path, export_dir: Path, title: str) -> DistillRun:
+    """The run, with this module's names as it calls them, read when it starts (tests and launchers replace them
+    here)."""
+    cfg = plan.cfg
     make_probe = None
     if cfg.probe_tatoeba is not None:
 
@@ -300,8 +302,17 @@ def _hooks(cfg: DistillConfig) -> Hooks:
                 cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher), s_config, tokenizer
             )
 
-    return Hooks(
-        load_teacher=load_teacher, distill_terms=distill_terms, export_model=export_model, make_probe=make_probe
+    return DistillRun(
+        plan,
+        rt,
+        out,
+        export_dir=export_dir,
+        title=title,
+        resume_keys=RESUME_KEYS,
+        load_teacher=load_teacher,
+        distill_terms=distill_terms,
+        export_model=export_model,
+        make_probe=make_probe,
     )
 
 

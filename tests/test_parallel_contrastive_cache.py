@@ -216,8 +216,10 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
             teacher, tok, texts, prefix="query: ", max_length=32, modes=head.modes, normalize=True, device="cpu"
         ),
     )
-    sampler.target_table = store.table()
-    cached = sampler.batch(0, 0, 6, 1, 0, 1)
+    with_targets = ParallelSampler(
+        sampler.pairs, tok, prefix="query: ", max_length=32, seed=0, target_table=store.table()
+    )  # as a distill run makes its sampler: with the cached targets
+    cached = with_targets.batch(0, 0, 6, 1, 0, 1)
     assert cached.source_ids.numel() == 0 and torch.equal(cached.both_ids, plain.both_ids)
     torch.testing.assert_close(cached.targets, direct, atol=1e-5, rtol=0)
     cfg = SimpleNamespace(

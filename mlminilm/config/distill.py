@@ -94,7 +94,7 @@ class DistillConfig(TrainConfig):
     # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
     # with --global-batch kept by accumulation (mlminilm/training/batch_size.py). None (left out): 32 on a CPU, as
     # always; on CUDA auto, with enough accumulation for GPU_TOKENS_PER_STEP tokens per GPU per optimizer step
-    # (mlminilm/distillation/plan.py: default_batch).
+    # (mlminilm/distillation/batch.py: default_batch).
     batch_size: int | str | None = redeclare(
         TrainConfig,
         "batch_size",

@@ -95,7 +95,7 @@ class TrainConfig:
             least = "0 (the initialised student, exported untrained)" if self.ZERO_STEPS else "1"
             p.append(f"--max-steps must be at least {least} (got {self.max_steps})")
         if self.batch_size is None and self.AUTO_BATCH:
-            pass  # decided with the device (distill: mlminilm.distillation.plan.default_batch)
+            pass  # decided with the device (distill: mlminilm.distillation.batch.default_batch)
         elif self.batch_size == AUTO:
             if not self.AUTO_BATCH:
                 p.append("--batch-size auto is for distill and assist; give a number of sequences")

@@ -6,7 +6,6 @@ the loss in words and the model card's facts."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from mlminilm import logging as mlog
@@ -19,14 +18,6 @@ from mlminilm.errors import ConfigError
 from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
-
-# The batch when --batch-size is left out (`default_batch`). CPU: 32 sequences per micro-batch, no accumulation, as
-# before. CUDA: at least GPU_TOKENS_PER_STEP tokens per GPU per optimizer step. The old default, 32 x 128 = 4k
-# tokens, made a step so short on an H100 that fixed costs dominated it (the embedding's AdamW update over 96M rows
-# alone a quarter of it: ~21-28 % MFU, issue 28); 32k tokens spreads those costs over 8 times the work, and is the
-# usual pretraining-scale batch per GPU (BERT/RoBERTa-style recipes run 0.1-1M tokens per step over all GPUs).
-DEFAULT_BATCH = 32
-GPU_TOKENS_PER_STEP = 32_768
 
 # How the parallel term embeds sentences with a teacher that has no sentence-transformers Pooling module.
 MEAN_POOLING = EmbeddingHead(("mean",), False)
@@ -66,21 +57,6 @@ class DistillPlan:
     @property
     def counts(self) -> dict[str, int]:
         return {lang: self.data.num_sequences(lang) for lang in self.data.languages}
-
-
-def default_batch(cfg: DistillConfig, device_type: str, seq_len: int, world: int) -> DistillConfig:
-    """The config with --batch-size decided when it was left out (None): DEFAULT_BATCH, except on CUDA, where the
-    micro-batch is auto (the largest power of two that fits) and, unless --global-batch or --grad-accum says
-    otherwise, the global batch is `world` x the least power of two of sequences holding GPU_TOKENS_PER_STEP
-    tokens (256 at 128 tokens a sequence: exactly 32,768). A given --batch-size is kept as it is."""
-    if cfg.batch_size is not None:
-        return cfg
-    if device_type != "cuda" or cfg.grad_accum != 1:
-        return replace(cfg, batch_size=DEFAULT_BATCH)
-    if cfg.global_batch is not None:
-        return replace(cfg, batch_size="auto")
-    sequences = 1 << max(0, math.ceil(math.log2(math.ceil(GPU_TOKENS_PER_STEP / max(1, seq_len)))))
-    return replace(cfg, batch_size="auto", global_batch=sequences * world)
 
 
 def terms_with_weights(cfg: DistillConfig) -> tuple[tuple[str, float], ...]:
