@@ -7,7 +7,7 @@ torch.profiler's top operators. Companion of distill_step.py (same models, batch
     python benchmarks/distill_profile.py --config cpu-probe --precision fp32 --threads 1 --steps 3
 
 Parts of the project step (the body of `step_paths.ProjectPath.step`, i.e. of `distill.distill_terms` and
-`training.train_loop`, cut where a timer can go): zero_grad; teacher forward (`capture.layer_qkv` under no_grad);
+`training.run_steps`, cut where a timer can go): zero_grad; teacher forward (`capture.layer_qkv` under no_grad);
 student forward (`distill.StudentQKV`); the relation loss forward (`losses.minilm_v1_terms` / v2);
 backward; the host sync on the loss; optimizer + schedule step. The naive step is cut the same way (teacher,
 student, loss = value relations + KLs). Steps alternate project / naive; the figures are medians.

@@ -40,10 +40,12 @@ def main(argv=None) -> int:
 
     from mlminilm.config import DistillConfig
     from mlminilm.corpus.parallel import ParallelSampler, read_parallel
-    from mlminilm.distill import MEAN_POOLING, embedding_head
     from mlminilm.distillation import targets
-    from mlminilm.distillation.objective import StudentQKV, distill_terms, weighted_loss
+    from mlminilm.distillation.objective import StudentQKV, distill_terms
+    from mlminilm.distillation.plan import MEAN_POOLING, embedding_head
+    from mlminilm.distillation.terms import weighted_loss
     from mlminilm.models.loading import load_config, load_teacher, load_tokenizer, resolve_model
+    from mlminilm.models.sentence_encoder import read_sentence_transformers
     from mlminilm.models.student import (
         build_student,
         freeze_bottom_layers,
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
         warmup=0.0,
         precision="fp32",
     )
-    head = embedding_head(cfg) or MEAN_POOLING
+    head = embedding_head(cfg, read_sentence_transformers(teacher_dir)) or MEAN_POOLING
     tokenizer = load_tokenizer(teacher_dir)
     teacher, _ = load_teacher(teacher_dir, -1, torch.float32, torch.device("cpu"))
     sampler = ParallelSampler(read_parallel(cfg.parallel), tokenizer, prefix="query: ", max_length=128, seed=0)
@@ -113,6 +115,8 @@ def main(argv=None) -> int:
         optimizer = make_optimizer(student, replace(cfg, freeze_layers=frozen), torch.device("cpu"))
         return {"name": name, "cached": cached, "forward": forward, "optimizer": optimizer, "times": []}
 
+    # The same draw, made with the cached targets (as a distill run makes its sampler).
+    cached = ParallelSampler(sampler.pairs, tokenizer, prefix="query: ", max_length=128, seed=0, target_table=table)
     variants = [
         variant("teacher forward in every step", False, 0),
         variant("cached targets", True, 0),
@@ -121,8 +125,7 @@ def main(argv=None) -> int:
     step = 0
     for round_ in range(args.steps + 1):  # round 0 warms up
         for v in variants:
-            sampler.target_table = table if v["cached"] else None
-            batch = sampler.batch(step, 0, args.batch, 1, 0, 1)
+            batch = (cached if v["cached"] else sampler).batch(step, 0, args.batch, 1, 0, 1)
             step += 1
             start = time.perf_counter()
             parts = distill_terms(teacher, t_cfg.num_hidden_layers - 1, v["forward"], None, None, cfg, head, batch)

@@ -127,7 +127,7 @@ class ProjectPath(Path_):
         self.terms = torch.compile(distill_terms, dynamic=False) if self.compiled else distill_terms
 
     def step(self, input_ids, mask) -> float:
-        # The body of training.train_loop for one micro-batch (grad_accum 1, one process). distill's loader hands
+        # The body of training.run_steps for one micro-batch (grad_accum 1, one process). distill's loader hands
         # attention_mask=None for a batch without padding (mlminilm/corpus/loader.py), as these batches are.
         self.optimizer.zero_grad(set_to_none=True)
         with self.rt.autocast():

@@ -13,10 +13,10 @@ from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.corpus.parallel import read_parallel
 from mlminilm.distillation import plan as plans
-from mlminilm.distillation.objective import StudentQKV, distill_terms  # noqa: F401 (the step's names, here too)
-from mlminilm.distillation.plan import MEAN_POOLING, DistillPlan  # noqa: F401
-from mlminilm.distillation.run import TARGET_CACHE, DistillResult, Hooks, Where, execute
-from mlminilm.distillation.terms import check_table, uses_running_text
+from mlminilm.distillation.objective import distill_terms
+from mlminilm.distillation.plan import DistillPlan
+from mlminilm.distillation.run import TARGET_CACHE, DistillResult, DistillRun
+from mlminilm.distillation.terms import check_table, reads_pairs, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
 from mlminilm.models.loading import (
@@ -36,10 +36,9 @@ DEFAULT_DATA = Path("data")
 
 log = mlog.get(__name__)
 
-# OUT/run.json is the run record (config.json in earlier versions: removed by --overwrite, read by --resume).
+# OUT/run.json is the run record.
 ARTIFACTS = (
     training.RUN_RECORD,
-    training.LEGACY_RUN_RECORD,
     training.METRICS,
     training.TENSORBOARD,
     training.CHECKPOINTS,
@@ -49,16 +48,6 @@ ARTIFACTS = (
 # Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
 # refused, but for the changeable ones (--lr, --warmup).
 RESUME_KEYS = resume_keys(DistillConfig)
-
-
-def resolve_output_terms(cfg: DistillConfig, teacher_config) -> DistillConfig:
-    """The config with the output terms' auto weights decided for `cfg.teacher` (distillation.plan)."""
-    return plans.resolve_output_terms(cfg, teacher_config, read_sentence_transformers(resolve_model(cfg.teacher)))
-
-
-def embedding_head(cfg: DistillConfig):
-    """The teacher's sentence-embedding head for `cfg` (distillation.plan.embedding_head), or None."""
-    return plans.embedding_head(cfg, read_sentence_transformers(resolve_model(cfg.teacher)))
 
 
 def check_compatibility(
@@ -112,7 +101,7 @@ def check_compatibility(
                     f"--init-layers {cfg.init_layers} names layer {max(rule)}, but teacher "
                     f"'{cfg.teacher}' has layers 0..{t.layers - 1}"
                 )
-    if cfg.trains_output and cfg.hidden != t.hidden:
+    if trains_output(cfg) and cfg.hidden != t.hidden:
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
         problems.append(
@@ -121,7 +110,7 @@ def check_compatibility(
             f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
             "whose second stage has equal widths)"
         )
-    if cfg.parallel_term:
+    if reads_pairs(cfg):
         from mlminilm.evaluation.common import position_limit
 
         limit = position_limit(teacher_config)
@@ -219,7 +208,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     check_encoder_config(teacher_config, cfg.teacher)
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
     cfg = plans.resolve_output_terms(cfg, teacher_config, sentence)
-    if not uses_running_text(cfg) and not cfg.parallel_term:
+    if not uses_running_text(cfg) and not reads_pairs(cfg):
         raise ConfigError(
             "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
             "leaves nothing to train: keep a term, or give --parallel FILE"
@@ -263,7 +252,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         teacher_layer=plans.teacher_layer(cfg, teacher_config.num_hidden_layers),
         init_layers=rule,
         terms=plans.terms_with_weights(cfg),
-        pairs=pairs if cfg.parallel_term else None,
+        pairs=pairs if reads_pairs(cfg) else None,
         prefix=plans.parallel_prefix(cfg, sentence),
     )
 
@@ -294,13 +283,15 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
 
         rt = training.setup_runtime(cfg.device, cfg.precision)
         try:
-            return execute(plan, rt, Where(out, export_dir, title, RESUME_KEYS), _hooks(cfg))
+            return _make_run(plan, rt, out, export_dir, title).execute()
         finally:
             training.teardown_runtime(rt)
 
 
-def _hooks(cfg: DistillConfig) -> Hooks:
-    """This module's names as the run calls them, read when it starts (tests and launchers replace them here)."""
+def _make_run(plan: DistillPlan, rt: training.Runtime, out: Path, export_dir: Path, title: str) -> DistillRun:
+    """The run, with this module's names as it calls them, read when it starts (tests and launchers replace them
+    here)."""
+    cfg = plan.cfg
     make_probe = None
     if cfg.probe_tatoeba is not None:
 
@@ -311,8 +302,17 @@ def _hooks(cfg: DistillConfig) -> Hooks:
                 cfg.probe_tatoeba, cfg.probe_langs, cfg.probe_pairs, resolve_model(cfg.teacher), s_config, tokenizer
             )
 
-    return Hooks(
-        load_teacher=load_teacher, distill_terms=distill_terms, export_model=export_model, make_probe=make_probe
+    return DistillRun(
+        plan,
+        rt,
+        out,
+        export_dir=export_dir,
+        title=title,
+        resume_keys=RESUME_KEYS,
+        load_teacher=load_teacher,
+        distill_terms=distill_terms,
+        export_model=export_model,
+        make_probe=make_probe,
     )
 
 

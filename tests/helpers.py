@@ -394,3 +394,17 @@ def read_report(out: Path) -> dict:
     import json
 
     return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+
+
+def pair_terms(target, s_hidden, both_mask, head, cfg, not_negative=None) -> dict:
+    """The pairs rows of the loss-term table (mlminilm/distillation/terms.py TERMS) as a distill step computes them,
+    from the teacher's embedding of the B sources (`target`, [B, H]) and the student's last hidden states of the
+    sources then the translations (`s_hidden`, [2B, T, H]). `cfg` needs `parallel` (a path: the terms are on) and
+    the pairs terms' weights and temperature."""
+    from types import SimpleNamespace
+
+    from mlminilm.distillation.terms import StepTensors, compute_terms
+
+    pairs = SimpleNamespace(both_mask=both_mask, not_negative=not_negative)
+    step = StepTensors(cfg, head, pairs=pairs, t_pairs=target, s_pairs=s_hidden)
+    return compute_terms(step, running_text=False, pairs=True)

@@ -393,20 +393,18 @@ def test_probe_bad_input(monkeypatch, capsys, st_teacher, st_data, tmp_path):
 def test_output_terms_auto(st_teacher, st_data, tiny_sentencepiece_dir, tmp_path):
     """auto (the default): on for a sentence-transformers teacher of the student's width, off otherwise."""
     from mlminilm.config import OUTPUT_TERMS_WEIGHT
-    from mlminilm.distill import resolve_output_terms
-    from mlminilm.models.loading import load_config
+    from mlminilm.distill import validate
 
-    t_cfg = load_config(str(st_teacher))
-    on = resolve_output_terms(config(st_teacher, st_data, tmp_path), t_cfg)
+    on = validate(config(st_teacher, st_data, tmp_path)).cfg
     assert (on.hidden_loss_weight, on.embedding_loss_weight) == (OUTPUT_TERMS_WEIGHT, OUTPUT_TERMS_WEIGHT)
-    narrow = resolve_output_terms(config(st_teacher, st_data, tmp_path, hidden=16, init="random"), t_cfg)
+    narrow = validate(config(st_teacher, st_data, tmp_path, hidden=16, init="random")).cfg
     assert (narrow.hidden_loss_weight, narrow.embedding_loss_weight) == (0.0, 0.0)
-    given = resolve_output_terms(config(st_teacher, st_data, tmp_path, embedding_loss_weight=0.5), t_cfg)
+    given = validate(config(st_teacher, st_data, tmp_path, embedding_loss_weight=0.5)).cfg
     assert (given.hidden_loss_weight, given.embedding_loss_weight) == (OUTPUT_TERMS_WEIGHT, 0.5)
     plain = save_tiny_teacher(
         tiny_sentencepiece_dir, tmp_path / "plain", kind="xlmr", layers=2, hidden=32, intermediate=64
     )
-    off = resolve_output_terms(config(plain, st_data, tmp_path), load_config(str(plain)))
+    off = validate(config(plain, st_data, tmp_path)).cfg
     assert (off.hidden_loss_weight, off.embedding_loss_weight) == (0.0, 0.0)
 
 

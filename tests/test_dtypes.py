@@ -135,7 +135,6 @@ def test_distill_on_cuda_whatever_the_stored_dtype(teachers, data, stored, tmp_p
 def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, monkeypatch):
     """Under the run's bf16 autocast the teacher's capture runs with autocast off, in its weights' bf16: every
     LayerNorm gives bf16 (autocast would give fp32), and its Q/K/V stay close to an fp32 teacher's."""
-    from mlminilm import distill
     from mlminilm.config import DistillConfig
     from mlminilm.models.loading import load_config, load_teacher
     from mlminilm.models.student import build_student, freeze_unused, student_config
@@ -164,7 +163,7 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
     ids = torch.randint(5, 500, (2, 16), generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(objective, "layer_qkv", spy)
     with torch.autocast("cpu", torch.bfloat16):
-        terms = distill.distill_terms(teacher, layer, distill.StudentQKV(student), ids, None, cfg)
+        terms = objective.distill_terms(teacher, layer, objective.StudentQKV(student), ids, None, cfg)
     monkeypatch.undo()
     assert norms and set(norms) == {torch.bfloat16}
     assert all(t.dtype == torch.bfloat16 for t in captured["qkv"])

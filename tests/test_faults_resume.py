@@ -156,23 +156,6 @@ def test_torn_metrics_line_and_damaged_record(wp_teacher, wp_data, tmp_path, mon
         distill.run(replace(cfg2, resume=True))
 
 
-def test_resume_reads_the_old_config_json_record(wp_teacher, wp_data, tmp_path, monkeypatch):
-    """Runs of earlier versions have their record in OUT/config.json: --resume reads it and moves it to run.json."""
-    from mlminilm import distill
-    from mlminilm.errors import CheckpointError
-
-    out = tmp_path / "old"
-    cfg = _cut_run(wp_teacher, wp_data, out, monkeypatch)
-    (out / "run.json").rename(out / "config.json")
-    with pytest.raises(CheckpointError, match="seed: 0 -> 1"):
-        distill.run(replace(cfg, resume=True, seed=1))  # the old record is checked
-    distill.run(replace(cfg, resume=True))
-    assert (out / "run.json").exists() and not (out / "config.json").exists()
-
-
-# ------------------------------------------------------------------------------ failed and stale leftovers
-
-
 def test_failed_run_can_be_retried_without_flags(wp_teacher, wp_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.errors import ConfigError

@@ -37,17 +37,9 @@ def test_scaler_skips_an_overflowing_step_on_the_device(tmp_path):
         seen.append(model.w.detach().clone())
         return training.StepOutput(model(), {}, 1)
 
-    result = training.train_loop(
-        cfg=cfg,
-        rt=rt,
-        model=model,
-        raw_model=model,
-        optimizer=state.optimizer,
-        scheduler=state.scheduler,
-        compute=compute,
-        out=tmp_path,
-        metrics=state.metrics,
-        scaler=state.scaler,
+    result = training.run_steps(
+        training.Steps(cfg, rt, model, model, state.optimizer, state.scheduler, compute, scaler=state.scaler),
+        training.Reporting(tmp_path, state.metrics),
     )
     scales = [r["loss_scale"] for r in result.history]
     # The fp16 gradient of w is 0.25 x the scale: it overflows (fp16 max 65,504) for scales 2^20, 2^19 and 2^18

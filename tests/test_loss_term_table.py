@@ -30,7 +30,14 @@ def _toy_term():
     from mlminilm.distillation.terms import OUTPUT, LossTerm
 
     # The student's last hidden states pulled towards zero: reads the output, so the top layer trains whole.
-    return LossTerm("toy", "toy_loss_weight", OUTPUT, lambda t: t.s_out.float().pow(2).mean(), metric="toy_norm")
+    return LossTerm(
+        "toy",
+        "toy_loss_weight",
+        OUTPUT,
+        lambda t: t.s_out.float().pow(2).mean(),
+        lambda cfg, words: f"{cfg.toy_loss_weight:g} x toy norm",
+        metric="toy_norm",
+    )
 
 
 def _records(out):
@@ -49,6 +56,10 @@ def test_a_registered_term_trains_at_its_own_weight_and_is_logged(st_teacher, st
     assert "toy" not in records[0]
     for r in records:
         assert r["loss"] == pytest.approx(r["attention"] + r["value"] + 0.25 * r["toy_norm"], rel=1e-5)
+    # The loss in words (run.json, the log, the card) says it as its row does, after the relation terms.
+    said = "MiniLM attention + value relations + 0.25 x toy norm"
+    assert json.loads((tmp_path / "toy" / "run.json").read_text())["objective"] == said
+    assert said in (tmp_path / "toy" / "student" / "README.md").read_text()
     # Its weight is its own: at 0 it is off (not computed, not logged), whatever the relation terms weigh.
     distill.run(make(out=tmp_path / "off", toy_loss_weight=0.0))
     assert all("toy_norm" not in r for r in _records(tmp_path / "off"))

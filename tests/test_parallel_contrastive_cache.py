@@ -14,6 +14,8 @@ import torch
 from conftest import sample_lines
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
+from helpers import pair_terms
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -48,7 +50,7 @@ def _ranking_by_hand(hidden, mask, b, tau, not_negative):
 
 
 def test_contrastive_term_against_a_float64_loop():
-    from mlminilm.distillation.objective import EmbeddingHead, parallel_terms
+    from mlminilm.distillation.objective import EmbeddingHead
 
     g = torch.Generator().manual_seed(0)
     b, t, h, tau = 4, 6, 5, 0.07
@@ -58,9 +60,11 @@ def test_contrastive_term_against_a_float64_loop():
     mask[b + 2, 2:] = 0
     not_negative = torch.zeros(b, b, dtype=torch.bool)
     not_negative[0, 3] = not_negative[3, 0] = True  # pairs 0 and 3 share their source sentence
-    cfg = SimpleNamespace(parallel_loss_weight=0.0, parallel_contrastive_weight=1.0, parallel_temperature=tau)
+    cfg = SimpleNamespace(
+        parallel=Path("pairs.tsv"), parallel_loss_weight=0.0, parallel_contrastive_weight=1.0, parallel_temperature=tau
+    )
     s_hidden = hidden.float().requires_grad_(True)
-    parts = parallel_terms(torch.zeros(b, h), s_hidden, mask, EmbeddingHead(("mean",), True), cfg, not_negative)
+    parts = pair_terms(torch.zeros(b, h), s_hidden, mask, EmbeddingHead(("mean",), True), cfg, not_negative)
     assert set(parts) == {"contrastive"}
     expected = _ranking_by_hand(hidden.tolist(), mask.tolist(), b, tau, not_negative.tolist())
     assert parts["contrastive"].item() == pytest.approx(expected, rel=1e-5)
@@ -189,7 +193,7 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     from transformers import AutoModel, AutoTokenizer
 
     from mlminilm.corpus.parallel import ParallelPairs, ParallelSampler
-    from mlminilm.distillation.objective import EmbeddingHead, parallel_terms, teacher_embedding
+    from mlminilm.distillation.objective import EmbeddingHead, teacher_embedding
     from mlminilm.distillation.targets import TargetStore, embed_sources, fill, fingerprint, module_digest
 
     tok = AutoTokenizer.from_pretrained(st_teacher)
@@ -212,14 +216,18 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
             teacher, tok, texts, prefix="query: ", max_length=32, modes=head.modes, normalize=True, device="cpu"
         ),
     )
-    sampler.target_table = store.table()
-    cached = sampler.batch(0, 0, 6, 1, 0, 1)
+    with_targets = ParallelSampler(
+        sampler.pairs, tok, prefix="query: ", max_length=32, seed=0, target_table=store.table()
+    )  # as a distill run makes its sampler: with the cached targets
+    cached = with_targets.batch(0, 0, 6, 1, 0, 1)
     assert cached.source_ids.numel() == 0 and torch.equal(cached.both_ids, plain.both_ids)
     torch.testing.assert_close(cached.targets, direct, atol=1e-5, rtol=0)
-    cfg = SimpleNamespace(parallel_loss_weight=1.0, parallel_contrastive_weight=1.0, parallel_temperature=0.05)
+    cfg = SimpleNamespace(
+        parallel=Path("pairs.tsv"), parallel_loss_weight=1.0, parallel_contrastive_weight=1.0, parallel_temperature=0.05
+    )
     hidden = torch.randn(12, plain.both_ids.shape[1], 32)
-    a = parallel_terms(direct, hidden, plain.both_mask, head, cfg, plain.not_negative)
-    b = parallel_terms(cached.targets, hidden, cached.both_mask, head, cfg, cached.not_negative)
+    a = pair_terms(direct, hidden, plain.both_mask, head, cfg, plain.not_negative)
+    b = pair_terms(cached.targets, hidden, cached.both_mask, head, cfg, cached.not_negative)
     assert a.keys() == b.keys() and all(a[k].item() == pytest.approx(b[k].item(), rel=1e-5) for k in a)
 
 
@@ -352,7 +360,7 @@ def test_freeze_layers_keeps_the_bottom_as_the_teacher_has_it(st_teacher, st_dat
 
 def test_a_term_without_a_weight_is_an_error():
     from mlminilm.config import DistillConfig
-    from mlminilm.distillation.objective import weighted_loss
+    from mlminilm.distillation.terms import weighted_loss
 
     cfg = DistillConfig(
         teacher="t",

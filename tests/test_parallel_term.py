@@ -14,12 +14,14 @@ import torch
 from conftest import sample_lines
 from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
-from helpers import assert_error, assert_usage_error, run_main
+from helpers import assert_error, assert_usage_error, pair_terms, run_main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# What objective.parallel_terms reads of a config: the MSE term alone.
-PARALLEL_ONLY = SimpleNamespace(parallel_loss_weight=1.0, parallel_contrastive_weight=0.0, parallel_temperature=0.05)
+# What the pairs rows of the loss-term table read of a config: the MSE term alone.
+PARALLEL_ONLY = SimpleNamespace(
+    parallel=Path("pairs.tsv"), parallel_loss_weight=1.0, parallel_contrastive_weight=0.0, parallel_temperature=0.05
+)
 
 
 def _pairs_file(path: Path, n: int = 40, lang: str = "de") -> Path:
@@ -124,7 +126,7 @@ def test_draw_is_stateless_and_sliced_like_the_running_text(tiny_sentencepiece_d
 
 def test_parallel_term_against_a_float64_loop():
     from mlminilm.distillation.losses import sentence_embedding
-    from mlminilm.distillation.objective import EmbeddingHead, parallel_terms
+    from mlminilm.distillation.objective import EmbeddingHead
 
     g = torch.Generator().manual_seed(0)
     b, s, t, h = 3, 5, 7, 6
@@ -138,7 +140,7 @@ def test_parallel_term_against_a_float64_loop():
     for normalize in (True, False):
         head = EmbeddingHead(("mean",), normalize)
         target = sentence_embedding(teacher, source_mask, head.modes, head.normalize)
-        value = parallel_terms(target, student, both_mask, head, PARALLEL_ONLY)["parallel"]
+        value = pair_terms(target, student, both_mask, head, PARALLEL_ONLY)["parallel"]
 
         def mean(x, m):
             rows = [x[i].double().tolist() for i in range(len(m)) if m[i]]

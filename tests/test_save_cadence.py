@@ -39,17 +39,11 @@ def saved_steps(tmp_path, monkeypatch, **kw) -> list[int]:
         clock[0] += SECONDS_PER_STEP
         return training.StepOutput(loss=(model.w * torch.tensor([1.0, 2.0])).sum(), tokens=1)
 
-    training.train_loop(
-        cfg=cfg,
-        rt=rt,
-        model=model,
-        raw_model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        compute=compute,
-        out=tmp_path,
-        metrics=training.MetricsLog(tmp_path / "metrics.jsonl"),
-        after_save=lambda step: saves.append(step),
+    training.run_steps(
+        training.Steps(cfg, rt, model, model, optimizer, scheduler, compute),
+        training.Reporting(
+            tmp_path, training.MetricsLog(tmp_path / "metrics.jsonl"), after_save=lambda step: saves.append(step)
+        ),
     )
     return saves
 
@@ -135,9 +129,9 @@ def compute(step, micro):
     clock[0] += 20.0 if rank == 0 else 200.0
     return training.StepOutput(loss=(w * torch.tensor([1.0, 2.0])).sum(), tokens=1)
 
-training.train_loop(cfg=cfg, rt=rt, model=model, raw_model=model, optimizer=optimizer, scheduler=scheduler,
-                    compute=compute, out=cfg.out, metrics=training.MetricsLog(cfg.out / f"m{rank}.jsonl"),
-                    after_save=saves.append)
+metrics = training.MetricsLog(cfg.out / f"m{rank}.jsonl")
+training.run_steps(training.Steps(cfg, rt, model, model, optimizer, scheduler, compute),
+                   training.Reporting(cfg.out, metrics, after_save=saves.append))
 (cfg.out / f"saves-{rank}.json").write_text(json.dumps(saves))
 dist.destroy_process_group()
 """

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mlminilm.config import DistillConfig
-from mlminilm.distillation.plan import default_batch
+from mlminilm.distillation.batch import default_batch
 from mlminilm.training.batch_size import BatchPlan, plan_batch
 
 

@@ -79,16 +79,9 @@ def _one_step(tmp_path, max_grad_norm: float, grads: list[tuple[float, float]]) 
     def compute(step, micro):
         return training.StepOutput(loss=(model.w * torch.tensor(grads[micro])).sum(), tokens=1)
 
-    training.train_loop(
-        cfg=cfg,
-        rt=rt,
-        model=model,
-        raw_model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        compute=compute,
-        out=tmp_path,
-        metrics=training.MetricsLog(tmp_path / "metrics.jsonl"),
+    training.run_steps(
+        training.Steps(cfg, rt, model, model, optimizer, scheduler, compute),
+        training.Reporting(tmp_path, training.MetricsLog(tmp_path / "metrics.jsonl")),
     )
     return model.w.detach().tolist()
 

@@ -48,7 +48,6 @@ class DistillConfig(TrainConfig):
     teacher: str = option(
         "", required=True, resume=FIXED, help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory."
     )
-    # None: data/ when a loss term reads running text; none at all when only the parallel terms are on (the recipe)
     data: Path | None = option(
         None,
         help="Output directory of `mlminilm prepare` (running text; default: data/). Not needed when only the "
@@ -76,12 +75,10 @@ class DistillConfig(TrainConfig):
     relation_heads: int = option(
         48, min=1, resume=FIXED, help="minilm-v2: relation heads (must divide both hidden sizes)."
     )
-    # 0-based, -1 = last
     teacher_layer: int = option(-1, help="Teacher layer to distil, 0-based; -1 = last.", resume=FIXED)
     alpha: float = option(
         0.3, check="alpha", resume=FIXED, help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha."
     )
-    # None: the teacher's hidden/attention dropout
     dropout: float | None = option(None, check="dropout", help="Student dropout in [0, 1) (default: the teacher's).")
     max_steps: int = redeclare(
         TrainConfig,
@@ -91,10 +88,6 @@ class DistillConfig(TrainConfig):
         "student untrained (to evaluate a starting point, e.g. with eval-tatoeba, before "
         "spending compute).",
     )
-    # Sequences per process per micro-batch, or "auto": the largest power of two that fits the GPU (CPU: up to 32),
-    # with --global-batch kept by accumulation (mlminilm/training/batch_size.py). None (left out): 32 on a CPU, as
-    # always; on CUDA auto, with enough accumulation for GPU_TOKENS_PER_STEP tokens per GPU per optimizer step
-    # (mlminilm/distillation/plan.py: default_batch).
     batch_size: int | str | None = redeclare(
         TrainConfig,
         "batch_size",
@@ -109,8 +102,6 @@ class DistillConfig(TrainConfig):
         "32 on CPU; on CUDA auto with a global batch of at least 32,768 tokens per GPU (unless --global-batch or "
         "--grad-accum says otherwise).",
     )
-    # Sequences per optimizer step over all processes; None = batch size x accumulation x processes. With a numeric
-    # --batch-size it sets the accumulation; --batch-size auto needs it.
     global_batch: int | None = option(
         None,
         min=1,
@@ -134,19 +125,14 @@ class DistillConfig(TrainConfig):
         help="Checkpoint when this many minutes have passed since the last one (at the next --log-every step, "
         "decided by rank 0 for every process); 0 = by --save-every steps alone. Always at the end.",
     )
-    # torch.compile the student's forward and the loss: auto = on CUDA
     compile: str = option(
         "auto",
         choices=COMPILE_MODES,
         help="torch.compile the student, the teacher's capture and the loss: auto (on for CUDA), on or off.",
     )
-    # DataLoader worker processes; None: corpus.loader.default_workers
     data_workers: int | None = option(
         None, min=0, help="DataLoader worker processes reading the shards (default: 0 on CPU, up to 4 per GPU process)."
     )
-    # With --init teacher: "every" (every k-th layer, ending at the last), "first" (the bottom k layers),
-    # "first-last" (the bottom k-1 layers and the last), or an explicit 0-based list "0,1,2,3,4,5";
-    # None = DEFAULT_INIT_LAYERS.
     init_layers: str | None = option(
         None,
         metavar="first|every|first-last|LIST",
@@ -158,7 +144,6 @@ class DistillConfig(TrainConfig):
     # Output terms beside the relation losses (mlminilm/distillation/losses.py); 0 = off. They reach every student
     # parameter below the output, so with either on the whole top layer trains (not only its Q/K/V). None = auto:
     # OUTPUT_TERMS_WEIGHT for a sentence-transformers teacher of the student's width, else 0 (pure MiniLM).
-    # The last hidden states, per real token:
     hidden_loss_weight: float | None = option(
         None,
         check="non-negative",
@@ -174,7 +159,6 @@ class DistillConfig(TrainConfig):
         resume=FIXED,
         help="The hidden-state term's distance: cosine (1 - cos) or mse.",
     )
-    # The sentence embedding through the teacher's Pooling (+ Normalize):
     embedding_loss_weight: float | None = option(
         None,
         check="non-negative",
@@ -184,8 +168,6 @@ class DistillConfig(TrainConfig):
         "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
         "teacher of the student's width. Default auto: as --hidden-loss-weight.",
     )
-    # Relation terms (MiniLM attention + value, or MiniLMv2 Q-Q/K-K/V-V) weigh this much; 0 = off (then only the
-    # output and parallel terms train the student).
     relation_loss_weight: float = option(
         1.0,
         check="non-negative",
@@ -193,8 +175,6 @@ class DistillConfig(TrainConfig):
         help="Weight of the MiniLM relation terms (attention + value, or MiniLMv2's Q-Q/K-K/V-V); 0 = off, then only "
         "the output and parallel terms train the student.",
     )
-    # Cross-lingual embedding term (mlminilm/corpus/parallel.py): on pairs (a sentence, its translation), the
-    # student's sentence embeddings of both are pulled to the teacher's embedding of the sentence.
     parallel: Path | None = option(
         None,
         metavar="FILE|DIR",
@@ -207,8 +187,6 @@ class DistillConfig(TrainConfig):
     parallel_loss_weight: float = option(
         1.0, check="non-negative", resume=FIXED, help="Weight of the parallel term (with --parallel)."
     )
-    # Put before every parallel sentence; None: the teacher's sentence-transformers "query" prompt (e5: "query: "),
-    # as eval-tatoeba embeds, else nothing.
     parallel_prefix: str | None = option(
         None,
         show_default="the teacher's query prompt",
@@ -217,8 +195,6 @@ class DistillConfig(TrainConfig):
         '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.',
     )
     parallel_max_length: int = option(128, min=2, resume=FIXED, help="Parallel sentences are cut to this many tokens.")
-    # In-batch translation ranking on the same pairs (losses.translation_ranking): weight (0 = off) and the
-    # softmax temperature over cosine similarities.
     parallel_contrastive_weight: float = option(
         0.0,
         check="non-negative",
@@ -232,7 +208,6 @@ class DistillConfig(TrainConfig):
         resume=FIXED,
         help="Softmax temperature of the contrastive term (cosine similarity / temperature).",
     )
-    # With --init teacher: the embeddings and this many bottom student layers keep the teacher's weights (frozen).
     freeze_layers: int = option(
         0,
         min=0,
@@ -240,8 +215,6 @@ class DistillConfig(TrainConfig):
         help="With --init teacher: keep the embeddings and this many bottom student layers as the teacher has them "
         "(frozen); no backward pass runs below the first trained layer.",
     )
-    # Where the teacher's embeddings of the parallel sources are kept (distillation/targets.py);
-    # None: OUT/teacher-targets.
     target_cache: Path | None = option(
         None,
         metavar="DIR",
@@ -250,44 +223,24 @@ class DistillConfig(TrainConfig):
         help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
         "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.",
     )
-    # The in-training probe: Tatoeba xx->en of the student at step 0, every probe_every steps and at the end.
     probe_tatoeba: Path | None = option(
         None,
         metavar="DIR",
         help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every "
         "steps and at the end, in metrics.jsonl and the log (never used for selection).",
     )
-    # empty: every language found in probe_tatoeba
     probe_langs: tuple[str, ...] = option(
         (),
         repeat=COMMA,
         help="Probe only these languages (project codes, comma-separated or repeated; default: all found).",
     )
     probe_every: int = option(100, min=1, help="Steps between probes.")
-    # at most this many pairs per language (the first ones); None = all
     probe_pairs: int | None = option(
         None, min=1, help="Probe at most this many pairs per language (the first ones; default: all)."
     )
 
     AUTO_BATCH = True
     ZERO_STEPS = True
-
-    @property
-    def output_terms(self) -> bool:
-        """Whether any term reads the student's output (then its top layer trains whole); auto (None) counts as
-        off until `distill.resolve_output_terms` has decided."""
-        return (self.hidden_loss_weight or 0) > 0 or (self.embedding_loss_weight or 0) > 0
-
-    @property
-    def parallel_term(self) -> bool:
-        """Whether a term reads the parallel pairs (the MSE term or the contrastive one)."""
-        return self.parallel is not None and (self.parallel_loss_weight > 0 or self.parallel_contrastive_weight > 0)
-
-    @property
-    def trains_output(self) -> bool:
-        """Whether a term reaches the student's last layer whole (output or parallel terms): then nothing of it
-        is frozen and the teacher runs to its top."""
-        return self.output_terms or self.parallel_term
 
     @property
     def init_rule(self) -> str:

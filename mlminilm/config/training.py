@@ -25,7 +25,6 @@ class TrainConfig:
 
     out: Path = option(help="Output directory (created; must be empty unless --resume/--overwrite).", replay=False)
     max_steps: int = option(10_000, min=1, help="Optimizer steps.", resume=FIXED)
-    # sequences per process per micro-batch
     batch_size: int = option(32, min=1, help="Sequences per process per micro-batch.", resume=FIXED)
     grad_accum: int = option(1, min=1, help="Micro-batches accumulated per optimizer step.", resume=FIXED)
     lr: float = option(
@@ -34,7 +33,6 @@ class TrainConfig:
         resume=CHANGEABLE,
         help="Peak learning rate (AdamW). With --resume it may change (recorded in run.json).",
     )
-    # below 1: a fraction of max_steps; from 1: a number of steps
     warmup: float = option(
         0.06,
         check="non-negative",
@@ -69,8 +67,6 @@ class TrainConfig:
         False, replay=False, help="Continue the run in --out from its latest checkpoint (--lr and --warmup may change)."
     )
     overwrite: bool = option(False, replay=False, help="Start over, replacing a previous run in --out.")
-    # auto: bf16 on CUDA GPUs that have it and on CPUs with native bf16 (training.cpu_has_native_bf16); fp16 with a
-    # gradient scaler on older GPUs (V100, T4); else fp32
     precision: str = option(
         "auto",
         choices=PRECISIONS,
@@ -79,7 +75,6 @@ class TrainConfig:
     )
     device: str = device_option()
     quiet: bool = quiet_option()
-    # one of REPORT_TO; may change on --resume (only from that step on)
     report_to: str = option(
         "jsonl",
         choices=REPORT_TO,
@@ -95,7 +90,7 @@ class TrainConfig:
             least = "0 (the initialised student, exported untrained)" if self.ZERO_STEPS else "1"
             p.append(f"--max-steps must be at least {least} (got {self.max_steps})")
         if self.batch_size is None and self.AUTO_BATCH:
-            pass  # decided with the device (distill: mlminilm.distillation.plan.default_batch)
+            pass  # decided with the device (distill: mlminilm.distillation.batch.default_batch)
         elif self.batch_size == AUTO:
             if not self.AUTO_BATCH:
                 p.append("--batch-size auto is for distill and assist; give a number of sequences")

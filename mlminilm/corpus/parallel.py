@@ -146,26 +146,40 @@ def shared_sides(sources: list[str], targets: list[str]) -> torch.Tensor:
     return torch.from_numpy(found)
 
 
+def _draw(pairs: ParallelPairs, seed: int, step: int, size: int) -> np.ndarray:
+    return np.random.default_rng([seed, STREAM, step]).integers(0, len(pairs), size=size)
+
+
+def drawn_sources(
+    pairs: ParallelPairs, seed: int, start: int, steps: int, batch: int, accum: int, world: int
+) -> list[str]:
+    """Every source sentence a ParallelSampler of `pairs` and `seed` draws in steps [start, steps) on every process
+    (what the target cache must hold before the sampler is made with it)."""
+    found = set()
+    for step in range(start, steps):
+        found.update(_draw(pairs, seed, step, batch * accum * world).tolist())
+    return [pairs.sources[i] for i in sorted(found)]
+
+
 class ParallelSampler:
     """Stateless like corpus.sampling.BatchSampler: the pairs of micro-batch (step, micro) on process `rank` are a
     function of (seed, step) alone, so a resumed run draws what the uninterrupted one drew, and N processes
     with batch B draw the global batch one process with batch N*B would."""
 
-    def __init__(self, pairs: ParallelPairs, tokenizer, *, prefix: str, max_length: int, seed: int):
+    def __init__(self, pairs: ParallelPairs, tokenizer, *, prefix: str, max_length: int, seed: int, target_table=None):
         self.pairs, self.tokenizer = pairs, tokenizer
         self.prefix, self.max_length, self.seed = prefix, max_length, seed
-        self.target_table = None  # a distillation.targets.TargetTable once the cache is filled: then no source forward
+        # A distillation.targets.TargetTable of the teacher's embeddings of the sources it draws (the target cache):
+        # then no source forward. None: each batch holds the sources' ids for the teacher.
+        self.target_table = target_table
         self._lengths: dict[int, int] = {}  # pair index -> its longer side's token count (`_pair_length`)
 
     def drawn_sources(self, start: int, steps: int, batch: int, accum: int, world: int) -> list[str]:
         """Every source sentence steps [start, steps) draw on every process (what the target cache must hold)."""
-        found = set()
-        for step in range(start, steps):
-            found.update(self._drawn(step, batch * accum * world).tolist())
-        return [self.pairs.sources[i] for i in sorted(found)]
+        return drawn_sources(self.pairs, self.seed, start, steps, batch, accum, world)
 
     def _drawn(self, step: int, size: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, STREAM, step]).integers(0, len(self.pairs), size=size)
+        return _draw(self.pairs, self.seed, step, size)
 
     def indices(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> np.ndarray:
         drawn = self._drawn(step, batch * accum * world)

@@ -3,6 +3,8 @@ with `--batch-size auto` on CUDA, the largest micro-batch whose real distill ste
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -10,12 +12,36 @@ from torch import nn
 
 from mlminilm import logging as mlog
 from mlminilm import training
+from mlminilm.config import DistillConfig
 from mlminilm.corpus.parallel import ParallelBatch
-from mlminilm.distillation.plan import DistillPlan, default_batch
+from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, agree_across_ranks, plan_batch
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
+
+# The batch when --batch-size is left out (`default_batch`). CPU: 32 sequences per micro-batch, no accumulation, as
+# before. CUDA: at least GPU_TOKENS_PER_STEP tokens per GPU per optimizer step. The old default, 32 x 128 = 4k
+# tokens, made a step so short on an H100 that fixed costs dominated it (the embedding's AdamW update over 96M rows
+# alone a quarter of it: ~21-28 % MFU, issue 28); 32k tokens spreads those costs over 8 times the work, and is the
+# usual pretraining-scale batch per GPU (BERT/RoBERTa-style recipes run 0.1-1M tokens per step over all GPUs).
+DEFAULT_BATCH = 32
+GPU_TOKENS_PER_STEP = 32_768
+
+
+def default_batch(cfg: DistillConfig, device_type: str, seq_len: int, world: int) -> DistillConfig:
+    """The config with --batch-size decided when it was left out (None): DEFAULT_BATCH, except on CUDA, where the
+    micro-batch is auto (the largest power of two that fits) and, unless --global-batch or --grad-accum says
+    otherwise, the global batch is `world` x the least power of two of sequences holding GPU_TOKENS_PER_STEP
+    tokens (256 at 128 tokens a sequence: exactly 32,768). A given --batch-size is kept as it is."""
+    if cfg.batch_size is not None:
+        return cfg
+    if device_type != "cuda" or cfg.grad_accum != 1:
+        return replace(cfg, batch_size=DEFAULT_BATCH)
+    if cfg.global_batch is not None:
+        return replace(cfg, batch_size="auto")
+    sequences = 1 << max(0, math.ceil(math.log2(math.ceil(GPU_TOKENS_PER_STEP / max(1, seq_len)))))
+    return replace(cfg, batch_size="auto", global_batch=sequences * world)
 
 
 def resolve_batch(
@@ -24,7 +50,7 @@ def resolve_batch(
     """The run's micro-batch and accumulation (mlminilm/training/batch_size.py); on CUDA `--batch-size auto` tries real
     distill steps (teacher, student forward and backward) at growing micro-batches until one does not fit, on every
     rank, and every rank then takes the smallest any of them found (training.batch_size.agree_across_ranks). A
-    --batch-size left out is decided here, with the device (plan.default_batch)."""
+    --batch-size left out is decided here, with the device (`default_batch`)."""
     cfg = default_batch(plan.cfg, rt.device.type, plan.data.seq_len, rt.world)
     fits = memory_probe(plan, cfg, rt, teacher, forward, distill_terms) if cfg.batch_size == "auto" else None
     found = plan_batch(

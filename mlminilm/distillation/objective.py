@@ -10,16 +10,8 @@ from torch import nn
 
 from mlminilm.config import DistillConfig
 from mlminilm.distillation.capture import layer_qkv, qkv_and_output
-from mlminilm.distillation.losses import embedding_mse, sentence_embedding, translation_ranking
-from mlminilm.distillation.terms import (  # noqa: F401 (weighted_loss, uses_running_text: this module's names too)
-    TERMS,
-    StepTensors,
-    compute_terms,
-    reads_output,
-    term_weights,
-    uses_running_text,
-    weighted_loss,
-)
+from mlminilm.distillation.losses import sentence_embedding
+from mlminilm.distillation.terms import StepTensors, compute_terms, reads_output
 from mlminilm.models.layers import base_model
 
 
@@ -57,36 +49,6 @@ class EmbeddingHead:
 
     modes: tuple[str, ...]
     normalize: bool
-
-
-# The terms, their weights and what each reads are one table: mlminilm/distillation/terms.py.
-RELATION_TERMS = tuple(t.name for t in TERMS.values() if t.weight == "relation_loss_weight")
-
-
-def parallel_terms(
-    target: torch.Tensor,
-    s_hidden: torch.Tensor,
-    both_mask: torch.Tensor,
-    head: EmbeddingHead,
-    cfg: DistillConfig,
-    not_negative: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
-    """The terms on parallel pairs, from the teacher's embedding of the B sources (`target`, [B, H], no gradient)
-    and the student's last hidden states of the sources then the translations (`s_hidden`, [2B, T, H]):
-
-    - `parallel`: sentence-transformers' multilingual distillation (Reimers & Gurevych 2020), the student's
-      embeddings of both sides against the teacher's embedding of the source, squared L2 distance averaged over
-      the 2B embeddings (embedding_mse's scale);
-    - `contrastive` (with --parallel-contrastive-weight): in-batch translation ranking of the student's source and
-      translation embeddings, both directions, at --parallel-temperature (losses.translation_ranking)."""
-    student = sentence_embedding(s_hidden, both_mask, head.modes, head.normalize)
-    parts = {}
-    if cfg.parallel_loss_weight > 0:
-        parts["parallel"] = embedding_mse(torch.cat([target, target]), student)
-    if cfg.parallel_contrastive_weight > 0:
-        b = target.shape[0]
-        parts["contrastive"] = translation_ranking(student[:b], student[b:], cfg.parallel_temperature, not_negative)
-    return parts
 
 
 def teacher_embedding(teacher: nn.Module, ids: torch.Tensor, mask: torch.Tensor, head: EmbeddingHead) -> torch.Tensor:

@@ -6,7 +6,6 @@ the loss in words and the model card's facts."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from mlminilm import logging as mlog
@@ -14,19 +13,11 @@ from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillCon
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.parallel import ParallelPairs
 from mlminilm.distillation.objective import EmbeddingHead
-from mlminilm.distillation.terms import OUTPUT, PAIRS, terms_on, weight_of
+from mlminilm.distillation.terms import Words, in_words, reads_pairs, terms_on, weight_of
 from mlminilm.errors import ConfigError
 from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
 log = mlog.get("mlminilm.distill")  # the command's own logger, as before the split
-
-# The batch when --batch-size is left out (`default_batch`). CPU: 32 sequences per micro-batch, no accumulation, as
-# before. CUDA: at least GPU_TOKENS_PER_STEP tokens per GPU per optimizer step. The old default, 32 x 128 = 4k
-# tokens, made a step so short on an H100 that fixed costs dominated it (the embedding's AdamW update over 96M rows
-# alone a quarter of it: ~21-28 % MFU, issue 28); 32k tokens spreads those costs over 8 times the work, and is the
-# usual pretraining-scale batch per GPU (BERT/RoBERTa-style recipes run 0.1-1M tokens per step over all GPUs).
-DEFAULT_BATCH = 32
-GPU_TOKENS_PER_STEP = 32_768
 
 # How the parallel term embeds sentences with a teacher that has no sentence-transformers Pooling module.
 MEAN_POOLING = EmbeddingHead(("mean",), False)
@@ -66,36 +57,6 @@ class DistillPlan:
     @property
     def counts(self) -> dict[str, int]:
         return {lang: self.data.num_sequences(lang) for lang in self.data.languages}
-
-    @property
-    def reads_output(self) -> bool:
-        """Whether a term reads the student's output (then its top layer trains whole)."""
-        return bool(_names(self.cfg, (OUTPUT,)))
-
-    @property
-    def trains_output(self) -> bool:
-        """Whether a term reaches the student's last layer whole (output or pairs terms): then nothing of it is
-        frozen and the teacher runs to its top."""
-        return bool(_names(self.cfg, (OUTPUT, PAIRS)))
-
-
-def _names(cfg: DistillConfig, reads: tuple[str, ...]) -> set[str]:
-    return {t.name for t in terms_on(cfg, reads)}
-
-
-def default_batch(cfg: DistillConfig, device_type: str, seq_len: int, world: int) -> DistillConfig:
-    """The config with --batch-size decided when it was left out (None): DEFAULT_BATCH, except on CUDA, where the
-    micro-batch is auto (the largest power of two that fits) and, unless --global-batch or --grad-accum says
-    otherwise, the global batch is `world` x the least power of two of sequences holding GPU_TOKENS_PER_STEP
-    tokens (256 at 128 tokens a sequence: exactly 32,768). A given --batch-size is kept as it is."""
-    if cfg.batch_size is not None:
-        return cfg
-    if device_type != "cuda" or cfg.grad_accum != 1:
-        return replace(cfg, batch_size=DEFAULT_BATCH)
-    if cfg.global_batch is not None:
-        return replace(cfg, batch_size="auto")
-    sequences = 1 << max(0, math.ceil(math.log2(math.ceil(GPU_TOKENS_PER_STEP / max(1, seq_len)))))
-    return replace(cfg, batch_size="auto", global_batch=sequences * world)
 
 
 def terms_with_weights(cfg: DistillConfig) -> tuple[tuple[str, float], ...]:
@@ -142,7 +103,7 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
     embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
     encoder's last hidden states by their mean over real tokens."""
-    if not cfg.embedding_loss_weight and not cfg.parallel_term:
+    if not cfg.embedding_loss_weight and not reads_pairs(cfg):
         return None
     from mlminilm.models.pooling import POOLING_MODES
 
@@ -179,32 +140,10 @@ def parallel_prefix(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> 
 
 
 def objective_summary(plan: DistillPlan) -> str:
-    """The loss in words, for the log, run.json and the model card."""
-    cfg, head = plan.cfg, plan.head
-    parts = []
-    if cfg.relation_loss_weight > 0:
-        relations = (
-            "MiniLM attention + value relations"
-            if cfg.objective == "minilm"
-            else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"
-        )
-        parts.append(relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}")
-    if cfg.hidden_loss_weight:
-        parts.append(f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})")
-    how = head and "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
-    if cfg.embedding_loss_weight and head is not None:
-        parts.append(f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({how})")
-    if cfg.parallel_term and head is not None and cfg.parallel_loss_weight > 0:
-        parts.append(
-            f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
-            f"teacher's sentence; {how}; prefix {plan.prefix!r})"
-        )
-    if cfg.parallel_term and head is not None and cfg.parallel_contrastive_weight > 0:
-        parts.append(
-            f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
-            f"temperature {cfg.parallel_temperature:g}; {how})"
-        )
-    return " + ".join(parts)
+    """The loss in words, for the log, run.json and the model card: as the loss-term table says each term on."""
+    head = plan.head
+    how = "" if head is None else "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
+    return in_words(plan.cfg, Words(how, plan.prefix))
 
 
 def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
@@ -226,7 +165,7 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "data": str(cfg.data) if cfg.data is not None else "none (only the parallel terms, which read --parallel)",
         "languages": ", ".join(data.languages or (plan.pairs.lang_counts() if plan.pairs is not None else ())),
         "alpha": cfg.alpha,
-        "parallel": str(cfg.parallel) if cfg.parallel_term else None,
+        "parallel": str(cfg.parallel) if reads_pairs(cfg) else None,
         "steps": cfg.max_steps,
         "seq_len": data.seq_len,
     }

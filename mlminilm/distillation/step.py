@@ -9,30 +9,19 @@ from typing import Callable
 from torch import nn
 
 from mlminilm import training
-from mlminilm.corpus.parallel import ParallelSampler
-from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import logged, weighted_loss
 from mlminilm.training import row_sparse_reduce
-from mlminilm.training.batch_size import BatchPlan
 
 
 class DistillStep:
-    """One micro-batch of the running text (`batches`: the loader's iterator, None when no term reads it) and the
-    pairs through the terms (`compute`), and the language mix of the logged steps (`on_log`)."""
+    """One micro-batch of `run`'s running text (`batches`: the loader's iterator, None when no term reads it) and
+    its pairs through the terms (`terms_fn`) with the student's forward `model` (DDP-wrapped when distributed):
+    `compute`; and the language mix of the logged steps (`on_log`). The plan, the runtime, the teacher, the pairs'
+    sampler and the batch are the run's."""
 
-    def __init__(
-        self,
-        plan: DistillPlan,
-        rt: training.Runtime,
-        teacher: nn.Module,
-        pairs: ParallelSampler | None,
-        model: nn.Module,
-        batch: BatchPlan,
-        batches,
-        terms_fn: Callable,
-    ):
-        self.plan, self.rt, self.teacher, self.pairs, self.model = plan, rt, teacher, pairs, model
-        self.batch, self.batches, self.terms_fn = batch, batches, terms_fn
+    def __init__(self, run, model: nn.Module, batches, terms_fn: Callable):  # run: run.DistillRun (it imports this)
+        self.plan, self.rt, self.teacher, self.pairs = run.plan, run.rt, run.teacher, run.pairs
+        self.batch, self.model, self.batches, self.terms_fn = run.batch, model, batches, terms_fn
         self.mix_total: Counter = Counter()
 
     def compute(self, step: int, micro: int) -> training.StepOutput:

@@ -3,8 +3,9 @@
 metrics.jsonl key.
 
 Adding a term is adding its row to TERMS (and its weight field to DistillConfig, with its option): the step
-computes every row whose weight is positive, weighs it by that field, and logs it under its key. Nothing else
-names a term, so no term can train at a weight the table does not give it:
+computes every row whose weight is positive, weighs it by that field, logs it under its key, and the loss in words
+(the log, run.json, the model card) says it as its row does. Nothing else names a term, so no term can train at a
+weight the table does not give it, or go unsaid:
 
 - a part a step computes that the table does not name is an error (`weighted_loss`, KeyError naming it);
 - a row whose weight field the config lacks, or a `*_loss_weight` field that no row uses, stops the run at
@@ -67,11 +68,20 @@ def _always(cfg) -> bool:
 
 
 @dataclass(frozen=True)
+class Words:
+    """What the loss in words says beside the config: how the embedding terms pool (`how`), the pairs' prefix."""
+
+    how: str = ""
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
 class LossTerm:
     name: str  # its key in a step's parts
     weight: str  # the DistillConfig field that weighs it (0 = off)
     reads: str  # CAPTURE, OUTPUT or PAIRS
     compute: Callable[[StepTensors], torch.Tensor]
+    words: Callable[[object, Words], str]  # the term in the loss in words, its weight included (rows may share one)
     metric: str = ""  # its metrics.jsonl key ("" = its name)
     applies: Callable[[object], bool] = _always  # whether the config's objective has it at all
 
@@ -138,6 +148,40 @@ def _contrastive(t: StepTensors) -> torch.Tensor:
     return translation_ranking(student[:b], student[b:], t.cfg.parallel_temperature, t.pairs.not_negative)
 
 
+# ------------------------------------------------------------------------------------------ the words
+
+
+def _relation_words(cfg, w: Words) -> str:
+    relations = (
+        "MiniLM attention + value relations"
+        if cfg.objective == "minilm"
+        else f"MiniLMv2 Q-Q/K-K/V-V relations over {cfg.relation_heads} heads"
+    )
+    return relations if cfg.relation_loss_weight == 1 else f"{cfg.relation_loss_weight:g} x {relations}"
+
+
+def _hidden_words(cfg, w: Words) -> str:
+    return f"{cfg.hidden_loss_weight:g} x last hidden states ({cfg.hidden_distance})"
+
+
+def _embedding_words(cfg, w: Words) -> str:
+    return f"{cfg.embedding_loss_weight:g} x sentence embedding MSE ({w.how})"
+
+
+def _parallel_words(cfg, w: Words) -> str:
+    return (
+        f"{cfg.parallel_loss_weight:g} x parallel embedding MSE (sentence and translation to the "
+        f"teacher's sentence; {w.how}; prefix {w.prefix!r})"
+    )
+
+
+def _contrastive_words(cfg, w: Words) -> str:
+    return (
+        f"{cfg.parallel_contrastive_weight:g} x in-batch translation ranking (both directions, "
+        f"temperature {cfg.parallel_temperature:g}; {w.how})"
+    )
+
+
 def _v1(cfg) -> bool:
     return cfg.objective == "minilm"
 
@@ -152,20 +196,20 @@ TERMS: dict[str, LossTerm] = {
     for term in (
         # sentence-transformers' multilingual distillation (Reimers & Gurevych 2020): the student's embeddings of a
         # sentence and its translation against the teacher's embedding of the sentence
-        LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel),
+        LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel, _parallel_words),
         # in-batch translation ranking of the student's source and translation embeddings, both directions
-        LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive),
+        LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive, _contrastive_words),
         # MiniLM v1: attention distributions and value relations of the distilled layer
-        LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), applies=_v1),
-        LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), applies=_v1),
+        LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), _relation_words, applies=_v1),
+        LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), _relation_words, applies=_v1),
         # MiniLMv2: Q-Q, K-K, V-V relations over --relation-heads
-        LossTerm("qq", "relation_loss_weight", CAPTURE, _relation("qq"), applies=_v2),
-        LossTerm("kk", "relation_loss_weight", CAPTURE, _relation("kk"), applies=_v2),
-        LossTerm("vv", "relation_loss_weight", CAPTURE, _relation("vv"), applies=_v2),
+        LossTerm("qq", "relation_loss_weight", CAPTURE, _relation("qq"), _relation_words, applies=_v2),
+        LossTerm("kk", "relation_loss_weight", CAPTURE, _relation("kk"), _relation_words, applies=_v2),
+        LossTerm("vv", "relation_loss_weight", CAPTURE, _relation("vv"), _relation_words, applies=_v2),
         # the last hidden states, per real token (--hidden-distance)
-        LossTerm("hidden", "hidden_loss_weight", OUTPUT, _hidden),
+        LossTerm("hidden", "hidden_loss_weight", OUTPUT, _hidden, _hidden_words),
         # the sentence embedding through the teacher's Pooling (+ Normalize)
-        LossTerm("embedding", "embedding_loss_weight", OUTPUT, _embedding),
+        LossTerm("embedding", "embedding_loss_weight", OUTPUT, _embedding, _embedding_words),
     )
 }
 
@@ -192,13 +236,33 @@ def terms_on(cfg, reads: tuple[str, ...] = (CAPTURE, OUTPUT, PAIRS)) -> tuple[Lo
 
 
 def reads_output(cfg) -> bool:
-    """Whether a term on reads the last hidden states of the running text."""
+    """Whether a term on reads the last hidden states of the running text (then the student's forward returns
+    them)."""
     return bool(terms_on(cfg, (OUTPUT,)))
+
+
+def reads_pairs(cfg) -> bool:
+    """Whether a term on reads the parallel pairs (the MSE term or the contrastive one)."""
+    return bool(terms_on(cfg, (PAIRS,)))
+
+
+def trains_output(cfg) -> bool:
+    """Whether a term on reaches the student's last layer whole (an output or a pairs term): then nothing of it is
+    frozen and the teacher runs to its top."""
+    return bool(terms_on(cfg, (OUTPUT, PAIRS)))
 
 
 def uses_running_text(cfg) -> bool:
     """Whether any term reads the running-text batch (with only the pairs terms on, it is not drawn)."""
     return bool(terms_on(cfg, (CAPTURE, OUTPUT)))
+
+
+def in_words(cfg, words: Words) -> str:
+    """The loss in words, for the log, run.json and the model card: each term on as its row says it (rows that
+    share words said once), those on the running text first, then those on the pairs."""
+    kinds = (CAPTURE, OUTPUT, PAIRS)
+    on = sorted(terms_on(cfg), key=lambda t: kinds.index(t.reads))  # stable: the table's order within a kind
+    return " + ".join(dict.fromkeys(t.words(cfg, words) for t in on))
 
 
 def weighted_loss(parts: dict[str, torch.Tensor], cfg) -> torch.Tensor:

@@ -5,7 +5,7 @@
 - `run_dir`: the output directory, the run record and its --resume check, the metrics log;
 - `checkpoint_layout`, `checkpoints`, `checkpoint_writer`: where checkpoints live, loading and resuming, writing
   (synchronously or in a background thread);
-- `loop`: `setup_training` and `run_steps` (`train_loop`: the same, its two records given field by field);
+- `loop`: `setup_training` and `run_steps`;
 - `tracking`: where the metrics records go (metrics.jsonl, and TensorBoard with --report-to tensorboard);
 - `batch_size`: the micro-batch `--batch-size auto` picks.
 
@@ -25,11 +25,9 @@ from mlminilm.training.loop import (
     run_steps,
     setup_training,
     step_seed,
-    train_loop,
 )
 from mlminilm.training.optim import linear_schedule, make_optimizer
 from mlminilm.training.run_dir import (
-    LEGACY_RUN_RECORD,
     METRICS,
     PREVIOUS_RUN,
     RUN_RECORD,
@@ -48,7 +46,6 @@ from mlminilm.training.tracking import Tracker, check_report_to, open_tracker
 
 __all__ = [
     "CHECKPOINTS",
-    "LEGACY_RUN_RECORD",
     "METRICS",
     "RUN_RECORD",
     "LoopResult",
@@ -79,7 +76,6 @@ __all__ = [
     "setup_training",
     "step_seed",
     "teardown_runtime",
-    "train_loop",
     "write_json_atomic",
     "TENSORBOARD",
     "Tracker",

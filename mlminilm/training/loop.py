@@ -183,34 +183,6 @@ class Reporting:
     probe_every: int = 0
 
 
-def train_loop(
-    *,
-    cfg: TrainConfig,
-    rt: Runtime,
-    model: nn.Module,
-    raw_model: nn.Module,
-    optimizer,
-    scheduler,
-    compute: Callable[[int, int], StepOutput],
-    out: Path,
-    metrics: Tracker | MetricsLog,
-    start_step: int = 0,
-    checkpoint_state: Callable[[int], dict] | None = None,
-    on_log: Callable[[int, dict], None] | None = None,
-    after_save: Callable[[int], dict | None] | None = None,
-    description: str = "training",
-    scaler=None,
-    checkpointer=None,
-    probe: Callable[[int], dict | None] | None = None,
-    probe_every: int = 0,
-) -> LoopResult:
-    """`run_steps` with its two records given field by field (the keyword form callers used before them)."""
-    return run_steps(
-        Steps(cfg, rt, model, raw_model, optimizer, scheduler, compute, start_step, scaler),
-        Reporting(out, metrics, description, on_log, checkpoint_state, after_save, checkpointer, probe, probe_every),
-    )
-
-
 def run_steps(steps: Steps, reporting: Reporting) -> LoopResult:
     """Run optimizer steps steps.start_step .. cfg.max_steps-1.
 

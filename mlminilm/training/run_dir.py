@@ -26,7 +26,6 @@ from mlminilm.version import __version__
 
 log = mlog.get(__name__)
 RUN_RECORD = "run.json"  # the run record: not config.json, which from_pretrained(OUT) would take for a model's
-LEGACY_RUN_RECORD = "config.json"  # where distill and assist wrote it in earlier versions; still read on --resume
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"  # --report-to tensorboard: the event files (mlminilm.training.tracking)
 # Options that --resume may change (the advice after a divergence: lower --lr, longer --warmup), recorded in the run
@@ -56,11 +55,6 @@ class RunLayout:
 
     def has_checkpoint(self, out: Path) -> bool:
         return self.checkpointed(out) if self.checkpointed else bool(checkpoint_dirs(out))
-
-    @property
-    def ours(self) -> tuple[str, ...]:
-        """The entries --overwrite may replace (the legacy record only beside a single run's own)."""
-        return (*self.artifacts, LEGACY_RUN_RECORD) if self.leftovers is None else self.artifacts
 
 
 @contextlib.contextmanager
@@ -115,9 +109,7 @@ def prepare_output_dir(
     if out.exists() and not out.is_dir():
         raise CheckpointError(f"--out {out} is a file, not a directory; name a directory")
     # Our names only at OUT's root (it may be a directory of the user's, refused below); all in checkpoints/.
-    clean_stale(
-        out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, LEGACY_RUN_RECORD, "selection.json")))
-    )
+    clean_stale(out, prefix=(".tmp-student-", *(f".{name}.tmp-" for name in (RUN_RECORD, "selection.json"))))
     clean_stale(out / CHECKPOINTS)
     existing = [p for p in out.iterdir()] if out.exists() else []
     failed = bool(existing) and not cfg.resume and layout.died_early(out)
@@ -132,7 +124,7 @@ def prepare_output_dir(
             "--overwrite to start over"
         )
     if cfg.overwrite:
-        check_replaceable(out, layout.ours, layout.what)
+        check_replaceable(out, layout.artifacts, layout.what)
     if failed and not cfg.overwrite:
         log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
     if not set_aside or not (cfg.overwrite or failed):
@@ -190,20 +182,10 @@ def failed_run_leftovers(out: Path, record_file: str = RUN_RECORD) -> bool:
         return False
     allowed = {record_file, METRICS, TENSORBOARD, CHECKPOINTS}
     names = {p.name for p in out.iterdir()}
-    if not names or not names <= allowed | {LEGACY_RUN_RECORD}:
+    if not names or not names <= allowed:
         return False
-    if LEGACY_RUN_RECORD in names and LEGACY_RUN_RECORD != record_file and not _is_run_record(out / LEGACY_RUN_RECORD):
-        return False  # a model's config.json: this is not a failed run's directory
     root = out / CHECKPOINTS
     return not root.exists() or (root.is_dir() and not any(root.iterdir()))
-
-
-def _is_run_record(path: Path) -> bool:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and "command" in record and "config" in record
 
 
 def git_revision() -> str | None:
@@ -280,32 +262,21 @@ class MetricsLog:
 
 
 def read_run_record(out: Path, record_file: str = RUN_RECORD) -> tuple[Path, dict] | None:
-    """The run record of the run in `out` (`record_file`, or the name distill used before, config.json, when it
-    holds a run record), or None when there is none. A damaged record is an error that says what to do."""
-    out = Path(out)
-    candidates = [out / record_file]
-    if record_file != LEGACY_RUN_RECORD:
-        candidates.append(out / LEGACY_RUN_RECORD)
-    for path in candidates:
-        if not path.exists():
-            continue
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(record, dict) or not isinstance(record.get("config", {}), dict):
-                raise ValueError("not a run record object")
-        except FileNotFoundError:  # another torchrun process moved the old name to the new one just now
-            continue
-        except (UnicodeDecodeError, ValueError) as exc:
-            if path.name == LEGACY_RUN_RECORD and path.name != record_file:
-                continue  # a model's config.json, say: not ours
-            raise CheckpointError(
-                f"run record {path} is damaged ({str(exc).splitlines()[0]}): it cannot tell which options made this "
-                f"run; delete it to resume without that check (it is written again), or start over with --overwrite"
-            ) from None
-        if path.name == LEGACY_RUN_RECORD and path.name != record_file and "command" not in record:
-            continue
-        return path, record
-    return None
+    """The run record of the run in `out` (`record_file`), or None when there is none. A damaged record is an
+    error that says what to do."""
+    path = Path(out) / record_file
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("config", {}), dict):
+            raise ValueError("not a run record object")
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(
+            f"run record {path} is damaged ({str(exc).splitlines()[0]}): it cannot tell which options made this "
+            f"run; delete it to resume without that check (it is written again), or start over with --overwrite"
+        ) from None
+    return path, record
 
 
 def check_resume_compatible(
@@ -338,7 +309,7 @@ def check_resume_compatible(
             ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
             Path(out) / record_file,
         )
-    if write and (changes or path.name != record_file):
+    if write and changes:
         updated = dict(old_record)
         updated["config"] = {**old, **{k: b for k, (a, b) in changes.items()}}
         if changes:
@@ -346,7 +317,5 @@ def check_resume_compatible(
                 *old_record.get("resumes", []),
                 {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes},
             ]
-        write_json_atomic(Path(out) / record_file, updated)
-        if path.name != record_file:  # the old name: the record moves to its new one
-            path.unlink(missing_ok=True)
+        write_json_atomic(path, updated)
     return changes
