@@ -13,7 +13,7 @@ Output directory (README "export"):
   README.md, mlminilm.json           the model card, noting the export
 No PyTorch weights: the directory is for onnxruntime (`eval-* --backend onnx`); export again from the model.
 
-How the graph is traced, checked and quantised, and why: mlminilm.models.onnx_graph.
+How the graph is traced, checked and quantised, and why: mlminilm.export.graph.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.errors import CheckpointError, ConfigError, Problems
-from mlminilm.models import onnx_graph
-from mlminilm.models.onnx_runtime import GRAPH, OPENVINO_RECORD, RECORD, TASKS, is_export, require_onnx, versions
-from mlminilm.models.openvino_runtime import IR
+from mlminilm.export import graph as onnx_graph
+from mlminilm.runtimes.onnx_runtime import GRAPH, OPENVINO_RECORD, RECORD, TASKS, is_export, require_onnx, versions
+from mlminilm.runtimes.openvino_runtime import IR
 from mlminilm.version import __version__
 
 log = mlog.get(__name__)
@@ -72,7 +72,7 @@ class _Source:
     tokenizer: object
     task: str  # a key of onnx_runtime.TASKS
     sentence_files: bool  # copy the sentence-transformers files
-    int8: object = None  # onnx_int8_export.Int8Inputs with --quantize int8
+    int8: object = None  # int8_step.Int8Inputs with --quantize int8
 
     @property
     def input_names(self) -> list[str]:
@@ -151,12 +151,12 @@ def _validate(config: ExportConfig, claim) -> _Source:
         attempt(lambda: check_vocabulary(model_config, len(tokenizer), config.model))
     problems.raise_any()
     if config.format == "openvino":
-        from mlminilm.models.openvino_runtime import require_openvino
+        from mlminilm.runtimes.openvino_runtime import require_openvino
 
         require_openvino("mlminilm export --format openvino", quantize=config.quantize == "int8")
     int8 = None
     if config.quantize == "int8":  # calibration text and --check sentences read now: their errors before the trace
-        from mlminilm.models.onnx_int8_export import read_inputs
+        from mlminilm.export.int8_step import read_inputs
 
         int8 = read_inputs(config, model_dir, weights, model_config, tokenizer, task)
     return _Source(model_dir, weights, model_config, tokenizer, task, sentence_files, int8)
@@ -200,14 +200,12 @@ def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
         graph = tmp / (IR if config.format == "openvino" else GRAPH)
         fidelity = None
         if config.quantize == "int8" or config.format == "openvino":
-            from mlminilm.models import onnx_int8_export
+            from mlminilm.export import int8_step
 
-            onnx_int8_export.make_graph(source.int8, config.format, float_graph, graph, source.tokenizer, names, large)
+            int8_step.make_graph(source.int8, config.format, float_graph, graph, source.tokenizer, names, large)
             if source.int8 is not None and source.int8.check is not None:
                 partial = {"task": source.task, "num_layers": int(source.config.num_hidden_layers), "inputs": io[0]}
-                fidelity = onnx_int8_export.fidelity(
-                    source.int8, tmp, float_graph, graph, partial, source.tokenizer, config
-                )
+                fidelity = int8_step.fidelity(source.int8, tmp, float_graph, graph, partial, source.tokenizer, config)
             shutil.rmtree(float_graph.parent) if config.format == "openvino" else _remove(float_graph)
         with torch.inference_mode():
             check = onnx_graph.check(wrapper, graph, source.tokenizer, source.task, names, output, config.quantize)
@@ -219,7 +217,7 @@ def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
 
 def _io(graph: Path) -> tuple[list, list]:
     """The graph's inputs and outputs as the record lists them (names, dtypes, dynamic axes)."""
-    from mlminilm.models.onnx_runtime import session
+    from mlminilm.runtimes.onnx_runtime import session
 
     graph_session = session(graph, 1)
     return onnx_graph.io_record(graph_session.get_inputs()), onnx_graph.io_record(graph_session.get_outputs())
@@ -279,7 +277,7 @@ def _record(config: ExportConfig, source: _Source, graph: Path, check: dict, fid
 
 
 def _openvino_versions() -> dict:
-    from mlminilm.models.openvino_runtime import versions as openvino_versions
+    from mlminilm.runtimes.openvino_runtime import versions as openvino_versions
 
     return openvino_versions()
 
@@ -304,6 +302,6 @@ def _write_directory(config: ExportConfig, source: _Source, model, tmp: Path, re
     (tmp / (OPENVINO_RECORD if config.format == "openvino" else RECORD)).write_text(
         json.dumps(record, indent=2) + "\n", encoding="utf-8"
     )
-    from mlminilm.models.export_card import write_card
+    from mlminilm.export.card import write_card
 
     write_card(config, source, model, tmp, record, sentence_encoder)

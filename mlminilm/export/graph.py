@@ -8,8 +8,8 @@ BERT), so it is not offered. Every export is checked: the graph and the PyTorch 
 lengths than the example's, padded, and a float32 graph that differs by more than 1e-3 (relative to the largest
 output) is an error and nothing is written.
 
-int8 (`--quantize int8`): mlminilm.models.onnx_int8 (the methods, measured per language in docs/BENCHMARKS.md
-section 13) and mlminilm.models.onnx_int8_export (calibration text, the per-language check).
+int8 (`--quantize int8`): mlminilm.export.int8 (the methods, measured per language in docs/BENCHMARKS.md
+section 13) and mlminilm.export.int8_step (calibration text, the per-language check).
 """
 
 from __future__ import annotations
@@ -127,14 +127,14 @@ def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: 
     FLOAT32_TOLERANCE is an error; an int8 graph's figures are recorded."""
     import numpy as np
 
-    from mlminilm.models.onnx_runtime import session
+    from mlminilm.runtimes.onnx_runtime import session
 
     batch = model_inputs(tokenizer, task, CHECK, CHECK_PAIRS, names)
     expected = wrapper(*[batch[n] for n in names]).float().numpy()
     feed = {n: batch[n].numpy() for n in names}
     try:
         if graph.suffix == ".xml":  # OpenVINO's IR
-            from mlminilm.models.openvino_runtime import compiled
+            from mlminilm.runtimes.openvino_runtime import compiled
 
             got = np.array(next(iter(compiled(graph).create_infer_request().infer(feed).values())), dtype=np.float32)
         else:

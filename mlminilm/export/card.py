@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlminilm.models.onnx_runtime import GRAPH
-from mlminilm.models.openvino_runtime import IR
+from mlminilm.runtimes.onnx_runtime import GRAPH
+from mlminilm.runtimes.openvino_runtime import IR
 
 # numpy for each sentence-transformers pooling mode over `hidden` [batch, seq, dim] and `mask` [batch, seq, 1]
 _POOLING = {

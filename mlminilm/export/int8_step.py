@@ -1,6 +1,6 @@
 """The int8 step of `mlminilm export`: what it reads before the trace (calibration text, the check sentences), the
 quantisation itself, and the per-language fidelity report (float32 against int8 graph) that goes into
-onnx/export.json and the card. The methods: mlminilm.models.onnx_int8; the report: mlminilm.models.onnx_fidelity.
+onnx/export.json and the card. The methods: mlminilm.export.int8; the report: mlminilm.export.fidelity.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.config.export import CALIBRATION_MAX_LENGTH
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.models.onnx_calibration import CalibrationText, default_source, read_calibration
-from mlminilm.models.onnx_fidelity import CheckSet, fidelity_report, language_fidelity, read_check
-from mlminilm.models.onnx_int8 import Batches, Int8Plan, quantize_dynamic
+from mlminilm.export.calibration import CalibrationText, default_source, read_calibration
+from mlminilm.export.fidelity import CheckSet, fidelity_report, language_fidelity, read_check
+from mlminilm.export.int8 import Batches, Int8Plan, quantize_dynamic
 
 log = mlog.get(__name__)
 
@@ -73,7 +73,7 @@ def make_graph(
 ) -> None:
     """From the float32 ONNX graph, `graph`: an int8 ONNX graph (onnxruntime, by the plan), or OpenVINO's IR
     (float32, or int8 by NNCF with `inputs`), calibrated on the calibration text where the method needs it."""
-    from mlminilm.models.onnx_graph import failure
+    from mlminilm.export.graph import failure
 
     batches = None
     if inputs is not None and inputs.calibration is not None:
@@ -81,7 +81,7 @@ def make_graph(
         batches = Batches(tokenizer, sentences, names, CALIBRATION_MAX_LENGTH)
     t0 = time.perf_counter()
     if fmt == "openvino":
-        from mlminilm.models.openvino_runtime import convert
+        from mlminilm.export.openvino_ir import convert
 
         try:
             convert(float_graph, graph, list(batches) if batches is not None else None, len(list(batches or ())))
@@ -101,7 +101,7 @@ def make_graph(
 def fidelity(inputs: Int8Inputs, staging: Path, float_graph: Path, graph: Path, record: dict, tokenizer, cfg) -> dict:
     """The per-language report of the int8 graph against the float32 one (both in `staging`)."""
     from mlminilm.evaluation.embeddings import embed, encode
-    from mlminilm.models.onnx_runtime import ExportRecord, OnnxModel
+    from mlminilm.runtimes.onnx_runtime import ExportRecord, OnnxModel
     from mlminilm.training import setup_runtime
 
     check, spec = inputs.check, inputs.spec
@@ -111,7 +111,7 @@ def fidelity(inputs: Int8Inputs, staging: Path, float_graph: Path, graph: Path, 
     def runner(path: Path):
         doc = {**record, "graph": str(path.relative_to(staging))}
         if path.suffix == ".xml":
-            from mlminilm.models.openvino_runtime import OpenVinoModel
+            from mlminilm.runtimes.openvino_runtime import OpenVinoModel
 
             return OpenVinoModel(staging, record=ExportRecord(staging, doc))
         return OnnxModel(staging, record=ExportRecord(staging, doc))
