@@ -1,6 +1,8 @@
 """`mlminilm export`: a model as a serving graph (ONNX or OpenVINO IR, optionally int8), on its own floor above
 models/ and evaluation/ (README "Development"): nothing below imports it. One concept per module:
 
+- `plan`: ExportPlan, what --format and --quantize mean together (graph, record, runtime, int8 method), decided
+  once from the config; the modules below read it;
 - `pipeline`: `run(config)`, the checks, the trace, the directory it writes;
 - `graph`: the model traced to ONNX and checked against PyTorch;
 - `int8`: onnxruntime's dynamic int8 and what it leaves in float; `openvino_ir`: the IR, NNCF's static int8;

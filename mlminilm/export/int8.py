@@ -39,10 +39,6 @@ class Int8Plan:
     method: str = "dynamic"
     keep: tuple[str, ...] = ()
 
-    @property
-    def calibrated(self) -> bool:
-        return self.method == "nncf"
-
     def record(self) -> dict:
         if self.method == "nncf":
             return {
