@@ -80,8 +80,8 @@ def int8_keys(spec: str) -> list[str]:
 def export(model: str, out: Path, key: str, calibration: str | None) -> dict:
     """`mlminilm export --model MODEL --format onnx ... --out OUT` for variant `key` (kept when already there)."""
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
-    from mlminilm.models.onnx_runtime import record_path
+    from mlminilm.export import pipeline
+    from mlminilm.runtimes.onnx_runtime import record_path
 
     options = variant_options(key)
     if record_path(out) is not None:
@@ -90,7 +90,7 @@ def export(model: str, out: Path, key: str, calibration: str | None) -> dict:
     if key == "openvino-int8" and calibration:
         options["calibration"] = Path(calibration)
     t0 = time.perf_counter()
-    record = onnx_export.run(ExportConfig(model=model, out=out, overwrite=True, quiet=True, **options))
+    record = pipeline.run(ExportConfig(model=model, out=out, overwrite=True, quiet=True, **options))
     record["export_s"] = time.perf_counter() - t0
     log(f"exported {model} -> {out} ({key}, {record['graph_bytes'] / 1e6:.1f} MB) in {record['export_s']:.1f} s")
     return record
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLMINILM_NO_PROGRESS", "1")
     from onnx_timing import Runner, cpu_info, measure
 
-    from mlminilm.models.openvino_runtime import versions as openvino_versions
+    from mlminilm.runtimes.openvino_runtime import versions as openvino_versions
 
     start, load_before = time.perf_counter(), os.getloadavg()
     temporary = args.work is None

@@ -39,7 +39,7 @@ class Runner:
         from mlminilm.config import TATOEBA_MAX_LENGTH
         from mlminilm.evaluation import embeddings
         from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
-        from mlminilm.models.onnx_runtime import OnnxModel
+        from mlminilm.runtimes.onnx_runtime import OnnxModel
         from mlminilm.training import setup_runtime
 
         tokenizer = load_tokenizer(str(model_dir))
@@ -59,7 +59,7 @@ class Runner:
         if backend == "onnx":
             self.model = OnnxModel(model_dir, threads=threads)
         elif backend == "openvino":
-            from mlminilm.models.openvino_runtime import OpenVinoModel
+            from mlminilm.runtimes.openvino_runtime import OpenVinoModel
 
             self.model = OpenVinoModel(model_dir, threads=threads)
         else:

@@ -1,4 +1,4 @@
-"""`mlminilm export`: the CLI translates options into an ExportConfig and calls mlminilm.models.onnx_export.run."""
+"""`mlminilm export`: the CLI translates options into an ExportConfig and calls mlminilm.export.pipeline.run."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
     """Export a model for serving: an ONNX graph or OpenVINO IR (optionally int8) with its tokenizer, for
     onnxruntime / OpenVINO (the model card shows how) and `eval-tatoeba` / `eval-xnli --backend onnx|openvino`;
     `--check` says what int8 costs each language."""
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
 
-    result = onnx_export.run(cfg)
+    result = pipeline.run(cfg)
     if json_out:
         import json
 

@@ -14,8 +14,8 @@ from mlminilm.version import __version__
 # its config class in mlminilm.config), in the order `mlminilm --help` shows them. The CLI registers them from here
 # (commands/app.py; the CLI module is the name with "_" for "-"), the Python API exposes them as that same name
 # (`mlminilm.eval_xnli`), and the tests walk them. A command whose library module has its name (distill, assist,
-# finetune, compare) is that module, made callable (mlminilm.api.command_module): importing it binds the module
-# to the package's attribute of that name, so it has to be the command itself.
+# finetune, compare, export) is that module (or package), made callable (mlminilm.api.command_module): importing it
+# binds the module to the package's attribute of that name, so it has to be the command itself.
 COMMANDS = (
     ("prepare", "mlminilm.corpus.prepare", "PrepareConfig"),
     ("distill", "mlminilm.distill", "DistillConfig"),
@@ -27,7 +27,7 @@ COMMANDS = (
     ("eval-retrieval", "mlminilm.evaluation.retrieval", "EvalRetrievalConfig"),
     ("trim", "mlminilm.vocab.trim", "TrimConfig"),
     ("compare", "mlminilm.compare", "CompareConfig"),
-    ("export", "mlminilm.models.onnx_export", "ExportConfig"),
+    ("export", "mlminilm.export", "ExportConfig"),
 )
 _COMMANDS = {name.replace("-", "_"): (module, config) for name, module, config in COMMANDS}
 _CONFIGS = tuple(config for _, _, config in COMMANDS)

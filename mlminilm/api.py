@@ -2,10 +2,10 @@
 (keyword options are the config's fields; given beside a config they replace its fields), with the logs shown
 where nobody configured logging, as in a notebook.
 
-The library's commands live in modules named after them (mlminilm.distill, .assist, .finetune, .compare), so
-`from mlminilm import distill` may give the module itself (Python binds a package's imported submodule to the
-package's attribute of that name). Those modules are made callable (`command_module`), so that the name is the
-command either way and `mlminilm.distill.run` keeps working.
+The library's commands live in modules named after them (mlminilm.distill, .assist, .finetune, .compare, and the
+package mlminilm.export), so `from mlminilm import distill` may give the module itself (Python binds a package's
+imported submodule to the package's attribute of that name). Those modules are made callable (`command_module`),
+so that the name is the command either way and `mlminilm.distill.run` keeps working.
 """
 
 from __future__ import annotations

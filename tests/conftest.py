@@ -295,7 +295,7 @@ def classifier(bert, tmp_path_factory) -> Path:
 def exports(bert, st_xlmr, classifier, tmp_path_factory):
     """The exports the tests read: name -> (directory, export record)."""
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
 
     root = tmp_path_factory.mktemp("exports")
     made = {}
@@ -306,7 +306,7 @@ def exports(bert, st_xlmr, classifier, tmp_path_factory):
         ("classifier", classifier, "none"),
     ):
         out = root / name
-        made[name] = (out, onnx_export.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
+        made[name] = (out, pipeline.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
     return made
 
 

@@ -58,7 +58,7 @@ def calibration(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def ov_exports(st_xlmr, calibration, tmp_path_factory):
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
 
     root = tmp_path_factory.mktemp("ovexports")
     made = {}
@@ -71,7 +71,7 @@ def ov_exports(st_xlmr, calibration, tmp_path_factory):
             quantize=quantize,
             calibration=calibration if quantize == "int8" else None,
         )
-        made[name] = (out, onnx_export.run(config))
+        made[name] = (out, pipeline.run(config))
     return made
 
 
@@ -94,7 +94,7 @@ def test_openvino_float32_equals_pytorch_and_int8_is_close(ov_exports, st_xlmr):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from mlminilm.models.openvino_runtime import OpenVinoModel
+    from mlminilm.runtimes.openvino_runtime import OpenVinoModel
 
     torch_model = AutoModel.from_pretrained(st_xlmr).eval()
     tokenizer = AutoTokenizer.from_pretrained(st_xlmr)

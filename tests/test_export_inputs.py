@@ -46,10 +46,10 @@ def st_normalize(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def exported(bert, tmp_path_factory) -> Path:
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
 
     out = tmp_path_factory.mktemp("exported") / "bert"
-    onnx_export.run(ExportConfig(model=str(bert), out=out))
+    pipeline.run(ExportConfig(model=str(bert), out=out))
     return out
 
 
@@ -92,7 +92,7 @@ def test_calibration_file_names_are_language_codes(bert, tmp_path):
     from transformers import AutoTokenizer
 
     from mlminilm.errors import DataError
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     tokenizer = AutoTokenizer.from_pretrained(bert)
     for name, needles in (("xx.txt", ("'xx'", "known: ")), ("deu.txt.gz", ("'deu'", "use de"))):
@@ -138,7 +138,7 @@ def test_calibration_lines_are_cut_as_they_are_read(bert, tmp_path, caplog):
     from transformers import AutoTokenizer
 
     from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     tokenizer = AutoTokenizer.from_pretrained(bert)
     folder = text_folder(tmp_path / "cal", {"fr.txt": "fr"})
@@ -178,7 +178,7 @@ def test_check_tatoeba_lines_are_cut_as_they_are_read(bert, tmp_path, monkeypatc
     """--check with a Tatoeba folder whose one line is 3 MB: cut (one warning naming the file), and the export
     written; the line never reaches the tokenizer whole."""
     from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS
-    from mlminilm.models.onnx_fidelity import read_check
+    from mlminilm.export.fidelity import read_check
 
     folder = tatoeba_dir(tmp_path / "t")
     path = folder / "tatoeba.deu-eng.deu"

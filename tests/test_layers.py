@@ -23,18 +23,16 @@ LAYERS = (
     ("io", ("mlminilm.io",)),
     ("data formats and scorers", ("mlminilm.tasks", "mlminilm.metrics", "mlminilm.report")),
     ("configuration", ("mlminilm.config",)),
-    ("models", ("mlminilm.models",)),
+    # runtimes: an export directory at run time (its record, the onnxruntime and OpenVINO sessions), which the
+    # evaluations' --backend reads and the exporter writes
+    ("models", ("mlminilm.models", "mlminilm.runtimes")),
     ("machinery", ("mlminilm.corpus", "mlminilm.distillation", "mlminilm.training")),
     ("evaluation and vocabulary", ("mlminilm.evaluation", "mlminilm.vocab")),
+    # the graph, int8, OpenVINO IR, calibration text (corpus) and the fidelity check (evaluation's embeddings)
+    ("export", ("mlminilm.export",)),
     (
         "commands' library calls",
         (
-            # `export`'s pipeline: the graph (models), then its int8 step, which reads calibration text (corpus) and
-            # embeds the check sentences as the evaluations do (evaluation); its modules live beside the graph code
-            "mlminilm.models.onnx_export",
-            "mlminilm.models.onnx_int8_export",
-            "mlminilm.models.onnx_calibration",
-            "mlminilm.models.onnx_fidelity",
             "mlminilm.distill",
             "mlminilm.assist",
             "mlminilm.finetune",
@@ -159,6 +157,12 @@ def test_every_module_is_on_a_layer_and_imports_only_downwards():
     graph = project_graph()
     assert len(graph) > 80 and "mlminilm.training.loop" in graph and "mlminilm.commands.distill" in graph
     assert upward_imports(graph) == []
+
+
+def test_layers_name_packages_and_top_level_modules_only():
+    # A module deep in a package placed on another layer than its package hides an import that runs upward.
+    deep = [prefix for _, prefixes in LAYERS for prefix in prefixes if prefix.count(".") > 1]
+    assert deep == []
 
 
 def test_no_modules_import_each_other_in_a_circle():

@@ -53,7 +53,7 @@ def test_float32_graph_equals_pytorch_at_other_shapes(name, source, exports, req
     import torch
     from transformers import AutoModel
 
-    from mlminilm.models.onnx_runtime import OnnxModel
+    from mlminilm.runtimes.onnx_runtime import OnnxModel
 
     model_dir = request.getfixturevalue(source)
     out, record = exports[name]
@@ -84,7 +84,7 @@ def test_classifier_logits_equal_pytorch(exports, classifier):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from mlminilm.models.onnx_runtime import OnnxModel
+    from mlminilm.runtimes.onnx_runtime import OnnxModel
 
     out, record = exports["classifier"]
     assert record["task"] == "sequence-classification" and record["outputs"][0]["name"] == "logits"
@@ -161,7 +161,7 @@ def test_int8_graph_runs_close_to_float32(exports, bert):
     import torch
     from transformers import AutoModel
 
-    from mlminilm.models.onnx_runtime import OnnxModel
+    from mlminilm.runtimes.onnx_runtime import OnnxModel
 
     out, record = exports["bert-int8"]
     assert record["dtype"] == "int8" and record["quantization"]["weight_type"] == "QInt8"
@@ -252,7 +252,7 @@ def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsy
     temporary directory; the same for a float32 graph that does not reproduce the model."""
     from mlminilm.config import ExportConfig
     from mlminilm.errors import CheckpointError
-    from mlminilm.models import export_card, onnx_export, onnx_graph
+    from mlminilm.export import card, graph, pipeline
 
     out = tmp_path / "export"
     record = export(monkeypatch, capsys, bert, out)  # --json: the record alone on stdout (the exporter's lines: stderr)
@@ -262,13 +262,13 @@ def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsy
     def fail(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(export_card, "write_card", fail)
+    monkeypatch.setattr(card, "write_card", fail)
     with pytest.raises(RuntimeError, match="disk on fire"):
-        onnx_export.run(ExportConfig(model=str(bert), out=out, quantize="int8", overwrite=True))
+        pipeline.run(ExportConfig(model=str(bert), out=out, quantize="int8", overwrite=True))
     monkeypatch.undo()
-    monkeypatch.setattr(onnx_graph, "FLOAT32_TOLERANCE", -1.0)  # every graph "differs"
+    monkeypatch.setattr(graph, "FLOAT32_TOLERANCE", -1.0)  # every graph "differs"
     with pytest.raises(CheckpointError, match="does not reproduce the model"):
-        onnx_export.run(ExportConfig(model=str(bert), out=out, overwrite=True))
+        pipeline.run(ExportConfig(model=str(bert), out=out, overwrite=True))
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert not list(tmp_path.glob(".tmp-*")) and not list(tmp_path.glob(".old-*"))
 
@@ -336,11 +336,11 @@ def test_real_e5_export_equals_pytorch(shared_data, tmp_path):
     from transformers import AutoModel
 
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
     from mlminilm.models.loading import resolve_model
-    from mlminilm.models.onnx_runtime import OnnxModel
+    from mlminilm.runtimes.onnx_runtime import OnnxModel
 
-    record = onnx_export.run(ExportConfig(model="multilingual-e5-small", out=tmp_path / "e5"))
+    record = pipeline.run(ExportConfig(model="multilingual-e5-small", out=tmp_path / "e5"))
     assert [i["name"] for i in record["inputs"]] == ["input_ids", "attention_mask"]
     assert (tmp_path / "e5" / "modules.json").is_file()
     sentences = []

@@ -50,10 +50,10 @@ def tatoeba(tmp_path_factory) -> Path:
 def fp32(bert, tmp_path_factory) -> Path:
     """The float32 export of `bert`, which the int8 graphs are compared with (the same trace as theirs)."""
     from mlminilm.config import ExportConfig
-    from mlminilm.models import onnx_export
+    from mlminilm.export import pipeline
 
     out = tmp_path_factory.mktemp("fp32") / "export"
-    onnx_export.run(ExportConfig(model=str(bert), out=out))
+    pipeline.run(ExportConfig(model=str(bert), out=out))
     return out
 
 
@@ -105,7 +105,7 @@ def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def test_calibration_from_text_files(bert, text_dir):
     from transformers import AutoTokenizer
 
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     tokenizer = AutoTokenizer.from_pretrained(bert)
     text = read_calibration(text_dir, tokenizer, per_language=10)
@@ -123,7 +123,7 @@ def test_calibration_from_prepared_data(bert, text_dir, tmp_path):
     packing cut at a sequence's end are left out)."""
     from transformers import AutoTokenizer
 
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     data = prepare_data(bert, text_dir, tmp_path / "data", seq_len=64)
     tokenizer = AutoTokenizer.from_pretrained(bert)
@@ -142,7 +142,7 @@ def test_calibration_refusals(bert, text_dir, tmp_path):
     from transformers import AutoTokenizer
 
     from mlminilm.errors import DataError
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     tokenizer = AutoTokenizer.from_pretrained(bert)
     with pytest.raises(DataError, match="is not a folder"):
@@ -164,7 +164,7 @@ def test_calibration_refuses_data_of_another_vocabulary(bert, tiny_sentencepiece
     from transformers import AutoTokenizer
 
     from mlminilm.errors import DataError
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     other = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "xlmr", kind="xlmr", layers=1, hidden=16, heads=2)
     data = prepare_data(other, text_dir, tmp_path / "data", seq_len=32)
@@ -206,7 +206,7 @@ def test_kept_roles_reach_the_graph(bert, tmp_path, monkeypatch, capsys):
 
 
 def test_fidelity_numbers_by_hand():
-    from mlminilm.models.onnx_fidelity import language_fidelity
+    from mlminilm.export.fidelity import language_fidelity
 
     rng = np.random.default_rng(0)
     xx, en = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
@@ -278,15 +278,15 @@ def test_export_check_recomputed_from_the_graphs(bert, fp32, tatoeba, tmp_path, 
 
 
 def test_strict_refuses_a_language_over_max_drop(bert, tatoeba, tmp_path, monkeypatch, capsys):
-    from mlminilm.models import onnx_fidelity
+    from mlminilm.export import fidelity
 
-    real = onnx_fidelity.language_fidelity
+    real = fidelity.language_fidelity
 
     def costly(f, q):  # int8 made to cost every language 5 points: the refusal path, not the numbers
         return {**real(f, q), "drop": 5.0}
 
-    monkeypatch.setattr(onnx_fidelity, "language_fidelity", costly)
-    monkeypatch.setattr("mlminilm.models.onnx_int8_export.language_fidelity", costly)
+    monkeypatch.setattr(fidelity, "language_fidelity", costly)
+    monkeypatch.setattr("mlminilm.export.int8_step.language_fidelity", costly)
     out = tmp_path / "strict"
     base = (
         "export",

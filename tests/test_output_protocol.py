@@ -30,7 +30,7 @@ encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "protocol-enc", layers=2, h
 HOOKS = {
     "prepare": "mlminilm.corpus.prepare.write_manifest",
     "trim": "mlminilm.vocab.trim._write_card",
-    "export": "mlminilm.models.onnx_export._write_directory",
+    "export": "mlminilm.export.pipeline._write_directory",
     "eval-xnli": "mlminilm.report.write_reports",
     "eval-mlqa": "mlminilm.report.write_reports",
     "eval-tatoeba": "mlminilm.report.write_reports",

@@ -11,7 +11,7 @@ from mlminilm.config.options import COMMA, option
 from mlminilm.errors import UsageError
 
 EXPORT_FORMATS = ("onnx", "openvino")
-QUANTIZATIONS = ("none", "int8")  # int8: onnxruntime's dynamic (onnx) or NNCF's static (openvino): onnx_int8
+QUANTIZATIONS = ("none", "int8")  # int8: onnxruntime's dynamic (onnx) or NNCF's static (openvino): mlminilm.export.int8
 CALIBRATION_SENTENCES = 200  # per language: enough for the ranges to settle (docs/BENCHMARKS.md section 13)
 CALIBRATION_MAX_LENGTH = 128  # tokens: sentences as served; a longer calibration document is cut
 CHECK_SENTENCES = 500  # --check, per language and side: half of a Tatoeba file, about a minute per graph
@@ -24,8 +24,8 @@ ONNX_OPSET = 18  # the opset torch's dynamo exporter writes natively (others go 
 class ExportConfig:
     """`export`: an encoder directory (a student, a teacher, a sentence-transformers model or a fine-tuned
     sequence classifier) written as `out/onnx/model.onnx` beside its config, tokenizer and sentence-transformers
-    files (mlminilm.models.onnx_export), or as OpenVINO IR (`format` openvino). `quantize` int8: onnxruntime's
-    quantize_dynamic, or NNCF's static int8 for OpenVINO (mlminilm.models.onnx_int8); `opset`: the ONNX opset."""
+    files (mlminilm.export.pipeline), or as OpenVINO IR (`format` openvino). `quantize` int8: onnxruntime's
+    quantize_dynamic, or NNCF's static int8 for OpenVINO (mlminilm.export.int8); `opset`: the ONNX opset."""
 
     model: str = option(
         "",

@@ -1,5 +1,5 @@
 """Which forward pass an evaluation runs (`--backend`): the PyTorch model, or the graph of an `mlminilm export`
-directory in onnxruntime (mlminilm.models.onnx_runtime.OnnxModel, called as the PyTorch model is called).
+directory in onnxruntime (mlminilm.runtimes.onnx_runtime.OnnxModel, called as the PyTorch model is called).
 
 Only the forward pass differs: tokenisation, padding, batching by length, pooling, label mapping and the report
 are the evaluations' own code either way. The report records the backend (`backend` in metrics.json, the graph's
@@ -11,7 +11,7 @@ protocol).
 from __future__ import annotations
 
 from mlminilm.errors import ConfigError
-from mlminilm.models.onnx_runtime import ExportRecord, OnnxModel, read_export, refuse_torch_on_export, require_onnx
+from mlminilm.runtimes.onnx_runtime import ExportRecord, OnnxModel, read_export, refuse_torch_on_export, require_onnx
 
 
 def check(backend: str, model: str, task: str) -> ExportRecord | None:
@@ -21,7 +21,7 @@ def check(backend: str, model: str, task: str) -> ExportRecord | None:
         if backend == "onnx":
             require_onnx("--backend onnx")
         else:
-            from mlminilm.models.openvino_runtime import require_openvino
+            from mlminilm.runtimes.openvino_runtime import require_openvino
 
             require_openvino("--backend openvino")
         record = read_export(model, task)
@@ -48,7 +48,7 @@ def onnx_model(record: ExportRecord):
     """The export's graph in an onnxruntime session (OpenVINO for an OpenVINO export) with as many threads as
     torch uses here."""
     if record.format == "openvino":
-        from mlminilm.models.openvino_runtime import OpenVinoModel
+        from mlminilm.runtimes.openvino_runtime import OpenVinoModel
 
         return OpenVinoModel(record.directory, record=record)
     return OnnxModel(record.directory, record=record)
@@ -65,10 +65,10 @@ def record(export: ExportRecord | None, rt) -> dict:
         return {"name": "torch", "dtype": str(rt.dtype).replace("torch.", "")}
     import torch
 
-    from mlminilm.models.onnx_runtime import versions
+    from mlminilm.runtimes.onnx_runtime import versions
 
     if export.format == "openvino":
-        from mlminilm.models.openvino_runtime import versions as openvino_versions
+        from mlminilm.runtimes.openvino_runtime import versions as openvino_versions
 
         engine = f"OpenVINO {openvino_versions().get('openvino')} (CPU, {torch.get_num_threads()} threads)"
     else:

@@ -1,5 +1,5 @@
 """int8 for `export --quantize int8`: onnxruntime's dynamic quantisation for `--format onnx`, NNCF's static one for
-`--format openvino` (mlminilm.models.openvino_runtime), and what each leaves in float.
+`--format openvino` (mlminilm.runtimes.openvino_runtime), and what each leaves in float.
 
 - onnx: quantize_dynamic, QInt8 weights with one scale per output channel (every weight MatMul and the embedding
   Gathers), each activation scaled at run time from its own range (uint8, one scale per tensor per call). No
@@ -38,10 +38,6 @@ class Int8Plan:
 
     method: str = "dynamic"
     keep: tuple[str, ...] = ()
-
-    @property
-    def calibrated(self) -> bool:
-        return self.method == "nncf"
 
     def record(self) -> dict:
         if self.method == "nncf":

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlminilm.models.onnx_runtime import GRAPH
-from mlminilm.models.openvino_runtime import IR
+from mlminilm.export.plan import ExportPlan
 
 # numpy for each sentence-transformers pooling mode over `hidden` [batch, seq, dim] and `mask` [batch, seq, 1]
 _POOLING = {
@@ -25,19 +24,18 @@ _POOLING = {
 }
 
 
-def write_card(config, source, model, tmp: Path, record: dict, sentence_encoder: bool) -> None:
+def write_card(config, plan: ExportPlan, source, model, tmp: Path, record: dict, sentence_encoder: bool) -> None:
     """README.md (the card) and mlminilm.json of the export being built in `tmp`."""
     from mlminilm.models.cards import infer_card_data, languages_of, render_card, source_card_data
 
     name = Path(str(config.model).rstrip("/")).name or config.model
-    openvino = record["format"] == "openvino"
-    kind = "OpenVINO IR" if openvino else "ONNX"
-    int8 = record["dtype"] == "int8"
+    openvino, kind, int8 = plan.openvino, plan.kind, plan.int8
     check = record["check"]
     info = {
-        "title": f"{name}, {kind} ({record['dtype']})",
+        "title": f"{name}, {kind} ({plan.dtype})",
         "base_model": config.model,
-        "graph": (f"{IR} + openvino/openvino_model.bin" if openvino else f"{GRAPH} (opset {record['opset']})")
+        "graph": plan.graph
+        + (" + openvino/openvino_model.bin" if openvino else f" (opset {record['opset']})")
         + (f" + {', '.join(record['external_data'])}" if record["external_data"] and not openvino else ""),
         "weights": int8_line(record["quantization"]) if int8 else "float32",
         "inputs": ", ".join(f"{i['name']} {i['shape']}" for i in record["inputs"]),
@@ -55,23 +53,22 @@ def write_card(config, source, model, tmp: Path, record: dict, sentence_encoder:
     source_info = _read_json(Path(source.model_dir) / "mlminilm.json") if source.model_dir else None
     languages = languages_of(source_card_data(config.model).get("language"))
     tags = [
-        "openvino" if openvino else "onnx",
+        plan.format,
         *(["int8", "quantized"] if int8 else []),
         *(["multilingual"] if len(languages) > 1 else []),
     ]
     data = infer_card_data(info, sentence_encoder, getattr(model.config, "architectures", None), tags=tags)
-    where = f"`{IR.split('/')[0]}/export.json`" if openvino else "`onnx/export.json`"
+    where = f"`{plan.record_file}`"
     summary = (
         f"An {kind} export of `{config.model}` (mlminilm export)"
         + (", weights quantised to int8" if int8 else "")
         + f": the {'model' if openvino else 'graph'}, the tokenizer and the config, no PyTorch weights. {where} "
         "records what it is and how it compares with the PyTorch model."
     )
-    backend = "openvino" if openvino else "onnx"
     load = (
-        f"Run it with {'OpenVINO' if openvino else 'onnxruntime'} and transformers' tokenizer, in this directory:\n\n"
-        f"```python\n{snippet(record, _setup(source, sentence_encoder))}```\n\n"
-        f"`mlminilm eval-tatoeba` / `eval-xnli --backend {backend}` evaluate it."
+        f"Run it with {plan.runtime} and transformers' tokenizer, in this directory:\n\n"
+        f"```python\n{snippet(plan, record['task'], _setup(source, sentence_encoder))}```\n\n"
+        f"`mlminilm eval-tatoeba` / `eval-xnli --backend {plan.format}` evaluate it."
     )
     if record.get("fidelity"):
         load += "\n\n" + fidelity_table(record["fidelity"])
@@ -90,11 +87,12 @@ def _setup(source, sentence_encoder: bool):
     return read_sentence_transformers(str(source.model_dir))
 
 
-def snippet(record: dict, st=None) -> str:
-    """Python that loads the export in the current directory and runs it on two sentences: `embeddings` (pooled
-    as `st`, the sentence-transformers setup, says; mean without one) or, for a classifier, `labels`."""
-    openvino = record["format"] == "openvino"
-    classifier = record["task"] == "sequence-classification"
+def snippet(plan: ExportPlan, task: str, st=None) -> str:
+    """Python that loads the export of `plan` (in the current directory) and runs it on two sentences: `embeddings`
+    (pooled as `st`, the sentence-transformers setup, says; mean without one) or, for a classifier (`task`),
+    `labels`."""
+    openvino = plan.openvino
+    classifier = task == "sequence-classification"
     prompt = (st.query_prompt or "") if st is not None else ""
     lines = ["import numpy as np"]
     lines += ["import openvino as ov"] if openvino else ["import onnxruntime"]
@@ -102,12 +100,12 @@ def snippet(record: dict, st=None) -> str:
     lines += ["", 'tokenizer = AutoTokenizer.from_pretrained(".")']
     if openvino:
         lines += [
-            f'model = ov.Core().compile_model("{IR}", "CPU")',
+            f'model = ov.Core().compile_model("{plan.graph}", "CPU")',
             "names = [i.any_name for i in model.inputs]",
         ]
     else:
         lines += [
-            f'session = onnxruntime.InferenceSession("{GRAPH}")',
+            f'session = onnxruntime.InferenceSession("{plan.graph}")',
             "names = [i.name for i in session.get_inputs()]",
         ]
     if classifier:

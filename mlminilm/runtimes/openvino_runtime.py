@@ -1,12 +1,7 @@
-"""OpenVINO for `export --format openvino` and `--backend openvino`: the float32 ONNX graph the exporter traced,
-converted to OpenVINO's IR (openvino/openvino_model.xml + .bin, where sentence-transformers' backend="openvino"
-looks), optionally quantised to int8 by NNCF, and run on the CPU as the evaluations call a PyTorch model.
-
-int8 here is NNCF's post-training quantisation with its transformer preset (`nncf.quantize(model_type=
-TRANSFORMER)`): static int8 (activation scales fixed from calibration text, per-channel weights), SmoothQuant on the
-MatMul inputs, the operations the preset leaves in float (LayerNorm, GELU, Softmax and the residual adds among them)
-and a bias correction; the word embeddings in int8, the position and token-type tables in float (small_tables).
-Measured per language against onnxruntime's int8 in docs/BENCHMARKS.md section 13.
+"""OpenVINO at run time for `--backend openvino` (and the export's own checks): the IR of an `export --format
+openvino` directory (openvino/openvino_model.xml + .bin, where sentence-transformers' backend="openvino" looks),
+compiled for the CPU and called as the evaluations call a PyTorch model. How the IR is made (converted from the
+float32 ONNX graph, optionally quantised to int8 by NNCF): mlminilm.export.openvino_ir.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlminilm.errors import ConfigError
-from mlminilm.models.onnx_runtime import GraphModel
+from mlminilm.runtimes.onnx_runtime import GraphModel
 
 OPENVINO_EXTRA = "pip install 'mlminilm[openvino]'"
 IR = "openvino/openvino_model.xml"  # sentence-transformers' backend="openvino" (and optimum-intel) read this name
@@ -49,48 +44,6 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def convert(onnx_graph: Path, target: Path, batches=None, subset: int = 0) -> None:
-    """The ONNX graph as OpenVINO IR at `target` (float32 weights); with `batches` (calibration inputs, dicts of
-    int64 arrays), quantised to int8 by NNCF's transformer preset on `subset` of them first."""
-    import contextlib
-    import sys
-
-    import openvino as ov
-
-    with contextlib.redirect_stdout(sys.stderr):  # NNCF's progress bars to stderr: stdout is for results
-        model = ov.convert_model(str(onnx_graph))
-        if batches is not None:
-            import logging
-
-            import nncf
-
-            nncf.set_log_level(logging.ERROR)
-            model = nncf.quantize(
-                model,
-                nncf.Dataset(list(batches)),
-                model_type=nncf.ModelType.TRANSFORMER,
-                subset_size=subset,
-                ignored_scope=nncf.IgnoredScope(names=small_tables(onnx_graph), validate=False),
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        ov.save_model(model, str(target), compress_to_fp16=False)
-
-
-def small_tables(onnx_graph: Path) -> list[str]:
-    """The embedding lookups other than the word embeddings' (positions, token types), which NNCF leaves in float:
-    quantised, an XLM-R graph (positions computed from input_ids) no longer compiles (OpenVINO 2026.4: "constant_fold
-    failed"), and their tables are a few hundred rows, nothing of the file's size or the time."""
-    import onnx
-
-    graph = onnx.load(str(onnx_graph), load_external_data=False).graph
-    tables = {i.name for i in graph.initializer}
-    return [
-        n.name
-        for n in graph.node
-        if n.op_type == "Gather" and n.input[0] in tables and "word_embeddings" not in n.input[0]
-    ]
-
-
 def compiled(graph: Path, threads: int | None = None):
     """The IR compiled for the CPU on `threads` threads (default: torch's count), float32 inference precision (a
     CPU with bf16 would otherwise run float32 layers in bf16), one stream."""
@@ -119,12 +72,12 @@ def compiled(graph: Path, threads: int | None = None):
 
 class OpenVinoModel(GraphModel):
     """The IR of an `export --format openvino` directory, called like the transformers model it was exported
-    from (as mlminilm.models.onnx_runtime.OnnxModel): inference only."""
+    from (as mlminilm.runtimes.onnx_runtime.OnnxModel): inference only."""
 
     runtime = "OpenVINO"
 
     def __init__(self, directory: str | Path, threads: int | None = None, record=None):
-        from mlminilm.models.onnx_runtime import read_export
+        from mlminilm.runtimes.onnx_runtime import read_export
 
         record = record or read_export(directory)
         model = compiled(record.graph, threads)

@@ -1,6 +1,6 @@
 """The int8 step of `mlminilm export`: what it reads before the trace (calibration text, the check sentences), the
 quantisation itself, and the per-language fidelity report (float32 against int8 graph) that goes into
-onnx/export.json and the card. The methods: mlminilm.models.onnx_int8; the report: mlminilm.models.onnx_fidelity.
+onnx/export.json and the card. The methods: mlminilm.export.int8; the report: mlminilm.export.fidelity.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.config.export import CALIBRATION_MAX_LENGTH
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.models.onnx_calibration import CalibrationText, default_source, read_calibration
-from mlminilm.models.onnx_fidelity import CheckSet, fidelity_report, language_fidelity, read_check
-from mlminilm.models.onnx_int8 import Batches, Int8Plan, quantize_dynamic
+from mlminilm.export.calibration import CalibrationText, default_source, read_calibration
+from mlminilm.export.fidelity import CheckSet, fidelity_report, language_fidelity, read_check
+from mlminilm.export.int8 import Batches, Int8Plan, quantize_dynamic
+from mlminilm.export.plan import ExportPlan
 
 log = mlog.get(__name__)
 
@@ -31,13 +32,15 @@ class Int8Inputs:
     spec: object  # the EmbeddingSpec of the fidelity check (pooling, prefix, max length), when --check
 
 
-def read_inputs(config: ExportConfig, model_dir: str, weights: str, model_config, tokenizer, task: str) -> Int8Inputs:
-    """The plan, the calibration text and the check set; ConfigError / DataError before any work."""
+def read_inputs(
+    config: ExportConfig, plan: ExportPlan, model_dir: str, weights: str, model_config, tokenizer, task: str
+) -> Int8Inputs:
+    """The int8 method's plan, the calibration text and the check set; ConfigError / DataError before any work."""
     from mlminilm.config import TATOEBA_MAX_LENGTH
     from mlminilm.evaluation.embeddings import resolve_spec
     from mlminilm.models.sentence_encoder import read_sentence_transformers
 
-    plan = Int8Plan(method="nncf" if config.format == "openvino" else "dynamic", keep=tuple(config.int8_keep))
+    int8 = Int8Plan(method=plan.int8_method, keep=tuple(config.int8_keep))
     st = read_sentence_transformers(model_dir) if task == "feature-extraction" else None
     prefix = st.query_prompt if st is not None and st.query_prompt else ""
     calibration = None
@@ -65,23 +68,29 @@ def read_inputs(config: ExportConfig, model_dir: str, weights: str, model_config
             max_length=None,
             default_max_length=TATOEBA_MAX_LENGTH,
         )
-    return Int8Inputs(plan, prefix, calibration, check, spec)
+    return Int8Inputs(int8, prefix, calibration, check, spec)
 
 
 def make_graph(
-    inputs: Int8Inputs | None, fmt: str, float_graph: Path, graph: Path, tokenizer, names: list[str], large: bool
+    inputs: Int8Inputs | None,
+    plan: ExportPlan,
+    float_graph: Path,
+    graph: Path,
+    tokenizer,
+    names: list[str],
+    large: bool,
 ) -> None:
     """From the float32 ONNX graph, `graph`: an int8 ONNX graph (onnxruntime, by the plan), or OpenVINO's IR
     (float32, or int8 by NNCF with `inputs`), calibrated on the calibration text where the method needs it."""
-    from mlminilm.models.onnx_graph import failure
+    from mlminilm.export.graph import failure
 
     batches = None
     if inputs is not None and inputs.calibration is not None:
         sentences = [inputs.prefix + s for lines in inputs.calibration.sentences.values() for s in lines]
         batches = Batches(tokenizer, sentences, names, CALIBRATION_MAX_LENGTH)
     t0 = time.perf_counter()
-    if fmt == "openvino":
-        from mlminilm.models.openvino_runtime import convert
+    if plan.openvino:
+        from mlminilm.export.openvino_ir import convert
 
         try:
             convert(float_graph, graph, list(batches) if batches is not None else None, len(list(batches or ())))
@@ -98,25 +107,27 @@ def make_graph(
     log.info("quantised to int8 (dynamic) in %.1f s", time.perf_counter() - t0)
 
 
-def fidelity(inputs: Int8Inputs, staging: Path, float_graph: Path, graph: Path, record: dict, tokenizer, cfg) -> dict:
+def fidelity(
+    inputs: Int8Inputs, plan: ExportPlan, staging: Path, float_graph: Path, graph: Path, record: dict, tokenizer, cfg
+) -> dict:
     """The per-language report of the int8 graph against the float32 one (both in `staging`)."""
     from mlminilm.evaluation.embeddings import embed, encode
-    from mlminilm.models.onnx_runtime import ExportRecord, OnnxModel
+    from mlminilm.runtimes.onnx_runtime import ExportRecord, OnnxModel
     from mlminilm.training import setup_runtime
 
     check, spec = inputs.check, inputs.spec
     rt = setup_runtime("cpu", "fp32")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
-    def runner(path: Path):
+    def runner(path: Path, openvino: bool):
         doc = {**record, "graph": str(path.relative_to(staging))}
-        if path.suffix == ".xml":
-            from mlminilm.models.openvino_runtime import OpenVinoModel
+        if openvino:
+            from mlminilm.runtimes.openvino_runtime import OpenVinoModel
 
             return OpenVinoModel(staging, record=ExportRecord(staging, doc))
         return OnnxModel(staging, record=ExportRecord(staging, doc))
 
-    models = {"float32": runner(float_graph), "int8": runner(graph)}
+    models = {"float32": runner(float_graph, False), "int8": runner(graph, plan.openvino)}  # float32: the traced graph
     t0 = time.perf_counter()
     languages = {}
     for lang in check.languages:

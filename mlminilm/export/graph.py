@@ -8,8 +8,8 @@ BERT), so it is not offered. Every export is checked: the graph and the PyTorch 
 lengths than the example's, padded, and a float32 graph that differs by more than 1e-3 (relative to the largest
 output) is an error and nothing is written.
 
-int8 (`--quantize int8`): mlminilm.models.onnx_int8 (the methods, measured per language in docs/BENCHMARKS.md
-section 13) and mlminilm.models.onnx_int8_export (calibration text, the per-language check).
+int8 (`--quantize int8`): mlminilm.export.int8 (the methods, measured per language in docs/BENCHMARKS.md
+section 13) and mlminilm.export.int8_step (calibration text, the per-language check).
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from mlminilm import logging as mlog
 from mlminilm.errors import CheckpointError, ConfigError, MlminilmError
+
+if TYPE_CHECKING:
+    from mlminilm.export.plan import ExportPlan
 
 log = mlog.get(__name__)
 
@@ -121,28 +125,26 @@ def failure(what: str, exc: Exception) -> MlminilmError:
     return CheckpointError(f"{what}: {first[:300]}; nothing was written (MLMINILM_DEBUG=1 shows the traceback)")
 
 
-def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: str, quantize: str) -> dict:
+def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: str, plan: ExportPlan) -> dict:
     """The graph against the PyTorch model on CHECK (another batch size and length than the trace's, padded): the
     largest difference over real tokens (last_hidden_state) or over the logits. A float32 graph beyond
     FLOAT32_TOLERANCE is an error; an int8 graph's figures are recorded."""
     import numpy as np
 
-    from mlminilm.models.onnx_runtime import session
+    from mlminilm.runtimes.onnx_runtime import session
 
     batch = model_inputs(tokenizer, task, CHECK, CHECK_PAIRS, names)
     expected = wrapper(*[batch[n] for n in names]).float().numpy()
     feed = {n: batch[n].numpy() for n in names}
     try:
-        if graph.suffix == ".xml":  # OpenVINO's IR
-            from mlminilm.models.openvino_runtime import compiled
+        if plan.openvino:  # OpenVINO's IR
+            from mlminilm.runtimes.openvino_runtime import compiled
 
             got = np.array(next(iter(compiled(graph).create_infer_request().infer(feed).values())), dtype=np.float32)
         else:
             (got,) = session(graph).run([output], feed)
     except Exception as exc:
-        raise failure(
-            f"{'OpenVINO' if graph.suffix == '.xml' else 'onnxruntime'} could not run the exported graph", exc
-        ) from exc
+        raise failure(f"{plan.runtime} could not run the exported graph", exc) from exc
     mask = batch["attention_mask"].numpy().astype(bool)
     if output == "last_hidden_state":
         diff = float(np.abs(got - expected)[mask].max())
@@ -163,7 +165,7 @@ def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: 
         "max_abs_output": largest,
         **agreement,
     }
-    if quantize == "none":
+    if not plan.int8:
         result["tolerance"] = f"{FLOAT32_TOLERANCE:g} x max(1, max |output|)"
         if diff > FLOAT32_TOLERANCE * scale:
             raise CheckpointError(

@@ -13,7 +13,7 @@ Output directory (README "export"):
   README.md, mlminilm.json           the model card, noting the export
 No PyTorch weights: the directory is for onnxruntime (`eval-* --backend onnx`); export again from the model.
 
-How the graph is traced, checked and quantised, and why: mlminilm.models.onnx_graph.
+How the graph is traced, checked and quantised, and why: mlminilm.export.graph.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.errors import CheckpointError, ConfigError, Problems
-from mlminilm.models import onnx_graph
-from mlminilm.models.onnx_runtime import GRAPH, OPENVINO_RECORD, RECORD, TASKS, is_export, require_onnx, versions
-from mlminilm.models.openvino_runtime import IR
+from mlminilm.export import graph as onnx_graph
+from mlminilm.export.plan import ExportPlan
+from mlminilm.runtimes.onnx_runtime import GRAPH, RECORD, TASKS, is_export, require_onnx, versions
 from mlminilm.version import __version__
 
 log = mlog.get(__name__)
@@ -55,10 +55,11 @@ def run(config: ExportConfig) -> dict:
 
     start = time.perf_counter()
     out = Path(config.out)
+    plan = ExportPlan.from_config(config)  # what --format and --quantize mean together, decided here once
     # The output protocol (mlminilm.io.outputs): lock first, then check and claim --out, build beside, swap in.
     with Claim(out, "export", "an export mlminilm wrote", legacy=None) as claim:
-        source = _validate(config, claim)
-        record = _export(config, out, source, claim)
+        source = _validate(config, plan, claim)
+        record = _export(config, plan, out, source, claim)
     return {"out": str(out), **record, "elapsed_s": round(time.perf_counter() - start, 3)}
 
 
@@ -72,7 +73,7 @@ class _Source:
     tokenizer: object
     task: str  # a key of onnx_runtime.TASKS
     sentence_files: bool  # copy the sentence-transformers files
-    int8: object = None  # onnx_int8_export.Int8Inputs with --quantize int8
+    int8: object = None  # int8_step.Int8Inputs with --quantize int8
 
     @property
     def input_names(self) -> list[str]:
@@ -86,7 +87,7 @@ class _Source:
         return names
 
 
-def _validate(config: ExportConfig, claim) -> _Source:
+def _validate(config: ExportConfig, plan: ExportPlan, claim) -> _Source:
     """The checks that need no weights, all reported at once."""
     from mlminilm.io.outputs import refuse_overlap
     from mlminilm.models.loading import (
@@ -150,15 +151,15 @@ def _validate(config: ExportConfig, claim) -> _Source:
     if tokenizer is not None and model_config is not None:
         attempt(lambda: check_vocabulary(model_config, len(tokenizer), config.model))
     problems.raise_any()
-    if config.format == "openvino":
-        from mlminilm.models.openvino_runtime import require_openvino
+    if plan.openvino:
+        from mlminilm.runtimes.openvino_runtime import require_openvino
 
-        require_openvino("mlminilm export --format openvino", quantize=config.quantize == "int8")
+        require_openvino("mlminilm export --format openvino", quantize=plan.int8)
     int8 = None
-    if config.quantize == "int8":  # calibration text and --check sentences read now: their errors before the trace
-        from mlminilm.models.onnx_int8_export import read_inputs
+    if plan.int8:  # calibration text and --check sentences read now: their errors before the trace
+        from mlminilm.export.int8_step import read_inputs
 
-        int8 = read_inputs(config, model_dir, weights, model_config, tokenizer, task)
+        int8 = read_inputs(config, plan, model_dir, weights, model_config, tokenizer, task)
     return _Source(model_dir, weights, model_config, tokenizer, task, sentence_files, int8)
 
 
@@ -178,7 +179,7 @@ def _task(model_config, name: str) -> str:
 # ------------------------------------------------------------------------------------------------ the export
 
 
-def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
+def _export(config: ExportConfig, plan: ExportPlan, out: Path, source: _Source, claim) -> dict:
     model = _load(source)
     names = source.input_names
     output = TASKS[source.task]
@@ -189,37 +190,36 @@ def _export(config: ExportConfig, out: Path, source: _Source, claim) -> dict:
         onnx_file.parent.mkdir(parents=True)
         t0 = time.perf_counter()
         # The float32 ONNX graph comes first whatever is written: int8 and OpenVINO are made from it.
-        keep_float = config.quantize == "none" and config.format == "onnx"
-        float_graph = onnx_file if keep_float else onnx_file.with_name("model-float32.onnx")
+        float_graph = onnx_file if plan.keeps_traced_graph else onnx_file.with_name("model-float32.onnx")
         example = onnx_graph.model_inputs(
             source.tokenizer, source.task, onnx_graph.EXAMPLE, onnx_graph.EXAMPLE[::-1], names
         )
         onnx_graph.trace(wrapper, example, names, output, float_graph, config.opset, large)
         log.info("traced %s (%s) in %.1f s", config.model, source.task, time.perf_counter() - t0)
         io = _io(float_graph)
-        graph = tmp / (IR if config.format == "openvino" else GRAPH)
+        graph = tmp / plan.graph
         fidelity = None
-        if config.quantize == "int8" or config.format == "openvino":
-            from mlminilm.models import onnx_int8_export
+        if plan.derives_graph:
+            from mlminilm.export import int8_step
 
-            onnx_int8_export.make_graph(source.int8, config.format, float_graph, graph, source.tokenizer, names, large)
+            int8_step.make_graph(source.int8, plan, float_graph, graph, source.tokenizer, names, large)
             if source.int8 is not None and source.int8.check is not None:
                 partial = {"task": source.task, "num_layers": int(source.config.num_hidden_layers), "inputs": io[0]}
-                fidelity = onnx_int8_export.fidelity(
-                    source.int8, tmp, float_graph, graph, partial, source.tokenizer, config
+                fidelity = int8_step.fidelity(
+                    source.int8, plan, tmp, float_graph, graph, partial, source.tokenizer, config
                 )
-            shutil.rmtree(float_graph.parent) if config.format == "openvino" else _remove(float_graph)
+            shutil.rmtree(float_graph.parent) if plan.openvino else _remove(float_graph)
         with torch.inference_mode():
-            check = onnx_graph.check(wrapper, graph, source.tokenizer, source.task, names, output, config.quantize)
-        record = _record(config, source, graph, check, fidelity, io)
-        _write_directory(config, source, model, tmp, record)
-    log.info("export written to %s (%s %s, %.1f MB)", out, record["dtype"], config.format, record["graph_bytes"] / 1e6)
+            check = onnx_graph.check(wrapper, graph, source.tokenizer, source.task, names, output, plan)
+        record = _record(config, plan, source, graph, check, fidelity, io)
+        _write_directory(config, plan, source, model, tmp, record)
+    log.info("export written to %s (%s %s, %.1f MB)", out, plan.dtype, plan.format, record["graph_bytes"] / 1e6)
     return record
 
 
 def _io(graph: Path) -> tuple[list, list]:
     """The graph's inputs and outputs as the record lists them (names, dtypes, dynamic axes)."""
-    from mlminilm.models.onnx_runtime import session
+    from mlminilm.runtimes.onnx_runtime import session
 
     graph_session = session(graph, 1)
     return onnx_graph.io_record(graph_session.get_inputs()), onnx_graph.io_record(graph_session.get_outputs())
@@ -249,18 +249,19 @@ def _load(source: _Source) -> nn.Module:
     return model.eval()
 
 
-def _record(config: ExportConfig, source: _Source, graph: Path, check: dict, fidelity: dict | None, io: tuple) -> dict:
+def _record(
+    config: ExportConfig, plan: ExportPlan, source: _Source, graph: Path, check: dict, fidelity: dict | None, io: tuple
+) -> dict:
     stem = graph.name.split(".")[0]  # model (model.onnx + its data file) or openvino_model (.xml + .bin)
     files = [p for p in graph.parent.iterdir() if p.name.startswith(stem + ".")]
-    openvino = config.format == "openvino"
     return {
         "format_version": FORMAT_VERSION,
-        "format": config.format,
-        "graph": IR if openvino else GRAPH,
+        "format": plan.format,
+        "graph": plan.graph,
         "external_data": sorted(p.name for p in files if p != graph),
         "graph_bytes": sum(p.stat().st_size for p in files),
-        "dtype": "int8" if config.quantize == "int8" else "float32",
-        "quantization": _quantization(source) if config.quantize == "int8" else None,
+        "dtype": plan.dtype,
+        "quantization": _quantization(source) if plan.int8 else None,
         "opset": config.opset,
         "task": source.task,
         "inputs": io[0],
@@ -269,17 +270,17 @@ def _record(config: ExportConfig, source: _Source, graph: Path, check: dict, fid
         "hidden_size": int(source.config.hidden_size),
         "model_type": source.config.model_type,
         "exporter": "torch.onnx.export(dynamo=True): torch.export, translated by onnxscript, dynamic batch and "
-        "sequence axes" + ("; then openvino.convert_model" if openvino else ""),
+        "sequence axes" + ("; then openvino.convert_model" if plan.openvino else ""),
         "source": {"model": config.model, "model_dir": str(source.model_dir)},
         "check": check,
         "fidelity": fidelity,
-        "versions": {**versions(), **(_openvino_versions() if openvino else {}), "mlminilm": __version__},
+        "versions": {**versions(), **(_openvino_versions() if plan.openvino else {}), "mlminilm": __version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
 
 def _openvino_versions() -> dict:
-    from mlminilm.models.openvino_runtime import versions as openvino_versions
+    from mlminilm.runtimes.openvino_runtime import versions as openvino_versions
 
     return openvino_versions()
 
@@ -291,7 +292,7 @@ def _quantization(source: _Source) -> dict:
     return record
 
 
-def _write_directory(config: ExportConfig, source: _Source, model, tmp: Path, record: dict) -> None:
+def _write_directory(config: ExportConfig, plan: ExportPlan, source: _Source, model, tmp: Path, record: dict) -> None:
     from mlminilm.models.sentence_encoder import copy_sentence_transformers_tree
 
     model.config.architectures = [type(model).__name__]  # the exported architecture, not (say) an MLM teacher's
@@ -301,9 +302,7 @@ def _write_directory(config: ExportConfig, source: _Source, model, tmp: Path, re
     for name in _RUN_FILES:
         if (Path(source.model_dir) / name).is_file():
             shutil.copyfile(Path(source.model_dir) / name, tmp / name)
-    (tmp / (OPENVINO_RECORD if config.format == "openvino" else RECORD)).write_text(
-        json.dumps(record, indent=2) + "\n", encoding="utf-8"
-    )
-    from mlminilm.models.export_card import write_card
+    (tmp / plan.record_file).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    from mlminilm.export.card import write_card
 
-    write_card(config, source, model, tmp, record, sentence_encoder)
+    write_card(config, plan, source, model, tmp, record, sentence_encoder)

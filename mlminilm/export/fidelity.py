@@ -41,7 +41,7 @@ class CheckSet:
 
 def read_check(path: str | Path, tokenizer, per_language: int = CHECK_SENTENCES) -> CheckSet:
     """A Tatoeba-style folder (tatoeba.xxx-eng.xxx / .eng pairs: the first `per_language` lines of each) or a
-    calibration-style folder (onnx_calibration.read_calibration's rules)."""
+    calibration-style folder (calibration.read_calibration's rules)."""
     root = Path(path)
     if not root.is_dir():
         raise DataError(f"--check {path} is not a folder (a Tatoeba-style folder, or <lang>.txt files)")
@@ -55,7 +55,7 @@ def read_check(path: str | Path, tokenizer, per_language: int = CHECK_SENTENCES)
         warn_unregistered(unregistered, "checked and recorded under the Tatoeba file code")
         pairs = {lang: (s.source[:per_language], s.english[:per_language]) for lang, s in sets.items()}
         return CheckSet(str(root), "tatoeba", pairs=dict(sorted(pairs.items())))
-    from mlminilm.models.onnx_calibration import read_calibration
+    from mlminilm.export.calibration import read_calibration
 
     text = read_calibration(root, tokenizer, per_language, flag="--check")
     return CheckSet(str(root), "text", sentences=text.sentences)
