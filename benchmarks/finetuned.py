@@ -67,19 +67,20 @@ def _write_squad(doc: dict, articles: list, out: Path) -> int:
     return sum(len(p["qas"]) for a in articles for p in a["paragraphs"])
 
 
-def _unique_ids(articles: list) -> list:
-    """The articles with each question id kept once (selection must name each question once; TyDiQA-GoldP's
-    English train repeats some ids)."""
-    seen, out = set(), []
-    for article in articles:
-        paragraphs = []
-        for paragraph in article["paragraphs"]:
-            qas = [qa for qa in paragraph["qas"] if not (qa["id"] in seen or seen.add(qa["id"]))]
-            if qas:
-                paragraphs.append({**paragraph, "qas": qas})
-        if paragraphs:
-            out.append({**article, "paragraphs": paragraphs})
-    return out
+def _numbered(articles: list, tag: str) -> list:
+    """The articles with every question given an id of its own (`tag`-article-question): TyDiQA-GoldP's English
+    train numbers its questions per article ("0", "1", ...: 89 distinct ids for 3,696 questions), and a selection
+    set must name each question once."""
+    return [
+        {
+            **article,
+            "paragraphs": [
+                {**paragraph, "qas": [{**qa, "id": f"{tag}-{a}-{p}-{q}"} for q, qa in enumerate(paragraph["qas"])]}
+                for p, paragraph in enumerate(article["paragraphs"])
+            ],
+        }
+        for a, article in enumerate(articles)
+    ]
 
 
 def finetuned_xnli(work: Path, name: str, model_dir: str, data, p: XnliProtocol) -> dict:
@@ -136,7 +137,7 @@ def qa_data(work: Path, p: QaProtocol) -> dict:
     kept = [a for i, a in enumerate(doc["data"]) if i % SELECTION_EVERY != SELECTION_EVERY - 1]
     counts = {
         "train": _write_squad(doc, kept[:: p.train_every], root / "train.json"),
-        "selection": _write_squad(doc, _unique_ids(held[:: p.selection_every]), root / "selection.json"),
+        "selection": _write_squad(doc, _numbered(held[:: p.selection_every], "selection"), root / "selection.json"),
     }
     for lang in MLQA_LANGS:
         name = f"dev-context-{lang}-question-{lang}.json"
