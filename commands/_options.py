@@ -21,8 +21,8 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from mlminilm.commands._params import CHECKS, bound_integer_options, choices, value
-from mlminilm.config.options import COMMA, Cli, option_fields
+from mlminilm.commands._params import CHECKS, bound_integer_options, choices, parser, value
+from mlminilm.config.options import COMMA, Cli, Rule, option_fields, rules
 
 JSON_HELP = "Print the result as one JSON document on stdout."
 CONFIG_HELP = (
@@ -45,8 +45,9 @@ def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = 
         raise ValueError(f"{cls.__name__}: order names no option field: {', '.join(unknown)}")
     names = [*order, *(name for name in fields if name not in order and name != "quiet")]
     hints = typing.get_type_hints(cls)
-    params = [_parameter(name, hints[name], *fields[name]) for name in names]
-    quiet = [_parameter("quiet", bool, *fields["quiet"])] if "quiet" in fields else []
+    checked = rules(cls)
+    params = [_parameter(name, hints[name], *fields[name], checked.get(name)) for name in names]
+    quiet = [_parameter("quiet", bool, *fields["quiet"], None)] if "quiet" in fields else []
     params += _closing(json_help, quiet)
 
     def command(**options):
@@ -89,7 +90,7 @@ def _closing(json_help: str, quiet: list[inspect.Parameter]) -> list[inspect.Par
     ]
 
 
-def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Parameter:
+def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli, rule: Rule | None) -> inspect.Parameter:
     base, optional = _unoptional(hint)
     if cli.repeat:
         base = list[cli.cli_type or typing.get_args(base)[0]]
@@ -97,14 +98,17 @@ def _parameter(name: str, hint, f: dataclasses.Field, cli: Cli) -> inspect.Param
         base = choices(_camel(name), cli.choices)
     elif cli.cli_type is not None:
         base = cli.cli_type
-    annotation = Annotated[Optional[base] if optional else base, _info(f, cli, pair=base is bool)]
+    annotation = Annotated[Optional[base] if optional else base, _info(f, cli, rule, pair=base is bool)]
     default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
     if cli.required:
         default = ...
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def _info(f: dataclasses.Field, cli: Cli, pair: bool = False):
+def _info(f: dataclasses.Field, cli: Cli, rule: Rule | None, pair: bool = False):
+    """The option's typer.Option. A value its declaration refuses (`rule`) is refused by the rule's own check, as
+    the config refuses it: a callback on a `check`ed value, else a parser (integers, choices), min / max and the
+    choices' Enum kept for --help."""
     show_default = True if cli.show_default is None else cli.show_default
     if cli.argument:
         return typer.Argument(metavar=cli.metavar, show_default=show_default, help=cli.help)
@@ -124,6 +128,7 @@ def _info(f: dataclasses.Field, cli: Cli, pair: bool = False):
         metavar=cli.metavar,
         show_default=show_default,
         callback=CHECKS[cli.check] if cli.check else None,
+        parser=parser(rule) if rule is not None and not cli.check else None,
     )
 
 

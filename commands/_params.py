@@ -1,20 +1,19 @@
-"""What the CLI checks itself, so that a bad option value exits 2 with a usage error naming the option: the choices
-of every choice option (as str Enums built from the field's `choices`, listed in --help and completed by the
-shell) and the range of every number: the floats by the callbacks below (CHECKS, named by the field's `check`),
-the integers by their `min` and the bounds of mlminilm.config.limits, which `bound_integer_options` gives every
-command's integer options as it is built (commands/_options.py) and registered. The config dataclasses keep their
-own checks for Python API users; these only make the CLI fail at parse time, before any work."""
+"""What the CLI checks itself, so that a bad option value exits 2 with a usage error naming the option: every value
+a field's declaration rules out (its choices, an integer's range, a float's `check`; mlminilm.config.options.Rule),
+refused by the same check, in the same words, as the config dataclass refuses it for Python API users. Integers and
+choices through a parser (the option keeps its min / max and its Enum for --help and shell completion), the checks
+by a callback on the parsed value. `bound_integer_options` gives every command's integer options the bounds of
+mlminilm.config.limits (as the rules do), for --help."""
 
 from __future__ import annotations
 
-import math
 import typing
 from enum import Enum
 
 import typer
 
-from mlminilm import config
-from mlminilm.config.limits import BATCH_MAX, int_limits
+from mlminilm.config import options
+from mlminilm.config.options import Rule
 
 
 def choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -27,45 +26,48 @@ def value(x):
     return x.value if isinstance(x, Enum) else x
 
 
-def _real(what: str, ok) -> callable:
-    def check(x: float | None) -> float | None:
-        if x is not None and not (math.isfinite(x) and ok(x)):
-            raise typer.BadParameter(f"{x} is not {what}")
-        return x
-
-    return check
+def _refuse(rule: Rule, x):
+    refusal = rule.refusal(x)
+    if refusal is not None:
+        raise typer.BadParameter(refusal)  # click names the option: "Invalid value for '--lr': ..."
+    return x
 
 
-# Float checks (click's FloatRange lets inf and nan through): callbacks raising BadParameter, exit 2 with usage.
-POSITIVE = _real("a positive finite number", lambda x: x > 0)
-NON_NEGATIVE = _real("a non-negative finite number", lambda x: x >= 0)
-ALPHA = _real("in (0, 1]", lambda x: 0 < x <= 1)
-DROPOUT = _real("in [0, 1)", lambda x: 0 <= x < 1)
-
-
-def BATCH_SIZE(x):
-    """--batch-size of distill / assist: a positive number of sequences, or auto."""
-    if x is None or isinstance(x, int):
-        return x
-    if str(x).strip().lower() == config.AUTO:
-        return config.AUTO
+def _integer(word):
+    """The integer a word says, else the word (which the rule then refuses)."""
+    if isinstance(word, int):
+        return word
     try:
-        n = int(x)
+        return int(str(word).strip())
     except ValueError:
-        raise typer.BadParameter(f"{x!r} is neither a number of sequences nor auto") from None
-    if not 1 <= n <= BATCH_MAX:
-        raise typer.BadParameter(f"{n} is not in 1..{BATCH_MAX}")
-    return n
+        return word
 
 
-# The checks a config field names (`option(check=...)`, mlminilm.config.options.CHECKS), by that name.
-CHECKS = {
-    "positive": POSITIVE,
-    "non-negative": NON_NEGATIVE,
-    "alpha": ALPHA,
-    "dropout": DROPOUT,
-    "batch-size": BATCH_SIZE,
-}
+def parser(rule: Rule):
+    """The parser of an integer or choice option: the word as its field holds it, refused as its rule says."""
+
+    def parse(word):
+        return _refuse(rule, _integer(word) if rule.least is not None else value(word))
+
+    return parse
+
+
+def _batch_size(word):
+    """--batch-size of distill / assist, `N|auto`: a number of sequences, or auto."""
+    if isinstance(word, str) and word.strip().lower() == options.AUTO:
+        return options.AUTO
+    return word if word is None else _integer(word)
+
+
+def _check(name: str):
+    rule = Rule("", check=name)
+    read = _batch_size if name == "batch-size" else (lambda x: x)
+    return lambda x: _refuse(rule, read(x))
+
+
+# The checks a config field names (`option(check=...)`, mlminilm.config.options.CHECKS), by that name: callbacks
+# on the parsed value (a float: click's number parsing lets inf and nan through), exit 2 with usage.
+CHECKS = {name: _check(name) for name in options.CHECKS}
 
 
 def bound_integer_options(command) -> None:
@@ -74,6 +76,8 @@ def bound_integer_options(command) -> None:
     is then a usage error at parse time, never a traceback (or a process killed for memory) later. Sets the
     options' `min` / `max`, so --help shows the range."""
     from typer.models import ParameterInfo
+
+    from mlminilm.config.limits import int_limits
 
     for name, hint in typing.get_type_hints(command, include_extras=True).items():
         if typing.get_origin(hint) is not typing.Annotated:

@@ -4,6 +4,7 @@ input, one `Error:` line (exit 1) each: tests/test_bad_input_*.py by command."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,14 +121,14 @@ def test_configs_refuse_non_finite_numbers_for_python_api_users():
     from mlminilm.errors import ConfigError
 
     for field, bad, message in [
-        ("lr", float("inf"), "--lr must be positive and finite"),
-        ("warmup", float("nan"), "--warmup must be non-negative and finite"),
-        ("warmup", float("inf"), "--warmup must be non-negative and finite"),
-        ("weight_decay", -1.0, "--weight-decay must be non-negative and finite"),
+        ("lr", float("inf"), "Invalid value for '--lr': inf is not a positive finite number"),
+        ("warmup", float("nan"), "Invalid value for '--warmup': nan is not a non-negative finite number"),
+        ("warmup", float("inf"), "Invalid value for '--warmup': inf is not a non-negative finite number"),
+        ("weight_decay", -1.0, "Invalid value for '--weight-decay': -1.0 is not a non-negative finite number"),
     ]:
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError, match=re.escape(message)):
             DistillConfig(teacher="t", out="o", **{field: bad})
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError, match=re.escape(message)):
             FinetuneConfig(model="m", train="t", out="o", **{field: bad})
 
 
@@ -165,15 +166,15 @@ def test_configs_bound_integers_for_python_api_users():
     from mlminilm.config import DistillConfig, EvalXnliConfig, FinetuneConfig, PrepareConfig
     from mlminilm.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="--seed must be at least 0"):
+    with pytest.raises(ConfigError, match=r"'--seed': -1 is not in 0\.\.4294967295"):
         DistillConfig(teacher="t", out="o", seed=-1)
-    with pytest.raises(ConfigError, match="--seed must be at most 4294967295"):
+    with pytest.raises(ConfigError, match=r"'--seed': \d+ is not in 0\.\.4294967295"):
         FinetuneConfig(model="m", train="t", out="o", seed=2**70)
-    with pytest.raises(ConfigError, match="--max-steps must be at most"):
+    with pytest.raises(ConfigError, match=r"'--max-steps': \d+ is not in 0\.\.2147483647"):
         DistillConfig(teacher="t", out="o", max_steps=2 * 10**19)
-    with pytest.raises(ConfigError, match="--seq-len must be at most 65536"):
+    with pytest.raises(ConfigError, match=r"'--seq-len': 2000000000 is not in 3\.\.65536"):
         PrepareConfig(teacher="t", inputs=("x",), out="o", seq_len=2_000_000_000)
-    with pytest.raises(ConfigError, match="--batch-size must be at most"):
+    with pytest.raises(ConfigError, match=r"'--batch-size': \d+ is not in 1\.\.65536"):
         EvalXnliConfig(model="m", data="d", batch_size=2**64)
     # A float option that becomes a step count: finetune --epochs 1e30 trained towards 10^30 steps.
     with pytest.raises(ConfigError, match="give fewer --epochs"):

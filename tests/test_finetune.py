@@ -306,7 +306,9 @@ def test_bad_options_and_models(wp_encoder, nli_data, tmp_path):
     # Bad option values are usage errors (exit 2) naming the option; tests/test_bad_input_options.py has more.
     proc = ft("--task", "ner", "--model", str(wp_encoder), "--train", str(nli_data[0]), "--out", str(out))
     assert proc.returncode == 2 and "'--task'" in proc.stderr and "xnli" in proc.stderr
-    with pytest.raises(ConfigError, match="--task must be one of xnli, qa.*--lr must be positive"):
+    with pytest.raises(
+        ConfigError, match="'--lr': -1.0 is not a positive finite number.*'--task': 'ner' is not one of 'xnli', 'qa'"
+    ):
         replace(xnli_config(wp_encoder, nli_data, out), task="ner", lr=-1.0)
     # The rest in-process (the CLI turns these errors into one line like the ones above).
     with pytest.raises(DataError, match="hf:multi_nli.*file instead"):  # offline: the Hub is not reachable

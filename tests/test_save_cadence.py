@@ -88,9 +88,9 @@ def test_defaults_and_refusals(monkeypatch, capsys):
     assert AssistConfig(teacher="t", out="o").save_every_minutes == 30.0
     assert not hasattr(FinetuneConfig(model="m", train="t", out="o"), "save_every_minutes")  # selection by steps
     for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ConfigError, match="--save-every-minutes must be non-negative and finite"):
+        with pytest.raises(ConfigError, match="'--save-every-minutes': .* is not a non-negative finite number"):
             DistillConfig(teacher="t", out="o", save_every_minutes=bad)
-    with pytest.raises(ConfigError, match="--save-every must be at least 1"):
+    with pytest.raises(ConfigError, match=r"'--save-every': 0 is not in 1\.\."):
         DistillConfig(teacher="t", out="o", save_every=0)
     base = ("distill", "--teacher", "t", "--out", "o")
     assert_usage_error(run_main(monkeypatch, capsys, *base, "--save-every-minutes", "-5"), "--save-every-minutes")

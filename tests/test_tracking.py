@@ -101,7 +101,7 @@ def test_report_to_choices(monkeypatch, capsys, tmp_path):
 
     assert REPORT_TO == ("jsonl", "tensorboard", "none")
     assert DistillConfig(teacher="t", data=tmp_path, out=tmp_path / "o").report_to == "jsonl"
-    with pytest.raises(ConfigError, match="--report-to must be one of jsonl, tensorboard, none"):
+    with pytest.raises(ConfigError, match="'--report-to': 'wandb' is not one of 'jsonl', 'tensorboard', 'none'"):
         DistillConfig(teacher="t", data=tmp_path, out=tmp_path / "o", report_to="wandb")
     with pytest.raises(ConfigError, match="--report-to"):
         FinetuneConfig(model="m", train="t.tsv", out=tmp_path / "o", report_to="wandb")

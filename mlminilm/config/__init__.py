@@ -1,8 +1,9 @@
 """Run configurations: one frozen dataclass per command, the single home of every default and every option.
 
 Each field that is a command-line option declares it in its metadata (`options.option`: flag, help, range,
-choices...), from which the CLI builds its options; `__post_init__` validates and names the CLI flag in its
-message, so a bad option fails before any expensive work starts.
+choices...), from which the CLI builds its options. Each config's `__post_init__` (common.Config) refuses what
+those declarations rule out, by the same check and in the same words as the command line (options.Rule), and what
+its own `problems` finds across options, naming the CLI flags, so a bad option fails before any expensive work.
 
 `options` says how a field declares its option; then one module per command family: `common` (device,
 precision, the helpers), `training` (what distill, assist and finetune share), `distill` (and assist), `prepare`,

@@ -1,17 +1,18 @@
 """What every command's config shares: the device and precision choices, the options every command has (--quiet,
---device), reading a field's default, and collecting problems into one ConfigError."""
+--device), reading a field's default, the base of every config (its declared values checked) and collecting problems
+into one ConfigError."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from mlminilm.config.options import option
+from mlminilm.config.options import AUTO as AUTO  # --batch-size auto (distill / assist), declared there
+from mlminilm.config.options import declared_problems, option
 from mlminilm.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("auto", "on", "off")  # distill / assist --compile; auto: on for CUDA, off on CPU
-AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
 
 
 def quiet_option():
@@ -33,6 +34,19 @@ def default(cls, name: str):
                 return f.default_factory()  # type: ignore[misc]
             raise KeyError(f"{cls.__name__}.{name} has no default")
     raise KeyError(f"{cls.__name__} has no field {name}")
+
+
+class Config:
+    """The base of every command's config. Its `__post_init__` refuses, in one ConfigError, every value that the
+    field's option declaration rules out (min, max, choices, check: `options.declared_problems`, in the words of
+    the command line, which refuses the same values at parse time) and whatever `problems` finds: only what no
+    single declaration can say (options that need each other, heads that must divide hidden...)."""
+
+    def __post_init__(self) -> None:
+        problems_to_error(declared_problems(self) + self.problems())
+
+    def problems(self) -> list[str]:
+        return []
 
 
 def problems_to_error(problems: list[str]) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import problems_to_error, quiet_option
+from mlminilm.config.common import Config, quiet_option
 from mlminilm.config.evaluation import OVERWRITE_HELP
 from mlminilm.config.options import EACH, option
 
 
 @dataclass(frozen=True)
-class CompareConfig:
+class CompareConfig(Config):
     """`compare`: evaluation reports of several models on the same data and protocol, side by side.
 
     `reports`: the `--out` directories of eval-xnli / eval-mlqa / eval-tatoeba, or their metrics.json files.
@@ -51,7 +51,7 @@ class CompareConfig:
     overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
     quiet: bool = quiet_option()
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
         p: list[str] = []
         if len(self.reports) < 2:
             p.append(
@@ -62,4 +62,4 @@ class CompareConfig:
             p.append("--baseline must name a report (its directory name or its model)")
         if self.metric is not None and not self.metric.strip():
             p.append("--metric must name one of the reports' metrics")
-        problems_to_error(p)
+        return p

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import AUTO, COMPILE_MODES, check_choice, problems_to_error, unknown_langs
+from mlminilm.config.common import AUTO, COMPILE_MODES, unknown_langs
 from mlminilm.config.options import COMMA, FIXED, option, redeclare
 from mlminilm.config.training import TrainConfig
 
@@ -34,13 +33,10 @@ class StudentShape:
     intermediate: int = 1536
 
     def problems(self, prefix: str = "--") -> list[str]:
-        p: list[str] = []
-        for name in ("layers", "hidden", "heads", "intermediate"):
-            if getattr(self, name) < 1:
-                p.append(f"{prefix}{name} must be at least 1 (got {getattr(self, name)})")
+        # Each size's range is its option's declaration (DistillConfig); this, what none of them says alone.
         if self.heads >= 1 and self.hidden % self.heads:
-            p.append(f"{prefix}heads ({self.heads}) must divide {prefix}hidden ({self.hidden})")
-        return p
+            return [f"{prefix}heads ({self.heads}) must divide {prefix}hidden ({self.hidden})"]
+        return []
 
 
 @dataclass(frozen=True)
@@ -239,9 +235,6 @@ class DistillConfig(TrainConfig):
         None, min=1, help="Probe at most this many pairs per language (the first ones; default: all)."
     )
 
-    AUTO_BATCH = True
-    ZERO_STEPS = True
-
     @property
     def init_rule(self) -> str:
         return self.init_layers if self.init_layers is not None else DEFAULT_INIT_LAYERS
@@ -251,40 +244,29 @@ class DistillConfig(TrainConfig):
         return StudentShape(self.layers, self.hidden, self.heads, self.intermediate)
 
     def __post_init__(self) -> None:
-        p = self._train_problems()
+        if isinstance(self.target_cache, str) and self.target_cache.strip():
+            object.__setattr__(self, "target_cache", Path(self.target_cache))  # frozen: set once, as a Path
+        super().__post_init__()
+
+    def problems(self) -> list[str]:
+        # Only what no single declaration says (options that need each other, sizes that must divide); each
+        # option's own range and choices: Config (options.declared_problems).
+        p = super().problems()
         if not self.teacher:
             p.append("--teacher is required (a hub id or a local model directory)")
         p += self.shape.problems()
-        check_choice(p, self.init, INITS, "--init")
         if self.freeze_embeddings and self.init != "teacher":
             p.append("--freeze-embeddings needs --init teacher: randomly initialised embeddings must be trained")
         if self.init_layers is not None:
             if self.init != "teacher":
                 p.append("--init-layers needs --init teacher (it says which teacher layers the student starts from)")
             p += init_layers_problems(self.init_layers, self.layers)
-        for flag, weight in (
-            ("--hidden-loss-weight", self.hidden_loss_weight),
-            ("--embedding-loss-weight", self.embedding_loss_weight),
-        ):
-            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
-                p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
-        for flag, weight in (
-            ("--relation-loss-weight", self.relation_loss_weight),
-            ("--parallel-loss-weight", self.parallel_loss_weight),
-            ("--parallel-contrastive-weight", self.parallel_contrastive_weight),
-        ):
-            if not (weight >= 0 and math.isfinite(weight)):
-                p.append(f"{flag} must be non-negative and finite, 0 = off (got {weight})")
-        if not (self.parallel_temperature > 0 and math.isfinite(self.parallel_temperature)):
-            p.append(f"--parallel-temperature must be positive and finite (got {self.parallel_temperature})")
         if self.freeze_layers and self.init != "teacher":
             p.append("--freeze-layers needs --init teacher: randomly initialised layers must be trained")
-        if not 0 <= self.freeze_layers < self.layers:
+        if self.freeze_layers >= self.layers:
             p.append(
                 f"--freeze-layers must be at least 0 and less than --layers {self.layers} (got {self.freeze_layers})"
             )
-        if self.parallel_max_length < 2:
-            p.append(f"--parallel-max-length must be at least 2 (got {self.parallel_max_length})")
         if (
             self.parallel is None
             and self.relation_loss_weight == 0
@@ -295,41 +277,19 @@ class DistillConfig(TrainConfig):
                 "--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
                 "give --parallel FILE"
             )
-        check_choice(p, self.hidden_distance, HIDDEN_DISTANCES, "--hidden-distance")
-        if self.probe_every < 1:
-            p.append(f"--probe-every must be at least 1 (got {self.probe_every})")
         if self.target_cache is not None and not str(self.target_cache).strip():
             p.append("--target-cache '' names no directory: give a directory of its own, or leave it out")
-        elif isinstance(self.target_cache, str):
-            object.__setattr__(self, "target_cache", Path(self.target_cache))  # frozen: set once, as a Path
-        if self.probe_pairs is not None and self.probe_pairs < 1:
-            p.append(f"--probe-pairs must be at least 1 (got {self.probe_pairs})")
         if self.probe_langs and self.probe_tatoeba is None:
             p.append("--probe-langs needs --probe-tatoeba DIR")
         unknown_langs(p, tuple(self.probe_langs), "--probe-langs")
-        check_choice(p, self.objective, OBJECTIVES, "--objective")
-        if self.objective == "minilm-v2":
-            if self.relation_heads < 1:
-                p.append(f"--relation-heads must be at least 1 (got {self.relation_heads})")
-            elif self.hidden % self.relation_heads:
-                p.append(f"--relation-heads ({self.relation_heads}) must divide the student's --hidden ({self.hidden})")
-        if not 0 < self.alpha <= 1:  # also false for NaN
-            p.append(f"--alpha must be in (0, 1] (got {self.alpha})")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            p.append(f"--dropout must be in [0, 1) (got {self.dropout})")
+        if self.objective == "minilm-v2" and self.relation_heads >= 1 and self.hidden % self.relation_heads:
+            p.append(f"--relation-heads ({self.relation_heads}) must divide the student's --hidden ({self.hidden})")
         if self.global_batch is not None:
-            if self.global_batch < 1:
-                p.append(f"--global-batch must be at least 1 (got {self.global_batch})")
             if self.grad_accum != 1:
                 p.append("--global-batch sets the accumulation itself: leave out --grad-accum")
         elif self.batch_size == AUTO:
             p.append("--batch-size auto needs --global-batch N (the sequences per optimizer step it keeps)")
-        if not (self.save_every_minutes >= 0 and math.isfinite(self.save_every_minutes)):
-            p.append(f"--save-every-minutes must be non-negative and finite, 0 = off (got {self.save_every_minutes})")
-        check_choice(p, self.compile, COMPILE_MODES, "--compile")
-        if self.data_workers is not None and self.data_workers < 0:
-            p.append(f"--data-workers must be at least 0 (got {self.data_workers})")
-        problems_to_error(p)
+        return p
 
 
 def parse_init_layers(value: str) -> str | list[int]:
@@ -377,12 +337,3 @@ class AssistConfig(DistillConfig):
         help="Linear warmup of each stage: a fraction of its steps (--assistant-steps, --student-steps) if below 1, "
         "else steps. With --resume it may change.",
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        p = []
-        if self.assistant_steps < 1:
-            p.append(f"--assistant-steps must be at least 1 (got {self.assistant_steps})")
-        if self.student_steps < 1:
-            p.append(f"--student-steps must be at least 1 (got {self.student_steps})")
-        problems_to_error(p)

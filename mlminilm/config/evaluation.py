@@ -6,11 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.config.common import (
-    DEVICES,
     PRECISIONS,
-    check_choice,
+    Config,
     device_option,
-    problems_to_error,
     quiet_option,
     unknown_langs,
     unregistered_langs,
@@ -20,9 +18,7 @@ from mlminilm.config.finetune import (
     QA_MAX_ANSWER_LENGTH,
     QA_MAX_QUERY_LENGTH,
     QA_N_BEST,
-    qa_window_problems,
 )
-from mlminilm.config.limits import int_problems
 from mlminilm.config.options import COMMA, option
 
 QA_SCORERS = ("auto", "squad", "mlqa")  # eval-mlqa --scorer; auto: mlqa for MLQA files, squad for the others
@@ -51,7 +47,6 @@ BACKEND_HELP = (
 
 def backend_problems(p: list[str], backend: str, precision: str, device: str) -> None:
     """--backend onnx / openvino runs the graph as exported, on the CPU: no autocast precision, no CUDA."""
-    check_choice(p, backend, EVAL_BACKENDS, "--backend")
     if backend not in ("onnx", "openvino"):
         return
     if precision in ("bf16", "fp16"):
@@ -67,7 +62,7 @@ def backend_problems(p: list[str], backend: str, precision: str, device: str) ->
 
 
 @dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Config):
     """What both evaluation commands share. `out` None: report on the terminal only, write nothing."""
 
     # model, data and split: each evaluation declares its own option
@@ -94,18 +89,12 @@ class EvalConfig:
     # After the evaluation, write its results into --model's README.md (mlminilm.models.card_results)
     update_card: bool = option(False, help=UPDATE_CARD_HELP)
 
-    def _eval_problems(self) -> list[str]:
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
         p: list[str] = []
         if not self.data:
             p.append("--data is required")
-        if self.batch_size < 1:
-            p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.max_seq_len is not None and self.max_seq_len < 8:
-            p.append(f"--max-seq-len must be at least 8 (got {self.max_seq_len})")
-        check_choice(p, self.precision, PRECISIONS, "--precision")
-        check_choice(p, self.device, DEVICES, "--device")
         self._lang_problems(p, self.langs, "--langs")
-        p += int_problems(self)
         return p
 
     def _lang_problems(self, p: list[str], langs: tuple[str, ...], flag: str) -> None:
@@ -135,15 +124,14 @@ class EvalXnliConfig(EvalConfig):
     # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory of a classifier
     backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
 
-    def __post_init__(self) -> None:
-        p = self._eval_problems()
+    def problems(self) -> list[str]:
+        p = super().problems()
         backend_problems(p, self.backend, self.precision, self.device)
         if not self.model:
             p.append("--model is required (a fine-tuned directory from `mlminilm finetune --task xnli`)")
-        check_choice(p, self.split, EVAL_SPLITS, "--split")
         if self.label_order:
             _label_order_problems(p, self.label_order)
-        problems_to_error(p)
+        return p
 
 
 def _label_order_problems(p: list[str], order: tuple[str, ...]) -> None:
@@ -206,9 +194,8 @@ class EvalMlqaConfig(EvalConfig):
         "mlqa: that scorer for every file.",
     )
 
-    def __post_init__(self) -> None:
-        p = self._eval_problems()
-        check_choice(p, self.scorer, QA_SCORERS, "--scorer")
+    def problems(self) -> list[str]:
+        p = super().problems()
         if not self.model and self.predictions is None:
             p.append("--model is required (a directory from `mlminilm finetune --task qa`), or --predictions DIR")
         if self.model and self.predictions is not None:
@@ -218,15 +205,9 @@ class EvalMlqaConfig(EvalConfig):
                 "--update-card writes the evaluated model's card; --predictions scores files of no model: "
                 "leave --update-card out, or evaluate the model with --model DIR"
             )
-        check_choice(p, self.split, EVAL_SPLITS, "--split")
-        qa_window_problems(p, None, self.doc_stride, self.max_query_length)
-        if self.n_best < 1:
-            p.append(f"--n-best must be at least 1 (got {self.n_best})")
-        if self.max_answer_length < 1:
-            p.append(f"--max-answer-length must be at least 1 (got {self.max_answer_length})")
         if self.lang is not None:
             self._lang_problems(p, (self.lang,), "--lang")
-        problems_to_error(p)
+        return p
 
     def _lang_problems(self, p: list[str], langs: tuple[str, ...], flag: str) -> None:
         from mlminilm.langs import MLQA_NEEDS
@@ -239,7 +220,7 @@ TATOEBA_POOLINGS = ("auto", "mean", "cls", "max")
 
 
 @dataclass(frozen=True)
-class EvalTatoebaConfig:
+class EvalTatoebaConfig(Config):
     """`eval-tatoeba`: cross-lingual sentence retrieval with an encoder as it is (no fine-tuning).
 
     `layer` is a hidden-states index (0 = the embedding output, N = the output of layer N, negative from the
@@ -302,7 +283,8 @@ class EvalTatoebaConfig:
     # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory, read at its last layer
     backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
         from mlminilm.langs import from_iso639_3
 
         p: list[str] = []
@@ -310,15 +292,7 @@ class EvalTatoebaConfig:
             p.append("--model is required (an encoder directory or hub id, e.g. a distilled student)")
         if not self.data:
             p.append("--data is required (a directory of tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng files)")
-        if self.batch_size < 1:
-            p.append(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.max_length is not None and self.max_length < 2:
-            p.append(f"--max-length must be at least 2 (got {self.max_length})")
-        check_choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
-        check_choice(p, self.precision, PRECISIONS, "--precision")
-        check_choice(p, self.device, DEVICES, "--device")
         backend_problems(p, self.backend, self.precision, self.device)
-        p += int_problems(self)
         # A Tatoeba file code given where a project code is expected: name the project code.
         # (A language with no ISO 639-1 code, e.g. ast, has its file code as its project code.)
         iso = [code for code in self.langs if from_iso639_3(code) not in (None, code)]
@@ -328,4 +302,4 @@ class EvalTatoebaConfig:
                 f"{','.join(from_iso639_3(c) for c in iso)} for {','.join(iso)}"
             )
         unknown_langs(p, tuple(code for code in self.langs if code not in iso), "--langs")
-        problems_to_error(p)
+        return p

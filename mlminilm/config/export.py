@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import check_choice, problems_to_error, quiet_option
-from mlminilm.config.limits import int_problems
-from mlminilm.config.options import COMMA, option
+from mlminilm.config.common import Config, check_choice, quiet_option
+from mlminilm.config.options import COMMA, declared_problems, option
 from mlminilm.errors import UsageError
 
 EXPORT_FORMATS = ("onnx", "openvino")
@@ -21,7 +20,7 @@ ONNX_OPSET = 18  # the opset torch's dynamo exporter writes natively (others go 
 
 
 @dataclass(frozen=True)
-class ExportConfig:
+class ExportConfig(Config):
     """`export`: an encoder directory (a student, a teacher, a sentence-transformers model or a fine-tuned
     sequence classifier) written as `out/onnx/model.onnx` beside its config, tokenizer and sentence-transformers
     files (mlminilm.export.pipeline), or as OpenVINO IR (`format` openvino). `quantize` int8: onnxruntime's
@@ -91,20 +90,22 @@ class ExportConfig:
     quiet: bool = quiet_option()
 
     def __post_init__(self) -> None:
+        usage = self._options_without_theirs()
+        if usage:  # a usage error (exit 2) names every problem, the others too
+            raise UsageError("; ".join(usage + declared_problems(self) + self.problems()))
+        super().__post_init__()
+
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges (--opset: within ONNX_OPSET_MIN..ONNX_OPSET_MAX) and
+        # choices: Config (options.declared_problems).
         p: list[str] = []
         if not self.model:
             p.append("--model is required (an encoder or sequence-classification model directory, or hub id)")
         if self.out is None:
             p.append("--out is required (the directory to write the export to)")
-        check_choice(p, self.format, EXPORT_FORMATS, "--format")
-        check_choice(p, self.quantize, QUANTIZATIONS, "--quantize")
         for role in self.int8_keep:
             check_choice(p, role, INT8_KEEP, "--int8-keep")
-        usage = self._options_without_theirs()
-        p += int_problems(self)  # --opset within ONNX_OPSET_MIN..ONNX_OPSET_MAX
-        if usage:  # a usage error (exit 2) names every problem, the others too
-            raise UsageError("; ".join(usage + p))
-        problems_to_error(p)
+        return p
 
     def _options_without_theirs(self) -> list[str]:
         """Options given without the option (or value) they only apply with: usage errors (README "Exit codes")."""

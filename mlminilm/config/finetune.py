@@ -6,7 +6,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from mlminilm.config.common import check_choice, problems_to_error
 from mlminilm.config.limits import COUNT_MAX
 from mlminilm.config.options import FIXED, option, redeclare
 from mlminilm.config.training import TrainConfig
@@ -40,15 +39,6 @@ QA_N_BEST = 20
 QA_MAX_ANSWER_LENGTH = 30
 # The per-task fields of FinetuneConfig that default to TASK_DEFAULTS when None.
 _TASK_FIELDS = ("max_seq_len", "lr", "epochs", "warmup", "weight_decay")
-
-
-def qa_window_problems(p: list[str], max_seq_len, doc_stride, max_query_length) -> None:
-    if max_seq_len is not None and max_seq_len < 8:
-        p.append(f"--max-seq-len must be at least 8 (got {max_seq_len})")
-    if doc_stride is not None and doc_stride < 1:
-        p.append(f"--doc-stride must be at least 1 (got {doc_stride})")
-    if max_query_length is not None and max_query_length < 1:
-        p.append(f"--max-query-length must be at least 1 (got {max_query_length})")
 
 
 @dataclass(frozen=True)
@@ -152,35 +142,11 @@ class FinetuneConfig(TrainConfig):
             values["save_every"] = max(1, steps_per_epoch)
         return dataclasses.replace(self, **values)
 
-    def __post_init__(self) -> None:
-        p: list[str] = []
-        check_choice(p, self.task, TASKS, "--task")
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
+        p = super().problems()
         if not self.model:
             p.append("--model is required (a hub id or a local model directory, e.g. a distilled student)")
         if not self.train:
             p.append("--train is required (a TSV / JSON lines / SQuAD JSON file, or hf:multi_nli / hf:squad)")
-        if self.epochs is not None and not (self.epochs > 0 and math.isfinite(self.epochs)):
-            p.append(f"--epochs must be positive and finite (got {self.epochs})")
-        if self.eval_batch_size < 1:
-            p.append(f"--eval-batch-size must be at least 1 (got {self.eval_batch_size})")
-        qa_window_problems(p, self.max_seq_len, self.doc_stride, self.max_query_length)
-        # The shared training checks, on the values this config will run with.
-        probe = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        task = TASK_DEFAULTS.get(self.task, TASK_DEFAULTS["xnli"])  # an unknown task is reported above
-        probe.update(
-            {name: getattr(task, name) if getattr(self, name) is None else getattr(self, name) for name in _TASK_FIELDS}
-        )
-        probe["max_steps"] = 1 if self.max_steps is None else self.max_steps
-        probe["save_every"] = 1 if self.save_every is None else self.save_every
-        p += TrainConfig._train_problems(_Probe(probe))  # type: ignore[arg-type]
-        problems_to_error(p)
-
-
-class _Probe:
-    """Attribute access over a dict: lets TrainConfig's checks run on resolved values."""
-
-    AUTO_BATCH = False
-    ZERO_STEPS = False
-
-    def __init__(self, values: dict):
-        self.__dict__.update(values)
+        return p

@@ -1,11 +1,10 @@
 """The bounds of every integer option, in one table: an integer beyond them used to end in a traceback deep in numpy
 or torch (`--seed -1`, `--seed 2**70`, `--max-steps 2e19` as an integer) or in a process killed for memory
-(`prepare --seq-len 2000000000`). The CLI applies them at parse time (`commands/_params.bound_integer_options`, a
-usage error), the config dataclasses again for Python callers (`int_problems`, one ConfigError)."""
+(`prepare --seq-len 2000000000`). Every integer option's rule (mlminilm.config.options.rules) adds them to its own
+bounds: the command line refuses a value beyond them at parse time (a usage error), a config's `__post_init__` for
+Python callers (one ConfigError)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 SEED_MAX = 2**32 - 1  # numpy takes non-negative seeds, torch up to 64 bits: 32 bits suit every generator
 COUNT_MAX = 2**31 - 1  # steps, counts and sizes: far beyond any run, and within every index type on the way
@@ -55,26 +54,3 @@ def int_limits(field: str) -> tuple[int, int]:
     """(least, most) of an integer option or field: its entry in INT_LIMITS, else +-COUNT_MAX."""
     least, most = INT_LIMITS.get(field, (None, COUNT_MAX))
     return (-COUNT_MAX if least is None else least), most
-
-
-def flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
-def int_problems(config) -> list[str]:
-    """The integer fields of a config (a dataclass, or any object's attributes) beyond their INT_LIMITS, one
-    message each (None and booleans skipped; each config checks its own lower bounds)."""
-    if dataclasses.is_dataclass(config):
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    else:
-        values = dict(vars(config))
-    problems = []
-    for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool):
-            continue
-        least, most = int_limits(name)
-        if value > most:
-            problems.append(f"{flag(name)} must be at most {most} (got {value})")
-        elif value < least:
-            problems.append(f"{flag(name)} must be at least {least} (got {value})")
-    return problems

@@ -5,6 +5,10 @@ this module is plain data, so the configuration layer stays free of Typer and cl
 
     max_steps: int = option(10_000, min=1, help="Optimizer steps.", resume=FIXED)
 
+What a declaration rules out (an integer's min / max, within mlminilm.config.limits; a float's `check`; the
+`choices`) is checked once, by its `Rule`: on the value a config holds (`declared_problems`, from every config's
+`__post_init__`) and on the value the command line parses, in the same words.
+
 A field declared with `setting(...)` (or a plain default) is no option: the Python API sets it, the command line
 does not (AdamW's betas). A subclass whose command says a field differently declares it again, usually with
 `redeclare(Base, "name", ...)`, which keeps what it does not change (Python puts a redeclared field where the base
@@ -14,17 +18,30 @@ had it, so positional construction is unchanged).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import numbers
+import typing
 from dataclasses import MISSING, dataclass
 from typing import Any
+
+from mlminilm.config.limits import BATCH_MAX, int_limits
 
 # What --resume does with a field: FIXED, it defines the run and --resume refuses a change; CHANGEABLE, it defines
 # the run but may change on --resume (the change is logged and recorded); None, it is not compared.
 FIXED = "fixed"
 CHANGEABLE = "changeable"
 RESUME_RULES = (FIXED, CHANGEABLE, None)
-# The command line's own value checks (commands/_params.py), by name: floats that click's FloatRange would let
-# through as inf or nan, and distill's `N|auto` batch size.
-CHECKS = ("positive", "non-negative", "alpha", "dropout", "batch-size")
+# The value checks a field may name (`check=`): floats, finite and within a range (a number range would let inf and
+# nan through), by what such a value is, and distill's `N|auto` batch size. `Rule.refusal` applies them.
+REAL_CHECKS = {
+    "positive": ("a positive finite number", lambda x: x > 0),
+    "non-negative": ("a non-negative finite number", lambda x: x >= 0),
+    "alpha": ("in (0, 1]", lambda x: 0 < x <= 1),
+    "dropout": ("in [0, 1)", lambda x: 0 <= x < 1),
+}
+CHECKS = (*REAL_CHECKS, "batch-size")
+AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
 # How a repeatable option becomes its tuple field: COMMA, each value may hold several, comma-separated
 # (`--langs de,fr --langs zh`); EACH, each value is one item (`--input a --input b=c`).
 COMMA = "comma"
@@ -146,3 +163,91 @@ def resume_changeable(cls) -> tuple[str, ...]:
 def replay_skips(cls) -> tuple[str, ...]:
     """The fields a replayed run record (`--config run.json`) leaves to the command line."""
     return tuple(f.name for f in dataclasses.fields(cls) if not spec(f).replay)
+
+
+# ------------------------------------------------------------------- what a declaration lets its field hold
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one option's declaration lets its field hold: its `check`, its `choices`, or (an integer) the range
+    of its `min` / `max` within mlminilm.config.limits' bounds. The one check of a declared value: the config's
+    `__post_init__` applies it to the value it holds (`declared_problems`), the command line to the value it parses
+    (commands/_params.py), in the same words."""
+
+    hint: str  # the option as an error names it, as click does: '--lr'
+    check: str | None = None
+    choices: tuple[str, ...] | None = None
+    least: int | None = None  # integers only (both set, or neither)
+    most: int | None = None
+
+    def refusal(self, value: Any) -> str | None:
+        """Why the declaration refuses `value` (e.g. "-1.0 is not a positive finite number"), or None. None is
+        always taken: an optional field's "not given"."""
+        if value is None:
+            return None
+        if self.check == "batch-size":
+            if value == AUTO:
+                return None
+            if not _integer(value):
+                return f"{value!r} is neither a number of sequences nor auto"
+            return None if 1 <= value <= BATCH_MAX else f"{value} is not in 1..{BATCH_MAX}"
+        if self.check is not None:
+            what, ok = REAL_CHECKS[self.check]
+            if not _real(value):
+                return f"{value!r} is not a number"
+            return None if math.isfinite(value) and ok(value) else f"{value} is not {what}"
+        if self.choices is not None:
+            if value in self.choices:
+                return None
+            return f"{value!r} is not one of {', '.join(map(repr, self.choices))}"
+        if self.least is not None:
+            if not _integer(value):
+                return f"{value!r} is not an integer"
+            return None if self.least <= value <= self.most else f"{value} is not in {self.least}..{self.most}"
+        return None
+
+    def message(self, value: Any) -> str | None:
+        """The refusal as the command line reports it (click's "Invalid value for '--lr': ..."), or None."""
+        refusal = self.refusal(value)
+        return None if refusal is None else f"Invalid value for {self.hint}: {refusal}"
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _integer(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+@functools.cache
+def rules(cls) -> dict[str, Rule]:
+    """The Rule of every option field of config class `cls` that declares something to check, by field name.
+    An integer field (`int` or `int | None`, parsed as such) is bounded by its `min` / `max` and by
+    mlminilm.config.limits.int_limits, as the command line bounds it."""
+    hints = typing.get_type_hints(cls)
+    found = {}
+    for f, cli in option_fields(cls):
+        hint = " / ".join(f"'{flag}'" for flag in (option_flag(f), cli.short) if flag)
+        choices = None if cli.repeat else cli.choices
+        least = most = None
+        if cli.cli_type is None and not cli.repeat and not choices and _int_hint(hints[f.name]):
+            least, most = int_limits(f.name)
+            least = least if cli.min is None else max(cli.min, least)
+            most = most if cli.max is None else min(cli.max, most)
+        if cli.check or choices or least is not None:
+            found[f.name] = Rule(hint, cli.check, choices, least, most)
+    return found
+
+
+def _int_hint(hint) -> bool:
+    """`int` or `int | None`: what the command line parses as an integer."""
+    return hint is int or set(typing.get_args(hint)) == {int, type(None)}
+
+
+def declared_problems(config) -> list[str]:
+    """One message for each field of `config` whose value its option's declaration refuses, in the words the
+    command line uses for the same value: the Python API and the command line refuse the same values alike."""
+    found = (rule.message(getattr(config, name)) for name, rule in rules(type(config)).items())
+    return [message for message in found if message is not None]

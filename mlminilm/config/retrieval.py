@@ -6,11 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm.config.common import (
-    DEVICES,
     PRECISIONS,
-    check_choice,
+    Config,
     device_option,
-    problems_to_error,
     quiet_option,
     unknown_langs,
 )
@@ -25,7 +23,6 @@ from mlminilm.config.evaluation import (
     UPDATE_CARD_HELP,
     backend_problems,
 )
-from mlminilm.config.limits import int_problems
 from mlminilm.config.options import COMMA, option
 
 RETRIEVAL_MAX_LENGTH = 512  # tokens per query and per passage, unless the model's positions are fewer (MTEB's)
@@ -50,7 +47,7 @@ def lang_pair(text: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class EvalRetrievalConfig:
+class EvalRetrievalConfig(Config):
     """`eval-retrieval`: rank a corpus of passages for each question by cosine similarity of sentence embeddings.
 
     Layer and pooling follow eval-tatoeba's rules (the model's sentence-transformers setup, else XTREME's layer
@@ -128,26 +125,18 @@ class EvalRetrievalConfig:
     device: str = device_option()
     quiet: bool = quiet_option()
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
         p: list[str] = []
         if not self.model:
             p.append("--model is required (an encoder directory or hub id, e.g. a distilled student)")
         if not self.data:
             p.append("--data is required (MLQA, XQuAD or TyDiQA-GoldP files, or a BEIR folder)")
-        check_choice(p, self.split, EVAL_SPLITS, "--split")
-        check_choice(p, self.pooling, TATOEBA_POOLINGS, "--pooling")
-        check_choice(p, self.precision, PRECISIONS, "--precision")
-        check_choice(p, self.device, DEVICES, "--device")
         backend_problems(p, self.backend, self.precision, self.device)
-        p += int_problems(self)
-        for name, least in (("query_max_length", 2), ("passage_max_length", 2), ("batch_size", 1)):
-            value = getattr(self, name)
-            if value is not None and value < least:  # the CLI refuses these at parse time; Python callers here
-                p.append(f"--{name.replace('_', '-')} must be at least {least} (got {value})")
         unknown_langs(p, self.langs, "--langs")
         if self.lang is not None:
             try:
                 lang_pair(self.lang)
             except ValueError as exc:
                 p.append(f"--lang {self.lang}: {exc}")
-        problems_to_error(p)
+        return p

@@ -1,13 +1,11 @@
-"""The options every training command (distill, assist, finetune) shares, and their checks."""
+"""The options every training command (distill, assist, finetune) shares, and the check across them."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import AUTO, DEVICES, PRECISIONS, check_choice, device_option, quiet_option
-from mlminilm.config.limits import int_problems
+from mlminilm.config.common import PRECISIONS, Config, device_option, quiet_option
 from mlminilm.config.options import CHANGEABLE, FIXED, option, setting
 
 # --report-to: where the metrics records go besides metrics.jsonl, which is always written (--resume and finetune's
@@ -17,11 +15,8 @@ REPORT_TO = ("jsonl", "tensorboard", "none")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Config):
     """What every training loop shares (distill, assist stages, finetune)."""
-
-    AUTO_BATCH = False  # whether --batch-size auto is accepted (a class attribute, not a field)
-    ZERO_STEPS = False  # whether --max-steps 0 is accepted (distill: export the initialised student)
 
     out: Path = option(help="Output directory (created; must be empty unless --resume/--overwrite).", replay=False)
     max_steps: int = option(10_000, min=1, help="Optimizer steps.", resume=FIXED)
@@ -84,44 +79,11 @@ class TrainConfig:
         "sink, as jsonl). May change on --resume.",
     )
 
-    def _train_problems(self) -> list[str]:
-        p: list[str] = []
-        if self.max_steps < (0 if self.ZERO_STEPS else 1):
-            least = "0 (the initialised student, exported untrained)" if self.ZERO_STEPS else "1"
-            p.append(f"--max-steps must be at least {least} (got {self.max_steps})")
-        if self.batch_size is None and self.AUTO_BATCH:
-            pass  # decided with the device (distill: mlminilm.distillation.batch.default_batch)
-        elif self.batch_size == AUTO:
-            if not self.AUTO_BATCH:
-                p.append("--batch-size auto is for distill and assist; give a number of sequences")
-        elif not isinstance(self.batch_size, int) or self.batch_size < 1:
-            p.append(f"--batch-size must be at least 1 or auto (got {self.batch_size!r})")
-        if self.grad_accum < 1:
-            p.append(f"--grad-accum must be at least 1 (got {self.grad_accum})")
-        # `not x >= 0` and math.isfinite: NaN fails every comparison, and inf would pass a plain one.
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            p.append(f"--lr must be positive and finite (got {self.lr})")
-        if not (self.warmup >= 0 and math.isfinite(self.warmup)):
-            p.append(f"--warmup must be non-negative and finite (got {self.warmup})")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            p.append(f"--weight-decay must be non-negative and finite (got {self.weight_decay})")
-        if not (self.max_grad_norm >= 0 and math.isfinite(self.max_grad_norm)):
-            p.append(
-                f"--max-grad-norm must be non-negative and finite, 0 to turn clipping off (got {self.max_grad_norm})"
-            )
-        if self.save_every is not None and self.save_every < 1:
-            p.append(f"--save-every must be at least 1 (got {self.save_every})")
-        if self.keep < 1:
-            p.append(f"--keep must be at least 1 (got {self.keep})")
-        if self.log_every < 1:
-            p.append(f"--log-every must be at least 1 (got {self.log_every})")
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
         if self.resume and self.overwrite:
-            p.append("--resume and --overwrite cannot be used together")
-        check_choice(p, self.precision, PRECISIONS, "--precision")
-        check_choice(p, self.device, DEVICES, "--device")
-        check_choice(p, self.report_to, REPORT_TO, "--report-to")
-        p += int_problems(self)
-        return p
+            return ["--resume and --overwrite cannot be used together"]
+        return []
 
     def warmup_steps(self) -> int:
         return int(round(self.warmup * self.max_steps)) if self.warmup < 1 else int(self.warmup)

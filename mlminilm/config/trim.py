@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlminilm.config.common import problems_to_error, quiet_option, unknown_langs
+from mlminilm.config.common import Config, quiet_option, unknown_langs
 from mlminilm.config.options import COMMA, option
 
 
 @dataclass(frozen=True)
-class TrimConfig:
+class TrimConfig(Config):
     """`trim`: keep the part of a model's vocabulary that a corpus uses (mlminilm.vocab).
 
     Token counts come from `data` (a `prepare` output: token_counts.npy and, per language, its shards, made with
@@ -94,7 +94,8 @@ class TrimConfig:
     overwrite: bool = option(False, help="Replace an existing directory at --out.", replay=False)
     quiet: bool = quiet_option()
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
+        # Only what no single declaration says; the ranges: Config (options.declared_problems).
         p: list[str] = []
         if not self.model:
             p.append("--model is required (a model directory or hub id: a teacher, a student or a fine-tuned model)")
@@ -110,20 +111,8 @@ class TrimConfig:
                 "--langs chooses files of --corpus; the counts of a --data directory cover all its languages "
                 "(prepare it with --langs instead)"
             )
-        if self.min_count < 1:
-            p.append(f"--min-count must be at least 1 (got {self.min_count})")
-        if self.coverage is not None and not 0.0 < self.coverage <= 1.0:  # also false for NaN
-            p.append(f"--coverage must be in (0, 1], a fraction of the corpus tokens (got {self.coverage})")
-        if self.per_lang_top_k is not None and self.per_lang_top_k < 1:
-            p.append(f"--per-lang-top-k must be at least 1, the ids each language keeps (got {self.per_lang_top_k})")
-        if self.script_fill < 0:
-            p.append(f"--script-fill must be 0 (none) or more, pieces added per language (got {self.script_fill})")
-        if self.max_vocab is not None and self.max_vocab < 1:
-            p.append(f"--max-vocab must be at least 1 (got {self.max_vocab})")
-        if self.workers < 0:
-            p.append(f"--workers must be 0 (all cores) or more (got {self.workers})")
         unknown_langs(p, self.langs, "--langs")
-        problems_to_error(p)
+        return p
 
     @property
     def pooled_coverage(self) -> float | None:
