@@ -74,6 +74,13 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
     }
 
 
+def shown(source: str) -> str:
+    """A model as the report names it: a hub id or relative path as given; a local absolute directory by its last
+    two parts (a committed report names no path of one machine)."""
+    path = Path(source)
+    return f"{path.parent.name}/{path.name}" if path.is_absolute() else source
+
+
 def write(doc: dict, path: Path, command: str) -> None:
     from retention_report import _table, machine, mlqa_section, xnli_section
 
@@ -83,7 +90,8 @@ def write(doc: dict, path: Path, command: str) -> None:
         "",
         f"- command: `{command}`; every figure below was measured by this run",
         f"- machine: {machine()}; date {time.strftime('%Y-%m-%d')}; measured at git {doc['git']}",
-        f"- models: {', '.join(f'{n} ({m})' for n, m in doc['models'].items())}; the first is the teacher",
+        f"- models: {', '.join(f'{n} ({shown(m)})' for n, m in doc['models'].items())}; the first is the teacher",
+        *([f"- note: {doc['note']}"] if doc.get("note") else []),
         f"- XNLI: `finetune --task xnli` on XNLI test-en's {doc['train_pairs']:,} training pairs (split by premise "
         f"groups; {doc['selection_pairs']} selection pairs choose the checkpoint), {x['epochs']} epochs, batch "
         f"{x['batch']}, lr {x['lr']}, warmup 10 %, word embeddings {'frozen' if x['freeze_embeddings'] else 'trained'}"
@@ -101,13 +109,23 @@ def write(doc: dict, path: Path, command: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR", help="a row (teacher first)")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="a row (teacher first)")
     parser.add_argument("--tasks", default="xnli,mlqa", help="xnli, mlqa or both (comma-separated)")
     parser.add_argument("--smoke", action="store_true", help="a sliver of everything: checks the pipeline only")
-    parser.add_argument("--work", type=Path, required=True, help="stage outputs (a rerun skips finished stages)")
+    parser.add_argument("--work", type=Path, default=None, help="stage outputs (a rerun skips finished stages)")
     parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    parser.add_argument("--note", default=None, help="a line the report shows (e.g. how each model was made)")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only write the report of a --json")
     args = parser.parse_args(argv)
+    if args.render:
+        doc = json.loads(args.render.read_text(encoding="utf-8"))
+        doc["note"] = args.note if args.note is not None else doc.get("note")
+        write(doc, args.out, doc["command"])
+        return 0
+    if not args.model or args.work is None:
+        print("Error: give --model NAME=DIR (teacher first) and --work, or --render JSON", file=sys.stderr)
+        return 2
     models = dict(m.split("=", 1) for m in args.model)
     if next(iter(models)) != TEACHER:
         print(f"Error: the first --model must be named {TEACHER!r}", file=sys.stderr)
@@ -119,8 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     doc = run(models, args.work, args.smoke, tasks)
     doc["models"] = models
-    command = "python benchmarks/retention_finetuned.py " + " ".join(f'--model "{m}"' for m in args.model)
-    write(doc, args.out, command + (" --smoke" if args.smoke else ""))
+    if args.note:
+        doc["note"] = args.note
+    command = "python benchmarks/retention_finetuned.py " + " ".join(
+        f'--model "{n}={shown(m)}"' for n, m in models.items()
+    )
+    doc["command"] = command + (" --smoke" if args.smoke else "")
+    write(doc, args.out, doc["command"])
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
     log(f"wrote {args.out}")

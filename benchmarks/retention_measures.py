@@ -75,8 +75,8 @@ class Embedder:
         from mlminilm import training
         from mlminilm.config import TATOEBA_MAX_LENGTH
         from mlminilm.evaluation.embeddings import prompt_length, resolve_spec, truncate_at
-        from mlminilm.models.sentence_encoder import read_sentence_transformers
         from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
+        from mlminilm.models.sentence_encoder import read_sentence_transformers
 
         st = read_sentence_transformers(model_dir)
         spec = resolve_spec(
