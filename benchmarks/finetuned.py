@@ -297,8 +297,9 @@ def mlqa_notes(res: dict, names: list[str], p: dict, counts: dict) -> list[str]:
     picked = ", ".join(f"{n} step {t['selected_step']} ({t['selected_score'] or 0:.1f})" for n, t in tuned.items())
     per_lang = ", ".join(f"{lang} {counts[f'mlqa-{lang}']}" for lang in MLQA_LANGS)
     return [
-        f"`finetune --task qa` on TyDiQA-GoldP English train ({counts['train']} questions), {p['epochs']} epochs, "
-        f"batch {p['batch']}, lr {p['lr']}, warmup 10 %, max length {p['max_seq_len']} (stride 128), word embeddings "
+        f"`finetune --task qa` on TyDiQA-GoldP English train ({counts['train']:,} questions), {p['epochs']:g} "
+        f"epoch(s), batch {p['batch']}, lr {p['lr']}, warmup 10 %, max length {p['max_seq_len']} (stride 128), "
+        f"word embeddings "
         f"{'frozen' if p['freeze_embeddings'] else 'trained'}, precision {p['precision']}; the checkpoint (one per "
         f"epoch) chosen by F1 on every {SELECTION_EVERY}th article of that set, held out ({counts['selection']} "
         f"questions; TyDiQA's dev files here have no answers; MLQA is never seen before its evaluation): {picked}.",
