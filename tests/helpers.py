@@ -198,24 +198,12 @@ def run_killed_after_checkpoint(monkeypatch, step: int, run, *args, **kwargs) ->
 # ---------------------------------------------------------------------------- command lines and output trees
 
 
+TINY_STUDENT = ("--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64")  # 2x32, 4 heads
+
+
 def one_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
     """`distill` of a 2x32 student of `teacher` for one step: what the bad-input tests refuse (test_bad_input_*.py)."""
-    return [
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
+    return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *TINY_STUDENT] + [
         "--max-steps",
         "1",
         *extra,
@@ -225,30 +213,7 @@ def one_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
 def two_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
     """`distill` of a 2x32 student of `teacher` for two steps of 2 sequences, one checkpoint at the end: the short
     run the fault tests break (test_faults_*.py)."""
-    return [
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
-        "--max-steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--save-every",
-        "2",
-        *extra,
-    ]
+    return one_step_distill_args(teacher, data, out)[:-1] + ["2", "--batch-size", "2", "--save-every", "2", *extra]
 
 
 def file_tree(root: Path) -> dict[str, bytes | None]:
