@@ -119,12 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only write the report of a --json")
     args = parser.parse_args(argv)
     if args.render:
+        if not args.render.is_file():
+            print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
+            return 1
         doc = json.loads(args.render.read_text(encoding="utf-8"))
         doc["note"] = args.note if args.note is not None else doc.get("note")
         write(doc, args.out, doc["command"])
         return 0
     if not args.model or args.work is None:
         print("Error: give --model NAME=DIR (teacher first) and --work, or --render JSON", file=sys.stderr)
+        return 2
+    bad = [m for m in args.model if "=" not in m or not all(m.split("=", 1))]
+    if bad:
+        print(f"Error: --model {bad[0]!r}: give NAME=DIR (or NAME=HUB_ID)", file=sys.stderr)
         return 2
     models = dict(m.split("=", 1) for m in args.model)
     if next(iter(models)) != TEACHER:
