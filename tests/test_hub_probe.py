@@ -49,3 +49,34 @@ def test_probe_says_reachable_or_why_not(monkeypatch):
     # A proxy named for the scheme is what the first connection goes to.
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     assert "127.0.0.1:9" in unreachable("https://huggingface.co")
+
+
+def test_trim_probes_an_unreachable_hub_once(tmp_path, monkeypatch, capsys):
+    """trim resolves --model, then reads its config and tokenizer: an id the Hub cannot serve is one probe and one
+    message (it was three probes, up to 9 s with no network, and the message twice when the reasons differed)."""
+    from mlminilm.io import hub_probe
+
+    calls = []
+
+    def unreachable(url, timeout=hub_probe.PROBE_TIMEOUT_S):
+        calls.append(url)
+        return f"no answer from 10.0.0.1:80 in {timeout:g} s (probe {len(calls)})"  # each reason its own words
+
+    monkeypatch.setattr(hub_probe, "unreachable", unreachable)
+    (tmp_path / "data").mkdir()
+    code, out, err = run_main(
+        monkeypatch,
+        capsys,
+        "trim",
+        "--model",
+        "someone/not-cached-model",
+        "--data",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        env={"HF_HUB_OFFLINE": None, "HF_ENDPOINT": "http://10.0.0.1"},
+    )
+    assert code == 1 and out == "" and len(calls) == 1, (calls, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].count("someone/not-cached-model") == 1, err
+    assert not (tmp_path / "out").exists()

@@ -190,8 +190,9 @@ def _validate(config: TrimConfig, claim):
         if path is not None and not Path(path).exists():
             problems.add(ConfigError(f"{flag} {path} does not exist"))
     check_files = attempt(lambda: identity.check_files(config.check)) if config.check is not None else None
-    model_config = attempt(lambda: load_config(config.model))
-    tokenizer = attempt(lambda: load_tokenizer(config.model))
+    # A --model that does not resolve (an unreachable Hub's id costs a probe) is said once: nothing more to load.
+    model_config = attempt(lambda: load_config(config.model)) if model_dir is not None else None
+    tokenizer = attempt(lambda: load_tokenizer(config.model)) if model_dir is not None else None
     doc = attempt(lambda: tokens.tokenizer_document(tokenizer, config.model)) if tokenizer is not None else None
     problems.raise_any()
     return tokenizer, doc, model_config, model_dir, check_files
