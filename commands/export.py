@@ -20,6 +20,7 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
     onnxruntime / OpenVINO (the model card shows how) and `eval-tatoeba` / `eval-xnli --backend onnx|openvino`;
     `--check` says what int8 costs each language."""
     from mlminilm.export import pipeline
+    from mlminilm.export.plan import ExportPlan
 
     result = pipeline.run(cfg)
     if json_out:
@@ -43,7 +44,8 @@ def main(cfg: ExportConfig, json_out: bool) -> None:
         )
     print(
         f"{result['out']}: {result['graph']} ({result['dtype']}, opset {result['opset']}, {result['task']}, "
-        f"{result['graph_bytes'] / 1e6:,.1f} MB); max |ONNX - PyTorch| {check['max_abs_diff']:.3g}{agreement}; "
+        f"{result['graph_bytes'] / 1e6:,.1f} MB); max {ExportPlan.from_config(cfg).difference} "
+        f"{check['max_abs_diff']:.3g}{agreement}; "
         f"{result['elapsed_s']:.1f} s"
     )
 

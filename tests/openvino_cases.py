@@ -143,6 +143,17 @@ def test_openvino_card_names_openvino_and_its_snippet_runs(ov_exports, st_xlmr, 
     np.testing.assert_allclose(found["embeddings"], expected, atol=1e-4, rtol=0)
 
 
+def test_openvino_export_names_what_its_check_ran(st_xlmr, tmp_path, monkeypatch, capsys):
+    """The summary line and the log of an OpenVINO export call the checked graph OpenVINO, not ONNX (issue 40 item 6:
+    the export called itself an ONNX export)."""
+    out = tmp_path / "o"
+    args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino")
+    code, stdout, stderr = run_main(monkeypatch, capsys, *args)
+    assert code == 0, stderr
+    assert "openvino/openvino_model.xml" in stdout and "max |OpenVINO - PyTorch|" in stdout, stdout
+    assert "ONNX" not in stdout and "check: max |OpenVINO - PyTorch|" in stderr, (stdout, stderr)
+
+
 def test_eval_tatoeba_openvino_equals_torch(ov_exports, st_xlmr, tmp_path, monkeypatch, capsys):
     data = tatoeba_dir(tmp_path / "tatoeba")
     args = ("--batch-size", "4")

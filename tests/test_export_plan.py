@@ -32,5 +32,7 @@ def test_each_format_and_quantisation_is_resolved_once(
     assert plan.keeps_traced_graph == traced and plan.derives_graph == (not traced)
     assert plan.runtime == runtime and plan.openvino == (fmt == "openvino")
     assert plan.kind == ("OpenVINO IR" if fmt == "openvino" else "ONNX")
+    # the check's figure names the graph it ran (the summary line and the log: openvino_cases.py)
+    assert plan.difference == ("|OpenVINO - PyTorch|" if fmt == "openvino" else "|ONNX - PyTorch|")
     with pytest.raises(AttributeError):
         plan.format = "onnx"  # frozen: decided once

@@ -169,11 +169,12 @@ def check(wrapper, graph: Path, tokenizer, task: str, names: list[str], output: 
         result["tolerance"] = f"{FLOAT32_TOLERANCE:g} x max(1, max |output|)"
         if diff > FLOAT32_TOLERANCE * scale:
             raise CheckpointError(
-                f"the exported graph does not reproduce the model: max |ONNX - PyTorch| = {diff:.3g} on the check "
+                f"the exported graph does not reproduce the model: max {plan.difference} = {diff:.3g} on the check "
                 f"sentences (allowed {FLOAT32_TOLERANCE * scale:.3g}); nothing was written. Try another --opset"
             )
     log.info(
-        "check: max |ONNX - PyTorch| = %.3g over %s%s",
+        "check: max %s = %.3g over %s%s",
+        plan.difference,
         diff,
         "real tokens" if output != "logits" else "logits",
         "".join(f", {k} {v}" for k, v in agreement.items()),

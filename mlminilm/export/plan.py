@@ -55,6 +55,11 @@ class ExportPlan:
             kind="OpenVINO IR" if openvino else "ONNX",
         )
 
+    @property
+    def difference(self) -> str:
+        """How the check's figure is named: max |ONNX - PyTorch|, or |OpenVINO - PyTorch| for the IR it ran."""
+        return f"|{'OpenVINO' if self.openvino else 'ONNX'} - PyTorch|"
+
     @classmethod
     def from_config(cls, config) -> ExportPlan:
         """The plan of an ExportConfig (its `format` and `quantize`)."""
