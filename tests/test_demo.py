@@ -126,6 +126,28 @@ def test_summary_table_by_hand():
     assert "(2.5x)" in table and "student 107.0M (96.0M + 11.0M)" in table
 
 
+def test_the_demo_names_the_distill_options_it_runs(tmp_path, monkeypatch):
+    """The baseline's and the student's log lines name the distill options of their runs as a user would type them:
+    both start from the teacher's layers, which takes --init teacher (distill's default start is random, and
+    --init-layers alone is refused; issue 40 item 10)."""
+    from types import SimpleNamespace
+
+    from mlminilm import distill
+    from mlminilm.demo import run as demo
+
+    configs, said = [], []
+    monkeypatch.setattr(distill, "run", configs.append)
+    stages = demo._Stages(tmp_path, "fp32")
+    stages.log = SimpleNamespace(info=lambda message, *args: said.append(message % args))
+    t_cfg = SimpleNamespace(hidden_size=32, num_attention_heads=4, intermediate_size=64)
+    shape = stages.student_shape("teacher-dir", t_cfg, 2)
+    stages.cut_teacher(shape, 2)
+    stages.distill(shape, 4, 2, 32)
+    assert [c.init_rule for c in configs] == ["first", "first-last"]
+    for cfg, line in zip(configs, said, strict=True):
+        assert cfg.init == "teacher" and f"--init teacher --init-layers {cfg.init_rule}" in line, line
+
+
 def test_demo_end_to_end_on_a_tiny_teacher(tiny_sentencepiece_dir, tmp_path, capsys):
     """The whole demo with a tiny XLM-R-style teacher (a few steps): it ends with the table for 12 languages."""
     from mlminilm.demo import run as demo

@@ -207,7 +207,8 @@ class _Stages:
         from mlminilm.config import DistillConfig
 
         self.log.info(
-            "2/%d the baseline: the teacher's first %d layers, untrained (distill --init-layers first --max-steps 0)",
+            "2/%d the baseline: the teacher's first %d layers, untrained (distill --init teacher --init-layers first "
+            "--max-steps 0)",
             self.COUNT,
             layers,
         )
@@ -222,7 +223,7 @@ class _Stages:
         pairs = write_pairs(CORPUS, self.out / "pairs")
         self.log.info(
             "3/%d distill: %d steps of %d sentence pairs (the bundled corpus's translations, %d pairs) into a "
-            "%dx%d student (--init-layers %s, --parallel, --parallel-contrastive-weight 1)",
+            "%dx%d student (--init teacher --init-layers %s, --parallel, --parallel-contrastive-weight 1)",
             self.COUNT,
             steps,
             DISTILL_BATCH,
