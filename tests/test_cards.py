@@ -126,3 +126,40 @@ def test_a_students_card_says_which_loss_terms_its_run_had(relation_weight):
     assert ("minilm" in data.tags) == (relation_weight > 0) and "distillation" in data.tags
     if relation_weight == 0:
         assert "| objective | none (--relation-loss-weight 0) |" in body
+
+
+def test_the_recipe_students_card_says_what_kept_the_teachers_weights():
+    """The recipe freezes the embeddings and two layers: its student's card says so (the run's own words), and a run
+    that freezes nothing says none."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from mlminilm.config import DistillConfig
+    from mlminilm.distillation.objective import EmbeddingHead
+    from mlminilm.distillation.plan import card_info
+    from mlminilm.models.cards import infer_card_data, render_card
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from helpers import REPO
+
+    recipe = tomllib.loads((REPO / "recipes" / "multilingual-e5-small-6x384.toml").read_text(encoding="utf-8"))
+    cfg = DistillConfig(out="runs/x", parallel="pairs/", **{k.replace("-", "_"): v for k, v in recipe.items()})
+
+    def body(cfg) -> str:
+        plan = SimpleNamespace(
+            cfg=cfg,
+            data=SimpleNamespace(languages=["de"], seq_len=128),
+            teacher_layer=11,
+            head=EmbeddingHead(("mean",), True),
+            prefix="query: ",
+        )
+        info = card_info(plan, "distill", [0, 1, 2, 3, 4, 11])
+        return str(render_card(info, infer_card_data(info))).split("\n---\n", 1)[1]
+
+    assert "| frozen | the embeddings and layers 0-1 keep the teacher's weights (--freeze-layers 2) |" in body(cfg)
+    words = body(replace(cfg, freeze_layers=0))
+    assert "| frozen | the word embeddings keep the teacher's weights (--freeze-embeddings) |" in words
+    assert "| frozen | none |" in body(replace(cfg, freeze_layers=0, freeze_embeddings=False))

@@ -146,6 +146,17 @@ def objective_summary(plan: DistillPlan) -> str:
     return in_words(plan.cfg, Words(how, plan.prefix))
 
 
+def frozen_words(cfg: DistillConfig) -> str:
+    """What of the student kept the teacher's weights, untrained (--freeze-layers, --freeze-embeddings), in words."""
+    n = cfg.freeze_layers
+    if n > 0:
+        layers = "layer 0" if n == 1 else f"layers 0-{n - 1}"
+        return f"the embeddings and {layers} keep the teacher's weights (--freeze-layers {n})"
+    if cfg.freeze_embeddings:
+        return "the word embeddings keep the teacher's weights (--freeze-embeddings)"
+    return "none"
+
+
 def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
     """What the model card (and mlminilm.json) records about how the student was made."""
     cfg, data = plan.cfg, plan.data
@@ -162,6 +173,7 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         "init_layers": (
             f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None else None
         ),
+        "frozen": frozen_words(cfg),
         "data": str(cfg.data) if cfg.data is not None else "none (only the parallel terms, which read --parallel)",
         "languages": ", ".join(data.languages or (plan.pairs.lang_counts() if plan.pairs is not None else ())),
         "alpha": cfg.alpha,
