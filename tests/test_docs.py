@@ -67,6 +67,16 @@ def test_the_readme_is_short_and_its_test_command_is_what_ci_runs():
     assert [line for line in ci.splitlines() if line and not line.startswith(("#", "set ", "cd "))] == ["make test"]
 
 
+def test_the_readme_installs_from_a_clone():
+    """mlminilm is not on PyPI (issue 40 item 8): the README's install names `make venv` (a Makefile target) and
+    `pip install -e .`, and nowhere says `pip install mlminilm`, which would look for it there."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    install = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "`make venv`" in install and "`pip install -e .`" in install, install
+    assert re.search(r"^venv:", (REPO / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
+    assert not re.search(r"pip install ['\"]?mlminilm", readme)
+
+
 def test_no_doc_names_a_path_of_one_machine():
     gpu_check = (REPO / "scripts" / "gpu_check.py").read_text(encoding="utf-8")
     assert all(f'Path("{default}")' in gpu_check for default in DEFAULTS)  # the allowed default is still the code's
