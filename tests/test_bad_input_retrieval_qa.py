@@ -1,0 +1,167 @@
+"""Bad input to what the retrieval and fine-tuning issues added (issue 37's hostile pass over `eval-retrieval`,
+`eval-mlqa` and `finetune --task qa`): BEIR folders and SQuAD-format QA files that are broken, ambiguous or huge end
+in one `Error:` line (exit 1) naming what to fix, or in a warning that says what the scores mean, and nothing is
+written. The first tests hold cases the pass found clean already; the others failed before their fixes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_eval_retrieval import A, B, write_beir, write_squad
+
+from helpers import assert_error, run_main, tiny_encoder_fixture
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+encoder = tiny_encoder_fixture("tiny_wordpiece_dir", "enc", layers=2, hidden=16, heads=2, intermediate=32)
+MLQA_NAME = "dev-context-en-question-en.json"
+QA_LENGTHS = ("--max-seq-len", "128", "--doc-stride", "32")  # the tiny QA model has 160 positions
+
+
+def retrieval(monkeypatch, capsys, model: Path, *args: str):
+    return run_main(monkeypatch, capsys, "eval-retrieval", "--model", str(model), "--precision", "fp32", *args)
+
+
+def beir_args(folder: Path, *extra: str) -> list[str]:
+    return ["--data", str(folder), "--lang", "en", "--split", "test", *extra]
+
+
+def damaged_gzip(path: Path, text: str) -> Path:
+    """A .gz whose deflate stream is damaged in the middle (zlib.error or a CRC error when read)."""
+    data = bytearray(gzip.compress("".join(f"{i} {text}\n" for i in range(3000)).encode()))
+    for i in range(len(data) // 2, len(data) // 2 + 40):
+        data[i] ^= 0x55
+    path.write_bytes(bytes(data))
+    return path
+
+
+# ------------------------------------------------------------------------------------ clean already (held here)
+
+
+def test_beir_files_that_do_not_read_are_one_line(tmp_path):
+    """Malformed JSON lines, unknown or duplicate ids, empty files, damaged .gz, non-UTF-8 bytes, a missing qrels
+    folder: each a DataError naming the file (the CLI prints it as its one Error: line)."""
+    from mlminilm.errors import DataError
+    from mlminilm.tasks.retrieval import read_beir
+
+    docs = "".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in ((1, A), (2, B)))
+    cases = {
+        "corpus.jsonl": [
+            ('{"_id": "d1", "text"\n', "line 1 is not JSON"),
+            ("[1]\n", "line 1 is not a JSON object"),
+            ("", "no entries"),
+            (b'{"_id": "d1", "text": "caf\xe9"}\n', "not UTF-8"),
+            (docs + json.dumps({"_id": "d1", "text": B}) + "\n", "document id"),
+        ],
+        "queries.jsonl": [("\n\n", "no entries"), ('{"_id": "qa", "text": null}\n', "no string 'text'")],
+        "qrels/test.tsv": [
+            ("qa\tzz\t1\n", "document ids not in corpus.jsonl (zz)"),
+            ("qx\td1\t1\n", "query ids not in queries.jsonl (qx)"),
+            ("query-id\tcorpus-id\tscore\n", "no relevance judgements"),
+            (b"qa\td\xff1\t1\n", "not UTF-8"),
+        ],
+    }
+    for name, bad in cases.items():
+        for content, needle in bad:
+            folder = write_beir(tmp_path / f"b{len(list(tmp_path.iterdir()))}")
+            target = folder / name
+            target.write_bytes(content if isinstance(content, bytes) else content.encode())
+            with pytest.raises(DataError, match=needle.replace("(", r"\(").replace(")", r"\)")) as info:
+                read_beir(folder, "test", "en", "en")
+            assert str(target) in str(info.value), (name, str(info.value))
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        folder = write_beir(tmp_path / f"gz-{name.replace('/', '-')}")
+        damaged_gzip(folder / f"{name}.gz", (folder / name).read_text())
+        (folder / name).unlink()
+        with pytest.raises(DataError, match="not a whole gzip file"):
+            read_beir(folder, "test", "en", "en")
+    folder = write_beir(tmp_path / "no-qrels")
+    for path in (folder / "qrels").iterdir():
+        path.unlink()
+    (folder / "qrels").rmdir()
+    with pytest.raises(DataError, match=r"no qrels/test.tsv \(BEIR layout\)$"):
+        read_beir(folder, "test", "en", "en")
+
+
+# ------------------------------------------------------------------------------------------ fixed (issue 37)
+
+
+def test_beir_query_ids_given_twice_are_refused(encoder, tmp_path, monkeypatch, capsys):
+    """Two queries with one id: the first text was dropped without a word and the second scored twice."""
+    queries = [{"_id": "qa", "text": A}, {"_id": "qa", "text": B}, {"_id": "qb", "text": B}]
+    folder = write_beir(tmp_path / "beir")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    out = tmp_path / "out"
+    assert_error(
+        retrieval(monkeypatch, capsys, encoder, *beir_args(folder, "--out", str(out))),
+        str(folder / "queries.jsonl"),
+        "1 query id(s) appear more than once (qa)",
+    )
+    assert not out.exists()
+
+
+def test_a_broken_beir_folder_says_what_is_wrong(encoder, tmp_path, monkeypatch, capsys):
+    """A BEIR file that is a directory was reported as --lang misused or as a qrels file that was there; a broken or
+    missing language folder under a parent was left out of the report without a word."""
+    folder = write_beir(tmp_path / "one")
+    (folder / "corpus.jsonl").unlink()
+    (folder / "corpus.jsonl").mkdir()
+    assert_error(
+        retrieval(monkeypatch, capsys, encoder, *beir_args(folder)),
+        f"--data {folder} is not a whole BEIR folder: corpus.jsonl is a directory, not a file",
+    )
+    folder = write_beir(tmp_path / "two")
+    (folder / "qrels" / "test.tsv").unlink()
+    (folder / "qrels" / "test.tsv").mkdir()
+    line = assert_error(
+        retrieval(monkeypatch, capsys, encoder, *beir_args(folder)), "qrels/test.tsv is a directory, not a file"
+    )
+    assert "it has" not in line
+    parent = tmp_path / "parent"
+    write_beir(parent / "en")
+    (write_beir(parent / "de") / "queries.jsonl").unlink()
+    split = ("--split", "test")
+    assert_error(
+        retrieval(monkeypatch, capsys, encoder, "--data", str(parent), *split),
+        f"{parent / 'de'} is not a whole BEIR folder: no queries.jsonl",
+    )
+    code, _, stderr = retrieval(monkeypatch, capsys, encoder, "--data", str(parent), *split, "--langs", "en")
+    assert code == 0, stderr  # a folder not asked for is not read
+    shutil.rmtree(parent / "de")
+    assert_error(
+        retrieval(monkeypatch, capsys, encoder, "--data", str(parent), *split, "--langs", "de,en"),
+        "no BEIR folder",
+        "for de (--langs)",
+    )
+
+
+def test_judged_questions_without_a_relevant_passage(encoder, tmp_path, monkeypatch, capsys):
+    """Some: one warning (they score 0, as in BEIR). All: nothing to score, refused; both scored 0 without a word."""
+    folder = write_beir(tmp_path / "some", "qa\td1\t0\nqb\td2\t1\n")
+    code, _, stderr = retrieval(monkeypatch, capsys, encoder, *beir_args(folder, "--json"))
+    assert code == 0, stderr
+    warned = [line for line in stderr.splitlines() if "no relevant passage" in line]
+    assert len(warned) == 1 and "1 of 2 judged questions" in warned[0], stderr
+    folder = write_beir(tmp_path / "none", "qa\td1\t0\nqb\td2\t0\n")
+    assert_error(retrieval(monkeypatch, capsys, encoder, *beir_args(folder)), "no judgement marks a document relevant")
+
+
+def test_question_ids_repeated_in_a_qa_file_are_warned_about(encoder, tmp_path, monkeypatch, capsys):
+    """eval-retrieval scores every question (ids may repeat, as in TyDiQA-GoldP's English train), but its TREC run
+    then lists an id twice: one warning says so."""
+    path = write_squad(tmp_path / MLQA_NAME, [(A, [("q1", A), ("q1", B)]), (B, [("q2", B)])])
+    code, stdout, stderr = retrieval(monkeypatch, capsys, encoder, "--data", str(path), "--json")
+    assert code == 0 and json.loads(stdout)["languages"]["en"]["examples"] == 3, stderr
+    warned = [line for line in stderr.splitlines() if "reuse an earlier question's id" in line]
+    assert len(warned) == 1 and "predictions/en.trec" in warned[0], stderr
+
+
+def test_a_huge_id_is_cut_in_the_error_line(encoder, tmp_path, monkeypatch, capsys):
+    """A qrels line of 5 MB naming an unknown query put all of it into the Error: line."""
+    folder = write_beir(tmp_path / "beir", "qa\td1\t1\n" + "x" * 5_000_000 + "\td1\t1\n")
+    line = assert_error(retrieval(monkeypatch, capsys, encoder, *beir_args(folder)), "x" * 40 + "...")
+    assert len(line) < 300, len(line)
