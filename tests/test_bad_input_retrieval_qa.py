@@ -22,12 +22,41 @@ MLQA_NAME = "dev-context-en-question-en.json"
 QA_LENGTHS = ("--max-seq-len", "128", "--doc-stride", "32")  # the tiny QA model has 160 positions
 
 
+@pytest.fixture(scope="module")
+def qa_model(tiny_wordpiece_dir, tmp_path_factory):
+    from taskdata import save_head_model
+
+    return save_head_model(tiny_wordpiece_dir, tmp_path_factory.mktemp("qa-model"), "qa", max_positions=160)
+
+
 def retrieval(monkeypatch, capsys, model: Path, *args: str):
     return run_main(monkeypatch, capsys, "eval-retrieval", "--model", str(model), "--precision", "fp32", *args)
 
 
+def qa_commands(encoder: Path, qa_model: Path, data: Path) -> list[tuple[str, ...]]:
+    """The three readers of a QA file, each given `data` (finetune as its --train)."""
+    model = ("--model", str(qa_model))
+    return [
+        ("eval-retrieval", "--model", str(encoder), "--data", str(data)),
+        ("eval-mlqa", *model, "--data", str(data), *QA_LENGTHS),
+        ("finetune", "--task", "qa", *model, "--train", str(data), *QA_LENGTHS),
+    ]
+
+
 def beir_args(folder: Path, *extra: str) -> list[str]:
     return ["--data", str(folder), "--lang", "en", "--split", "test", *extra]
+
+
+def answered(path: Path, paragraphs) -> Path:
+    """A SQuAD-format file whose every question is answered by its context's second word."""
+    write_squad(path, paragraphs)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for paragraph in doc["data"][0]["paragraphs"]:
+        word = paragraph["context"].split()[1]
+        for qa in paragraph["qas"]:
+            qa["answers"] = [{"text": word, "answer_start": paragraph["context"].index(word)}]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
 
 
 def damaged_gzip(path: Path, text: str) -> Path:
@@ -87,6 +116,33 @@ def test_beir_files_that_do_not_read_are_one_line(tmp_path):
         read_beir(folder, "test", "en", "en")
 
 
+def test_qa_files_that_do_not_read_are_one_line(encoder, qa_model, tmp_path, monkeypatch, capsys):
+    """A truncated, non-UTF-8, damaged .gz or empty QA file, and a BEIR folder where a QA file is expected: one
+    line from every command that reads QA files, nothing written."""
+    good = answered(tmp_path / "good.json", [(A, [("q1", A)]), (B, [("q2", B)])])
+    text = good.read_text(encoding="utf-8")
+    bad = {
+        "truncated": (text[:-20].encode(), "not JSON"),
+        "latin1": (text.replace("cat", "c\xe9t").encode("latin-1"), "not UTF-8 text"),
+        "empty": (b"", "not JSON"),
+    }
+    out = tmp_path / "out"
+    for name, (content, needle) in bad.items():
+        path = tmp_path / name / MLQA_NAME
+        path.parent.mkdir()
+        path.write_bytes(content)
+        for command in qa_commands(encoder, qa_model, path):
+            assert_error(run_main(monkeypatch, capsys, *command, "--out", str(out)), str(path), needle)
+    (tmp_path / "gz").mkdir()
+    gz = damaged_gzip(tmp_path / "gz" / f"{MLQA_NAME}.gz", text)
+    assert_error(retrieval(monkeypatch, capsys, encoder, "--data", str(gz.parent)), str(gz), "not a whole gzip")
+    finetune = ("finetune", "--task", "qa", "--model", str(qa_model), "--train", str(good), *QA_LENGTHS)
+    assert_error(run_main(monkeypatch, capsys, *finetune, "--dev", str(gz), "--out", str(out)), "not a whole gzip")
+    beir = write_beir(tmp_path / "beir")
+    assert_error(run_main(monkeypatch, capsys, "eval-mlqa", "--model", str(qa_model), "--data", str(beir)), "no QA")
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------------------------------ fixed (issue 37)
 
 
@@ -139,6 +195,22 @@ def test_a_broken_beir_folder_says_what_is_wrong(encoder, tmp_path, monkeypatch,
     )
 
 
+def test_a_qa_file_that_is_a_directory_is_named_so(encoder, qa_model, tmp_path, monkeypatch, capsys):
+    """It was "no such file", though the path was there."""
+    mlqa = tmp_path / "mlqa"
+    (mlqa / MLQA_NAME).mkdir(parents=True)
+    xquad = tmp_path / "xquad"
+    (xquad / "xquad.en.json").mkdir(parents=True)
+    for data, named in ((mlqa, mlqa / MLQA_NAME), (xquad, xquad / "xquad.en.json")):
+        assert_error(retrieval(monkeypatch, capsys, encoder, "--data", str(data)), f"{named} is a directory")
+    mlqa_eval = qa_commands(encoder, qa_model, xquad)[1]
+    assert_error(run_main(monkeypatch, capsys, *mlqa_eval), f"{xquad / 'xquad.en.json'} is a directory")
+    out = tmp_path / "ft"
+    finetune = qa_commands(encoder, qa_model, mlqa / MLQA_NAME)[2]
+    assert_error(run_main(monkeypatch, capsys, *finetune, "--out", str(out)), f"--train {mlqa / MLQA_NAME} is a dir")
+    assert not out.exists()
+
+
 def test_judged_questions_without_a_relevant_passage(encoder, tmp_path, monkeypatch, capsys):
     """Some: one warning (they score 0, as in BEIR). All: nothing to score, refused; both scored 0 without a word."""
     folder = write_beir(tmp_path / "some", "qa\td1\t0\nqb\td2\t1\n")
@@ -165,3 +237,13 @@ def test_a_huge_id_is_cut_in_the_error_line(encoder, tmp_path, monkeypatch, caps
     folder = write_beir(tmp_path / "beir", "qa\td1\t1\n" + "x" * 5_000_000 + "\td1\t1\n")
     line = assert_error(retrieval(monkeypatch, capsys, encoder, *beir_args(folder)), "x" * 40 + "...")
     assert len(line) < 300, len(line)
+
+
+def test_qa_training_data_without_any_answer_is_refused(qa_model, tmp_path, monkeypatch, capsys):
+    """Every target would be "no answer" (the CLS token): finetune trained a model to find nothing, without a word
+    (--dev and eval-mlqa already refused unlabelled files)."""
+    path = write_squad(tmp_path / "train.json", [(A, [("q1", A)]), (B, [("q2", B)])])  # answers: []
+    out = tmp_path / "ft"
+    finetune = ("finetune", "--task", "qa", "--model", str(qa_model), "--train", str(path), *QA_LENGTHS)
+    assert_error(run_main(monkeypatch, capsys, *finetune, "--out", str(out)), "no training question has an answer")
+    assert not out.exists()
