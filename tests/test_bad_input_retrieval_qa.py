@@ -232,6 +232,47 @@ def test_question_ids_repeated_in_a_qa_file_are_warned_about(encoder, tmp_path, 
     assert len(warned) == 1 and "predictions/en.trec" in warned[0], stderr
 
 
+def test_a_huge_passage_is_cut_before_it_is_tokenised(encoder):
+    """A 30 MB passage took 5.9 GB and a minute to tokenise whole (a 200 MB one cannot be): `encode` cuts every text
+    at max_length x CHARS_PER_TOKEN characters first, and the tokens kept are those the whole text gives."""
+    from transformers import AutoTokenizer
+
+    from mlminilm.evaluation.embeddings import CHARS_PER_TOKEN, encode
+
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    seen = []
+
+    def spy(texts, **kwargs):
+        seen.extend(len(t) for t in texts)
+        return tokenizer(texts, **kwargs)
+
+    spy.pad_token_id = tokenizer.pad_token_id
+    huge = "the cat sat on the mat " * 100_000  # 2.3 million characters
+    rows, cut = encode(spy, [A, huge], "query: ", 32)
+    assert max(seen) <= len("query: ") + 32 * CHARS_PER_TOKEN and cut == 1
+    whole = tokenizer(["query: " + huge], truncation=True, max_length=32)["input_ids"][0]
+    assert rows["input_ids"][1] == whole and rows["input_ids"][0] == tokenizer(["query: " + A])["input_ids"][0]
+
+
+def test_a_huge_qa_context_or_question_is_refused_when_read(encoder, qa_model, tmp_path, monkeypatch, capsys):
+    """A context cannot be cut (its answers are offsets into it): one past MAX_CONTEXT_CHARS (lowered here) is one
+    line from every reader; a 5 MB one took 1.3 GB to featurise, hundreds of megabytes could not be."""
+    from mlminilm.tasks import squad
+
+    monkeypatch.setattr(squad, "MAX_CONTEXT_CHARS", 2_000)
+    monkeypatch.setattr(squad, "MAX_QUESTION_CHARS", 500)
+    long_context = answered(tmp_path / "c" / MLQA_NAME, [(A, [("q1", A)]), (A + " x" * 1_500, [("q2", B)])])
+    long_question = answered(tmp_path / "q" / MLQA_NAME, [(A, [("q1", "why " * 200)])])
+    out = tmp_path / "out"
+    for path, needle in (
+        (long_context, "data[0].paragraphs[1].context is 3,036 characters long, over the 2,000 allowed"),
+        (long_question, "data[0].paragraphs[0].qas[0].question is 800 characters long, over the 500 allowed"),
+    ):
+        for command in qa_commands(encoder, qa_model, path):
+            assert_error(run_main(monkeypatch, capsys, *command, "--out", str(out)), str(path), needle)
+    assert not out.exists()
+
+
 def test_a_huge_id_is_cut_in_the_error_line(encoder, tmp_path, monkeypatch, capsys):
     """A qrels line of 5 MB naming an unknown query put all of it into the Error: line."""
     folder = write_beir(tmp_path / "beir", "qa\td1\t1\n" + "x" * 5_000_000 + "\td1\t1\n")
