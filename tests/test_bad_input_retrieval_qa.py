@@ -203,8 +203,9 @@ def test_a_qa_file_that_is_a_directory_is_named_so(encoder, qa_model, tmp_path, 
     (xquad / "xquad.en.json").mkdir(parents=True)
     for data, named in ((mlqa, mlqa / MLQA_NAME), (xquad, xquad / "xquad.en.json")):
         assert_error(retrieval(monkeypatch, capsys, encoder, "--data", str(data)), f"{named} is a directory")
-    mlqa_eval = qa_commands(encoder, qa_model, xquad)[1]
-    assert_error(run_main(monkeypatch, capsys, *mlqa_eval), f"{xquad / 'xquad.en.json'} is a directory")
+    for data in (mlqa, xquad):
+        mlqa_eval = qa_commands(encoder, qa_model, data)[1]
+        assert_error(run_main(monkeypatch, capsys, *mlqa_eval, "--langs", "en"), "en.json is a directory")
     out = tmp_path / "ft"
     finetune = qa_commands(encoder, qa_model, mlqa / MLQA_NAME)[2]
     assert_error(run_main(monkeypatch, capsys, *finetune, "--out", str(out)), f"--train {mlqa / MLQA_NAME} is a dir")

@@ -254,8 +254,12 @@ def _split_folder(data_dir: Path, split: str, pattern: str) -> Path:
 
 
 def _with_optional_gz(path: Path) -> Path | None:
+    """The file or its .gz; else a directory of that name, which its reader then names as such (not as missing)."""
     gz = path.with_name(path.name + ".gz")
-    return path if path.is_file() else gz if gz.is_file() else None
+    for candidate in (path, gz):
+        if candidate.is_file():
+            return candidate
+    return next((c for c in (path, gz) if c.exists()), None)
 
 
 def _resolve_langs(langs: Sequence[str] | None, benchmark: str) -> list[str]:
