@@ -24,6 +24,10 @@ from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
 log = mlog.get(__name__)
 
+# A sentence is cut at max_length x this many characters before it is tokenised (`encode`): no token of real text
+# spans that many on average, so its first max_length tokens are unchanged.
+CHARS_PER_TOKEN = 100
+
 
 def default_layer(num_layers: int) -> int:
     """XTREME's layer for base encoders as a hidden-states index: layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6,
@@ -192,10 +196,15 @@ def prompt_length(tokenizer, spec: EmbeddingSpec, st: SentenceTransformerSetup |
 
 
 def encode(tokenizer, sentences: Sequence[str], prefix: str, max_length: int) -> tuple[dict[str, list], int]:
-    """Unpadded model inputs of `prefix + sentence` and how many were cut at `max_length`."""
-    texts = [prefix + s for s in sentences]
+    """Unpadded model inputs of `prefix + sentence` and how many were cut at `max_length`. A sentence longer than
+    `max_length * CHARS_PER_TOKEN` characters is cut to that many before it is tokenised (and counted as cut): the
+    tokenizer never holds a text of hundreds of megabytes whole (a 30 MB passage took 5.9 GB), and the first
+    `max_length` tokens of real text lie well inside that many characters."""
+    bound = max_length * CHARS_PER_TOKEN
+    long = {i for i, s in enumerate(sentences) if len(s) > bound}
+    texts = [prefix + (s[:bound] if i in long else s) for i, s in enumerate(sentences)]
     rows = dict(tokenizer(texts, truncation=False))
-    over = [i for i, ids in enumerate(rows["input_ids"]) if len(ids) > max_length]
+    over = [i for i, ids in enumerate(rows["input_ids"]) if len(ids) > max_length or i in long]
     if over:
         cut = tokenizer([texts[i] for i in over], truncation=True, max_length=max_length)
         for key in rows:

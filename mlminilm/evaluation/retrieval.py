@@ -148,6 +148,7 @@ def run(cfg: EvalRetrievalConfig) -> dict:
     card = card_to_update(cfg)
     benchmark, sets, unregistered, st, specs, export = _check(cfg)
     warn_unregistered(unregistered, "evaluated and reported under that code")
+    _warn_about(sets)
     rt = backends.runtime(cfg)
     model, tokenizer = load_embedder(specs["query"], export, rt)  # one encoder for both sides
     specs = {side: skipping_prompt(spec, tokenizer, st) for side, spec in specs.items()}
@@ -196,6 +197,29 @@ def run(cfg: EvalRetrievalConfig) -> dict:
     backends.stamp(doc, export, rt)
     doc["size"] = model_size(str(export.directory) if export is not None else specs["query"].weights)
     return report_dir.publish(doc, _prediction_writer(sets, predictions), card)
+
+
+def _warn_about(sets: dict[str, RetrievalSet]) -> None:
+    """One warning per pair for what the data does that a reader of the scores should know."""
+    for key, rset in sets.items():
+        if rset.no_relevant:
+            log.warning(
+                "%s: %d of %d judged questions have no relevant passage in %s (every score 0); they score 0, as in "
+                "BEIR",
+                key,
+                rset.no_relevant,
+                len(rset.queries),
+                rset.files.get("qrels"),
+            )
+        if rset.duplicate_ids:
+            log.warning(
+                "%s: %d questions reuse an earlier question's id in %s; each is scored, but predictions/%s.trec "
+                "lists those ids more than once",
+                key,
+                rset.duplicate_ids,
+                rset.files.get("qa"),
+                key,
+            )
 
 
 def _embed_all(texts, model, tokenizer, specs, batch_size: int, rt, total: int):

@@ -9,9 +9,18 @@ from mlminilm.config.retrieval import lang_pair
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation.qa_files import find_qa_files
 from mlminilm.langs import accept_codes
-from mlminilm.tasks.retrieval import RetrievalSet, from_squad, is_beir_folder, pair_key, read_beir
+from mlminilm.tasks.retrieval import (
+    RetrievalSet,
+    beir_problems,
+    from_squad,
+    is_beir_folder,
+    looks_like_beir,
+    pair_key,
+    read_beir,
+)
 from mlminilm.tasks.squad import QAFile, qa_file_info
 
+BEIR_LAYOUT = "BEIR layout: corpus.jsonl, queries.jsonl and qrels/<split>.tsv, each optionally .gz"
 ONE_LANG = "--lang names the language of one --data file or BEIR folder; for a directory use --langs"
 
 
@@ -31,7 +40,9 @@ def find_retrieval_sets(
         context, question = lang_pair(lang)
         sets = {f"{context}-{question}" if context != question else context: read_beir(path, split, context, question)}
         return "beir", sets, accept_codes({context, question})
-    if path.is_dir() and not any(path.glob("*.json*")) and any(is_beir_folder(p) for p in path.iterdir()):
+    if looks_like_beir(path):  # corpus.jsonl, queries.jsonl or qrels/ there, but not all of them as files
+        raise DataError(f"--data {path} is not a whole BEIR folder: {'; '.join(beir_problems(path))} ({BEIR_LAYOUT})")
+    if path.is_dir() and not any(path.glob("*.json*")) and any(looks_like_beir(p) for p in path.iterdir()):
         if lang is not None:
             raise ConfigError(ONE_LANG)
         return "beir", *_beir_folders(path, split, langs, monolingual)
@@ -87,7 +98,7 @@ def _beir_folders(
     sets: dict[str, RetrievalSet] = {}
     problems: list[str] = []
     codes: set[str] = set()
-    for folder in sorted(p for p in path.iterdir() if is_beir_folder(p)):
+    for folder in sorted(p for p in path.iterdir() if looks_like_beir(p)):
         try:
             context, question = lang_pair(folder.name)
         except ValueError as exc:
@@ -96,6 +107,9 @@ def _beir_folders(
         if langs and not (context in langs and question in langs):
             continue
         if monolingual and context != question:
+            continue
+        if not is_beir_folder(folder):  # never left out without a word
+            problems.append(f"{folder} is not a whole BEIR folder: {'; '.join(beir_problems(folder))}")
             continue
         try:
             found = read_beir(folder, split, context, question)
@@ -107,4 +121,10 @@ def _beir_folders(
         raise DataError("; ".join(problems))
     if not sets:
         raise DataError(f"no BEIR folder in {path} for the languages asked ({', '.join(langs or [])})")
+    missing = [code for code in langs or [] if code not in codes]
+    if missing:
+        raise DataError(
+            f"no BEIR folder in {path} for {', '.join(missing)} (--langs): folders are named by language (de) or "
+            "pair (de-en)"
+        )
     return sets, accept_codes(codes)

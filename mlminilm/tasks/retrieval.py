@@ -43,6 +43,7 @@ class RetrievalSet:
     duplicate_texts: int = 0  # BEIR: documents whose text another document also has (kept apart)
     unjudged: int = 0  # BEIR: queries without a qrels row (not scored)
     no_relevant: int = 0  # BEIR: judged queries with no relevant document (scored 0, as pytrec_eval)
+    duplicate_ids: int = 0  # SQuAD: questions whose id an earlier question already had (scored apart)
     extra: dict = field(default_factory=dict)
 
 
@@ -77,6 +78,7 @@ def from_squad(info: QAFile) -> RetrievalSet:
         doc_ids=[f"c{i}" for i in range(len(corpus))],
         qrels=[{index[e.context]: 1} for e in data.examples],
         merged=merged,
+        duplicate_ids=data.duplicate_ids,
         extra={"paragraphs": paragraphs},
     )
 
@@ -90,6 +92,43 @@ def beir_file(folder: Path, name: str) -> Path | None:
 
 def is_beir_folder(folder: Path) -> bool:
     return folder.is_dir() and all(beir_file(folder, name) for name in BEIR_FILES)
+
+
+def _entry(folder: Path, name: str) -> Path | None:
+    """`name` or `name.gz` in `folder`, whatever it is (a file, a directory, a dangling link)."""
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    return None
+
+
+def _not_a_file(path: Path) -> str:
+    return f"{path.name} is {'a directory' if path.is_dir() else 'not a readable file'}, not a file"
+
+
+def looks_like_beir(folder: Path) -> bool:
+    """A folder meant as BEIR: it holds corpus.jsonl, queries.jsonl (either may be broken) or a qrels folder."""
+    return folder.is_dir() and (any(_entry(folder, n) for n in BEIR_FILES) or (folder / "qrels").is_dir())
+
+
+def beir_problems(folder: Path) -> list[str]:
+    """What keeps a folder that looks like BEIR from being one: a missing corpus.jsonl / queries.jsonl, or one
+    that is a directory."""
+    problems = []
+    for name in BEIR_FILES:
+        entry = _entry(folder, name)
+        if entry is None:
+            problems.append(f"no {name}")
+        elif not entry.is_file():
+            problems.append(_not_a_file(entry))
+    return problems
+
+
+def shown(ids) -> str:
+    """Up to 3 ids for an error line, each cut at 40 characters (an id can be a whole damaged line)."""
+    ids = sorted(ids)
+    cut = [i if len(i) <= 40 else i[:40] + "..." for i in ids[:3]]
+    return ", ".join(cut) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
 def _lines(path: Path) -> list[str]:
@@ -125,6 +164,19 @@ def _jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
     return rows
 
 
+def _unique_ids(rows: list[dict], path: Path, what: str) -> dict[str, int]:
+    """Each row's `_id` -> its index; a DataError naming the ids that appear more than once."""
+    index: dict[str, int] = {}
+    twice = set()
+    for i, row in enumerate(rows):
+        if row["_id"] in index:
+            twice.add(row["_id"])
+        index.setdefault(row["_id"], i)
+    if twice:
+        raise DataError(f"{path}: {len(twice)} {what} id(s) appear more than once ({shown(twice)}); ids must be unique")
+    return index
+
+
 def _qrels(path: Path) -> list[tuple[str, str, int]]:
     """(query id, document id, score) rows of a BEIR qrels TSV; its `query-id corpus-id score` header is optional."""
     rows = []
@@ -153,17 +205,17 @@ def read_beir(folder: Path, split: str, context_lang: str, question_lang: str) -
     anything that does not fit the layout, and for judgements of unknown queries or documents."""
     qrels_path = beir_file(folder / "qrels", f"{split}.tsv")
     if qrels_path is None:
-        present = sorted(p.name for p in (folder / "qrels").glob("*.tsv*")) if (folder / "qrels").is_dir() else []
+        entry = _entry(folder / "qrels", f"{split}.tsv")
+        if entry is not None:
+            raise DataError(f"{folder}: qrels/{_not_a_file(entry)} (BEIR layout)")
+        present = sorted(p.name for p in (folder / "qrels").glob("*.tsv*") if p.is_file())
         have = f"; it has {', '.join(present)}" if present else ""
         raise DataError(f"{folder}: no qrels/{split}.tsv (BEIR layout){have}")
     corpus_path, queries_path = beir_file(folder, "corpus.jsonl"), beir_file(folder, "queries.jsonl")
     docs = _jsonl(corpus_path, ("_id", "title", "text"))
-    doc_index: dict[str, int] = {}
-    for i, doc in enumerate(docs):
-        if doc["_id"] in doc_index:
-            raise DataError(f"{corpus_path}: document id {doc['_id']!r} appears twice")
-        doc_index[doc["_id"]] = i
+    doc_index = _unique_ids(docs, corpus_path, "document")
     queries = _jsonl(queries_path, ("_id", "text"))
+    _unique_ids(queries, queries_path, "query")  # one id, two texts: which one a judgement means is unknown
     query_text = {q["_id"]: q["text"] for q in queries}
     judged: dict[str, dict[int, int]] = {}
     unknown_docs, unknown_queries = set(), set()
@@ -178,7 +230,7 @@ def read_beir(folder: Path, split: str, context_lang: str, question_lang: str) -
             judged.setdefault(qid, {})
     if unknown_queries or unknown_docs:
         parts = [
-            f"{len(s)} {what} ({', '.join(sorted(s)[:3])}{', ...' if len(s) > 3 else ''})"
+            f"{len(s)} {what} ({shown(s)})"
             for what, s in (
                 ("query ids not in queries.jsonl", unknown_queries),
                 ("document ids not in corpus.jsonl", unknown_docs),
@@ -186,6 +238,11 @@ def read_beir(folder: Path, split: str, context_lang: str, question_lang: str) -
             if s
         ]
         raise DataError(f"{qrels_path}: judgements of {' and '.join(parts)}")
+    if not any(judged.values()):
+        raise DataError(
+            f"{qrels_path}: no judgement marks a document relevant (every score is 0 or below), so every question "
+            "would score 0; give the qrels of relevant documents (score 1 or more)"
+        )
     order = [q["_id"] for q in queries if q["_id"] in judged]
     texts = [f"{d['title']} {d['text']}".strip() for d in docs]
     return RetrievalSet(

@@ -21,6 +21,8 @@ def load_examples(task: str, source: str, role: str) -> list:
     if _is_hub(source):
         return _load_hub(task, source.removeprefix("hf:"), role)
     path = Path(source)
+    if path.is_dir():
+        raise DataError(f"--{role} {source} is a directory; give a file")
     if not path.is_file():
         raise DataError(f"--{role} {source}: no such file (or name a Hub dataset: hf:multi_nli, hf:squad)")
     if task == "xnli":
@@ -29,6 +31,9 @@ def load_examples(task: str, source: str, role: str) -> list:
 
     # Training data may repeat question ids (XTREME's TyDiQA-GoldP English train does); dev ids must be unique.
     examples = read_squad(path, unique_ids=role == "dev").examples
+    if role == "train" and not any(a["text"].strip() for e in examples for a in e.answers):
+        # Every feature's target would be "no answer" (the CLS token): the model would learn to find nothing.
+        raise DataError(f"{path}: no training question has an answer (an unlabelled file?); --train needs answers")
     if role == "dev":
         unanswered = [e.id for e in examples if not e.answers]
         if unanswered:

@@ -59,6 +59,14 @@ class SquadData:
         return None if version is None else str(version)
 
 
+# No real passage or question comes near these (MLQA, XQuAD and TyDiQA-GoldP: contexts up to about 20,000
+# characters, questions up to about 200). A text beyond them is refused when read, before a tokenizer holds all of
+# it at once: a 5 MB context took 1.3 GB and 30 s to featurise on a tiny model, so hundreds of megabytes need tens
+# of gigabytes. A context cannot be cut instead: its answers are offsets into it.
+MAX_CONTEXT_CHARS = 1_000_000
+MAX_QUESTION_CHARS = 10_000
+
+
 class QAFile(NamedTuple):
     path: Path
     context_lang: str  # the language to score in (answers are context spans)
@@ -87,13 +95,16 @@ def read_squad(path: str | Path, strict: bool = True, unique_ids: bool = True) -
         title = article.get("title")
         for p, paragraph in enumerate(paragraphs):
             where = f"data[{a}].paragraphs[{p}]"
-            context = _require(paragraph, "context", str, path, where)
+            context = _bounded(
+                _require(paragraph, "context", str, path, where), MAX_CONTEXT_CHARS, path, f"{where}.context"
+            )
             for q, qa in enumerate(_require(paragraph, "qas", list, path, where)):
                 example = _read_question(qa, context, title, path, f"{where}.qas[{q}]")
                 if example.id in seen:
                     if unique_ids:
+                        shown = example.id if len(example.id) <= 40 else example.id[:40] + "..."
                         raise DataError(
-                            f"{path}: question id {example.id!r} appears twice; ids must be unique to score "
+                            f"{path}: question id {shown!r} appears twice; ids must be unique to score "
                             "predictions (training data may be read with unique_ids=False)"
                         )
                     data.duplicate_ids += 1
@@ -115,9 +126,17 @@ def _require(node: Any, key: str, kind: type, path: Path, where: str) -> Any:
     return value
 
 
+def _bounded(text: str, limit: int, path: Path, where: str) -> str:
+    if len(text) > limit:
+        raise DataError(
+            f"{path}: {where} is {len(text):,} characters long, over the {limit:,} allowed; split it or leave it out"
+        )
+    return text
+
+
 def _read_question(qa: Any, context: str, title: str | None, path: Path, where: str) -> QAExample:
     question_id = _require(qa, "id", str, path, where)
-    question = _require(qa, "question", str, path, where)
+    question = _bounded(_require(qa, "question", str, path, where), MAX_QUESTION_CHARS, path, f"{where}.question")
     answers = []
     for n, answer in enumerate(_require(qa, "answers", list, path, where)):
         text = _require(answer, "text", str, path, f"{where}.answers[{n}]")
@@ -235,8 +254,12 @@ def _split_folder(data_dir: Path, split: str, pattern: str) -> Path:
 
 
 def _with_optional_gz(path: Path) -> Path | None:
+    """The file or its .gz; else a directory of that name, which its reader then names as such (not as missing)."""
     gz = path.with_name(path.name + ".gz")
-    return path if path.is_file() else gz if gz.is_file() else None
+    for candidate in (path, gz):
+        if candidate.is_file():
+            return candidate
+    return next((c for c in (path, gz) if c.exists()), None)
 
 
 def _resolve_langs(langs: Sequence[str] | None, benchmark: str) -> list[str]:

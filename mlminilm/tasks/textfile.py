@@ -13,6 +13,8 @@ from mlminilm.errors import DataError
 
 def open_text(path: Path) -> TextIO:
     """Open `path` for reading as text; `.gz` files are decompressed on the fly."""
+    if path.is_dir():
+        raise DataError(f"{path} is a directory, not a file")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     # newline="" keeps a stray "\r" inside a field from splitting the line; readers strip "\r\n" themselves.
