@@ -155,7 +155,7 @@ def objective_summary(plan: DistillPlan) -> str:
     """The loss in words, for the log, run.json and the model card: as the loss-term table says each term on."""
     head = plan.head
     how = "" if head is None else "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
-    return in_words(plan.cfg, Words(how, plan.prefix, plan.prompts))
+    return in_words(plan.cfg, Words(how, plan.prefix, getattr(plan, "prompts", ("", ""))))
 
 
 def frozen_words(cfg: DistillConfig) -> str:
@@ -199,4 +199,5 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
 def _pair_languages(plan: DistillPlan) -> list[str]:
     """The languages of the parallel pairs and the passages, when no running text names them."""
     found = list(plan.pairs.lang_counts() if plan.pairs is not None else ())
-    return list(dict.fromkeys(found + list(plan.passages.lang_counts() if plan.passages is not None else ())))
+    passages = getattr(plan, "passages", None)
+    return list(dict.fromkeys(found + list(passages.lang_counts() if passages is not None else ())))
