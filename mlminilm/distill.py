@@ -12,11 +12,12 @@ from mlminilm.config import DistillConfig, parse_init_layers, resume_keys
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
 from mlminilm.corpus.parallel import read_parallel
+from mlminilm.corpus.passages import read_passages
 from mlminilm.distillation import plan as plans
 from mlminilm.distillation.objective import distill_terms
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.run import TARGET_CACHE, DistillResult, DistillRun
-from mlminilm.distillation.terms import check_table, reads_pairs, trains_output, uses_running_text
+from mlminilm.distillation.terms import check_table, reads_pairs, reads_passages, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
 from mlminilm.models.loading import (
@@ -110,14 +111,16 @@ def check_compatibility(
             f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
             "whose second stage has equal widths)"
         )
-    if reads_pairs(cfg):
-        from mlminilm.evaluation.common import position_limit
+    from mlminilm.evaluation.common import position_limit
 
-        limit = position_limit(teacher_config)
-        if limit is not None and cfg.parallel_max_length > limit:
+    limit = position_limit(teacher_config)
+    lengths = [("parallel-max-length", cfg.parallel_max_length)] if reads_pairs(cfg) or reads_passages(cfg) else []
+    lengths += [("passage-max-length", cfg.passage_max_length)] if reads_passages(cfg) else []
+    for name, length in lengths if limit is not None else ():
+        if length > limit:
             problems.append(
-                f"--parallel-max-length {cfg.parallel_max_length} is more than the {limit} positions of "
-                f"teacher '{cfg.teacher}'; use --parallel-max-length {limit} or less"
+                f"--{name} {length} is more than the {limit} positions of teacher '{cfg.teacher}'; use --{name} "
+                f"{limit} or less"
             )
     if problems:
         raise ConfigError("; ".join(problems))
@@ -208,10 +211,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     check_encoder_config(teacher_config, cfg.teacher)
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
     cfg = plans.resolve_output_terms(cfg, teacher_config, sentence)
-    if not uses_running_text(cfg) and not reads_pairs(cfg):
+    if not uses_running_text(cfg) and not reads_pairs(cfg) and not reads_passages(cfg):
         raise ConfigError(
             "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
-            "leaves nothing to train: keep a term, or give --parallel FILE"
+            "leaves nothing to train: keep a term, or give --parallel FILE or --passages FILE"
         )
     if cfg.data is None and uses_running_text(cfg):
         cfg = replace(cfg, data=DEFAULT_DATA)
@@ -231,9 +234,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         from mlminilm.distillation.target_store import refuse_place
 
         inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--parallel": cfg.parallel}
-        inputs["--probe-tatoeba"] = cfg.probe_tatoeba
+        inputs.update({"--passages": cfg.passages, "--probe-tatoeba": cfg.probe_tatoeba})
         refuse_place(cfg.target_cache, inputs, cfg.out)  # before anything is written: never into an input
     pairs = read_parallel(cfg.parallel) if cfg.parallel is not None else None
+    passages = read_passages(cfg.passages) if cfg.passages is not None else None
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files
 
@@ -254,6 +258,8 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         terms=plans.terms_with_weights(cfg),
         pairs=pairs if reads_pairs(cfg) else None,
         prefix=plans.parallel_prefix(cfg, sentence),
+        passages=passages if reads_passages(cfg) else None,
+        prompts=plans.passage_prompts(sentence),
     )
 
 
@@ -271,6 +277,7 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
         "--data": cfg.data,
         "--probe-tatoeba": cfg.probe_tatoeba,
         "--parallel": cfg.parallel,
+        "--passages": cfg.passages,
     }
     with training.claimed_output(out, cfg, ARTIFACTS, inputs):
         if export_dir.parent != out:

@@ -95,6 +95,8 @@ def test_a_part_outside_the_table_has_no_weight():
     assert [t.name for t in TERMS.values()] == [
         "parallel",
         "contrastive",
+        "passage_embedding",
+        "passage_scores",
         "attention",
         "value",
         "qq",

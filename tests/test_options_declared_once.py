@@ -161,6 +161,11 @@ DISTILL_RUN = {
     "parallel_max_length",
     "parallel_contrastive_weight",
     "parallel_temperature",
+    "passages",
+    "passage_embedding_weight",
+    "passage_loss_weight",
+    "passage_temperature",
+    "passage_max_length",
     "freeze_layers",
 }
 FINETUNE_RUN = {

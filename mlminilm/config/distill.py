@@ -204,6 +204,38 @@ class DistillConfig(TrainConfig):
         resume=FIXED,
         help="Softmax temperature of the contrastive term (cosine similarity / temperature).",
     )
+    passages: Path | None = option(
+        None,
+        metavar="FILE|DIR",
+        resume=FIXED,
+        help="Question-passage pairs (each line: a question, a tab, its passage; .tsv/.txt, optionally .gz, a file "
+        "per language named by its code, ar.tsv; a directory of them): turns on the passage terms, which distil the "
+        "teacher's question -> passage scores (each micro-batch from one language, distinct passages). Needs the "
+        "teacher's hidden size; trains the whole student.",
+    )
+    passage_embedding_weight: float = option(
+        1.0,
+        check="non-negative",
+        resume=FIXED,
+        help="Weight of the squared distance of the student's question and passage embeddings to the teacher's "
+        "(with --passages).",
+    )
+    passage_loss_weight: float = option(
+        1.0,
+        check="non-negative",
+        resume=FIXED,
+        help="Weight of KL(teacher || student) of the in-batch question -> passage and passage -> question score "
+        "distributions (with --passages).",
+    )
+    passage_temperature: float = option(
+        0.02,
+        check="positive",
+        resume=FIXED,
+        help="Softmax temperature of the passage score term (cosine similarity / temperature).",
+    )
+    passage_max_length: int = option(
+        256, min=2, resume=FIXED, help="Passages are cut to this many tokens (questions: --parallel-max-length)."
+    )
     freeze_layers: int = option(
         0,
         min=0,
@@ -216,8 +248,9 @@ class DistillConfig(TrainConfig):
         metavar="DIR",
         cli_type=str,  # as typed: `--target-cache ''` is refused, where a Path would read it as `.`
         show_default="OUT/teacher-targets",
-        help="Where the teacher's embeddings of the parallel sentences are kept: computed once before training, "
-        "keyed by the teacher and the text, reused on --resume; give several runs one directory to share it.",
+        help="Where the teacher's embeddings of the parallel sentences (and of --passages) are kept: computed once "
+        "before training, keyed by the teacher and the text, reused on --resume; give several runs one directory "
+        "to share it.",
     )
     probe_tatoeba: Path | None = option(
         None,
@@ -269,13 +302,14 @@ class DistillConfig(TrainConfig):
             )
         if (
             self.parallel is None
+            and self.passages is None
             and self.relation_loss_weight == 0
             and self.hidden_loss_weight == 0
             and self.embedding_loss_weight == 0
         ):
             p.append(
                 "--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
-                "give --parallel FILE"
+                "give --parallel FILE or --passages FILE"
             )
         if self.target_cache is not None and not str(self.target_cache).strip():
             p.append("--target-cache '' names no directory: give a directory of its own, or leave it out")

@@ -95,9 +95,10 @@ def opus_sides(path: Path) -> tuple[str, str, Path, Path] | None:
     return source, target, path.with_name(name.format(source)), path.with_name(name.format(target))
 
 
-def _lines(path: Path) -> Iterator[str]:
+def text_lines(path: Path, option: str = "--parallel") -> Iterator[str]:
     """The lines of a UTF-8 text file (gzip by its name), line breaks removed; `\\n` alone ends a line, as
-    Python's text files read them (a U+001D inside a sentence, as XNLI's Greek has, does not)."""
+    Python's text files read them (a U+001D inside a sentence, as XNLI's Greek has, does not). `option` names the
+    file in an error (a damaged gzip, text that is not UTF-8: one line)."""
     gzipped = path.name.endswith(".gz")
     opener = gzip.open if gzipped else open
     try:
@@ -108,11 +109,9 @@ def _lines(path: Path) -> Iterator[str]:
         # A damaged deflate stream raises zlib.error, a cut one EOFError, a bad header or CRC BadGzipFile (OSError).
         if gzipped and isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
             raise DataError(
-                f"--parallel {path} is not a whole gzip file ({exc}); download or compress it again"
+                f"{option} {path} is not a whole gzip file ({exc}); download or compress it again"
             ) from None
-        raise DataError(
-            f"--parallel {path} cannot be read as UTF-8 text{' (gzip)' if gzipped else ''}: {exc}"
-        ) from None
+        raise DataError(f"{option} {path} cannot be read as UTF-8 text{' (gzip)' if gzipped else ''}: {exc}") from None
 
 
 class _Collector:
@@ -145,7 +144,7 @@ class _Collector:
 
 def _read_tsv(path: Path, into: _Collector) -> None:
     lang = file_lang(path)
-    for line in _lines(path):
+    for line in text_lines(path):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -161,7 +160,7 @@ def _read_opus(sides: tuple[str, str, Path, Path], into: _Collector) -> None:
                 "NAME.de-en.de and NAME.de-en.en, line i of one translating line i of the other)"
             )
     number = 0
-    sources, targets = _lines(source_file), _lines(target_file)
+    sources, targets = text_lines(source_file), text_lines(target_file)
     while True:
         source, target = next(sources, None), next(targets, None)
         if source is None or target is None:

@@ -14,6 +14,7 @@ from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig
 from mlminilm.corpus.parallel import ParallelBatch
+from mlminilm.corpus.passages import PassageBatch
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, agree_across_ranks, plan_batch
@@ -84,13 +85,14 @@ def memory_probe(
             src = torch.randint(0, vocab_size or 2, (size, cfg.parallel_max_length), generator=generator).to(rt.device)
             both = torch.cat([src, src])
             pairs = ParallelBatch(src, torch.ones_like(src), both, torch.ones_like(both), {})
+        passages = _longest_passages(plan, cfg, size, generator, rt.device)
         if not uses_running_text(cfg):
             ids = None
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(rt.device)
         try:
             with rt.autocast():
-                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, pairs)
+                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, pairs, passages)
                 loss = weighted_loss(parts, cfg)
             loss.backward()
             peak = torch.cuda.max_memory_allocated(rt.device)
@@ -104,3 +106,15 @@ def memory_probe(
         return ok
 
     return fits
+
+
+def _longest_passages(plan: DistillPlan, cfg, size: int, generator, device) -> PassageBatch | None:
+    """With --passages, the longest question-passage batch the terms can draw (random ids, unit targets)."""
+    if plan.passages is None:
+        return None
+    vocab_size = plan.data.tokenizer.get("vocab_size") or 2
+    q = torch.randint(0, vocab_size, (size, cfg.parallel_max_length), generator=generator).to(device)
+    p = torch.randint(0, vocab_size, (size, cfg.passage_max_length), generator=generator).to(device)
+    width = plan.teacher_config.hidden_size * len(plan.head.modes)
+    target = torch.nn.functional.normalize(torch.randn(size, width, generator=generator), dim=-1).to(device)
+    return PassageBatch(q, torch.ones_like(q), p, torch.ones_like(p), "", target, target)

@@ -137,3 +137,33 @@ def translation_ranking(
     labels = torch.arange(logits.shape[0], device=logits.device)
     ce = torch.nn.functional.cross_entropy
     return (ce(logits, labels) + ce(logits.T, labels)) / 2
+
+
+def passage_score_kl(
+    teacher_questions: torch.Tensor,
+    teacher_passages: torch.Tensor,
+    student_questions: torch.Tensor,
+    student_passages: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """KL(teacher || student) of the in-batch question -> passage score distributions (`distill --passages`).
+
+    Each side's embeddings of a batch's B questions and B passages [B, H] are made unit vectors and scored
+    S = Q @ P.T / `temperature` [B, B]. Row i softmaxed is question i's distribution over the batch's passages,
+    column j softmaxed passage j's over its questions; the loss is the KL divergence of the student's
+    distributions from the teacher's, summed over each distribution's entries and averaged over the B rows
+    (batchmean), the row and the column directions averaged. Zero when the student scores as the teacher does."""
+
+    def scores(questions: torch.Tensor, passages: torch.Tensor) -> torch.Tensor:
+        q = torch.nn.functional.normalize(questions.float(), dim=-1, eps=1e-12)
+        p = torch.nn.functional.normalize(passages.float(), dim=-1, eps=1e-12)
+        return q @ p.T / temperature
+
+    teacher = scores(teacher_questions, teacher_passages).detach()
+    student = scores(student_questions, student_passages)
+    log_softmax, kl = torch.nn.functional.log_softmax, torch.nn.functional.kl_div
+
+    def direction(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return kl(log_softmax(s, dim=1), log_softmax(t, dim=1), log_target=True, reduction="batchmean")
+
+    return (direction(teacher, student) + direction(teacher.T, student.T)) / 2

@@ -18,23 +18,27 @@ from mlminilm.models.layers import base_model
 class StudentQKV(nn.Module):
     """The student's forward for distillation: Q, K, V of its top layer, and with `outputs` also its last hidden
     states (for the output terms). A module, so DDP can wrap it: one call computes everything a step's backward
-    needs, the parallel pairs' last hidden states (`pair_ids`) included."""
+    needs, the parallel pairs' last hidden states (`pair_ids`) and those of --passages' questions and passages
+    (`passage_inputs`: question ids, question mask, passage ids, passage mask) included: with `passage_inputs`
+    it returns (found, pairs' hidden states or None, (questions', passages' hidden states))."""
 
     def __init__(self, student: nn.Module, outputs: bool = False):
         super().__init__()
         self.student = student
         self.outputs = outputs
 
-    def forward(self, input_ids, attention_mask, pair_ids=None, pair_mask=None):
+    def forward(self, input_ids, attention_mask, pair_ids=None, pair_mask=None, passage_inputs=None):
         if input_ids is None:
             found = None
         elif self.outputs:
             found = qkv_and_output(self.student, input_ids, attention_mask, -1)
         else:
             found = layer_qkv(self.student, input_ids, attention_mask, -1)
-        if pair_ids is None:
-            return found
-        return found, last_hidden(self.student, pair_ids, pair_mask)
+        pairs = last_hidden(self.student, pair_ids, pair_mask) if pair_ids is not None else None
+        if passage_inputs is None:
+            return found if pair_ids is None else (found, pairs)
+        q_ids, q_mask, p_ids, p_mask = passage_inputs
+        return found, pairs, (last_hidden(self.student, q_ids, q_mask), last_hidden(self.student, p_ids, p_mask))
 
 
 def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -65,10 +69,12 @@ def distill_terms(
     cfg: DistillConfig,
     head: EmbeddingHead | None = None,
     pairs=None,
+    passages=None,
 ) -> dict[str, torch.Tensor]:
     """The loss terms of one micro-batch (every row of terms.TERMS that is on): the teacher's Q/K/V (no gradient)
     against the student's, and with an output term on, the last hidden states and the sentence embedding
-    (`head`); with `pairs` (a corpus.parallel.ParallelBatch), the pairs terms.
+    (`head`); with `pairs` (a corpus.parallel.ParallelBatch), the pairs terms; with `passages` (a
+    corpus.passages.PassageBatch, its teacher embeddings inside), the passages terms.
 
     `mask` is None for a batch without padding (then nothing is masked anywhere). `input_ids` is None when no
     term reads the running text (only the parallel term on).
@@ -78,7 +84,8 @@ def distill_terms(
     # The teacher runs in its weights' dtype (bf16 / fp16 when the run computes in them) with autocast off: under
     # autocast its layer norms and softmaxes would run in fp32 and every matmul recast its input back, for targets
     # that are bf16 projections anyway. The relations built from them are fp32 (mlminilm/distillation/relations.py).
-    device = (input_ids if input_ids is not None else pairs.source_ids).device.type
+    device = next(x for x in (input_ids, pairs and pairs.both_ids, passages and passages.question_ids) if x is not None)
+    device = device.device.type
     outputs = reads_output(cfg)
     with torch.no_grad(), torch.autocast(device, enabled=False):
         t_qkv = t_out = t_pairs = None
@@ -94,11 +101,17 @@ def distill_terms(
                 if pairs.targets is not None
                 else teacher_embedding(teacher, pairs.source_ids, pairs.source_mask, head)
             )
-    s_pairs = None
-    if pairs is not None:
-        found, s_pairs = student_forward(input_ids, mask, pairs.both_ids, pairs.both_mask)
+    s_pairs = s_passages = None
+    pair_ids, pair_mask = (pairs.both_ids, pairs.both_mask) if pairs is not None else (None, None)
+    if passages is not None:
+        inputs = (passages.question_ids, passages.question_mask, passages.passage_ids, passages.passage_mask)
+        found, s_pairs, s_passages = student_forward(input_ids, mask, pair_ids, pair_mask, inputs)
+    elif pairs is not None:
+        found, s_pairs = student_forward(input_ids, mask, pair_ids, pair_mask)
     else:
         found = student_forward(input_ids, mask)
     s_qkv, s_out = (found if outputs else (found, None)) if input_ids is not None else (None, None)
-    step = StepTensors(cfg, head, mask, t_qkv, s_qkv, t_out, s_out, pairs, t_pairs, s_pairs)
-    return compute_terms(step, running_text=input_ids is not None, pairs=pairs is not None)
+    step = StepTensors(cfg, head, mask, t_qkv, s_qkv, t_out, s_out, pairs, t_pairs, s_pairs, passages, s_passages)
+    return compute_terms(
+        step, running_text=input_ids is not None, pairs=pairs is not None, passages=passages is not None
+    )

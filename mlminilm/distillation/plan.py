@@ -12,8 +12,9 @@ from mlminilm import logging as mlog
 from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillConfig, parse_init_layers
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.parallel import ParallelPairs
+from mlminilm.corpus.passages import PassagePairs
 from mlminilm.distillation.objective import EmbeddingHead
-from mlminilm.distillation.terms import Words, in_words, reads_pairs, terms_on, weight_of
+from mlminilm.distillation.terms import Words, in_words, reads_pairs, reads_passages, terms_on, weight_of
 from mlminilm.errors import ConfigError
 from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
@@ -53,6 +54,8 @@ class DistillPlan:
     terms: tuple[tuple[str, float], ...]  # the loss terms on, with their weights, in the order a step sums them
     pairs: ParallelPairs | None  # --parallel, read once (None when no term reads it)
     prefix: str  # put before every parallel sentence
+    passages: PassagePairs | None = None  # --passages, read once (None when no term reads it)
+    prompts: tuple[str, str] = ("", "")  # put before every --passages question, and every passage
 
     @property
     def counts(self) -> dict[str, int]:
@@ -103,7 +106,7 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
     embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
     encoder's last hidden states by their mean over real tokens."""
-    if not cfg.embedding_loss_weight and not reads_pairs(cfg):
+    if not cfg.embedding_loss_weight and not reads_pairs(cfg) and not reads_passages(cfg):
         return None
     from mlminilm.models.pooling import POOLING_MODES
 
@@ -139,11 +142,20 @@ def parallel_prefix(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> 
     return (st.query_prompt or "") if st is not None else ""
 
 
+def passage_prompts(st: SentenceTransformerSetup | None) -> tuple[str, str]:
+    """The prompts of --passages' questions and passages: the teacher's sentence-transformers 'query' prompt and
+    its 'passage' (else 'document') one, as eval-retrieval embeds questions and passages (models.sentence_encoder
+    reads them); none for a teacher without them."""
+    if st is None:
+        return "", ""
+    return st.query_prompt or "", st.passage_prompt or ""
+
+
 def objective_summary(plan: DistillPlan) -> str:
     """The loss in words, for the log, run.json and the model card: as the loss-term table says each term on."""
     head = plan.head
     how = "" if head is None else "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
-    return in_words(plan.cfg, Words(how, plan.prefix))
+    return in_words(plan.cfg, Words(how, plan.prefix, getattr(plan, "prompts", ("", ""))))
 
 
 def frozen_words(cfg: DistillConfig) -> str:
@@ -174,10 +186,18 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
             f"{cfg.init_rule}: teacher layers {','.join(map(str, picked))}" if picked is not None else None
         ),
         "frozen": frozen_words(cfg),
-        "data": str(cfg.data) if cfg.data is not None else "none (only the parallel terms, which read --parallel)",
-        "languages": ", ".join(data.languages or (plan.pairs.lang_counts() if plan.pairs is not None else ())),
+        "data": str(cfg.data) if cfg.data is not None else "none (only the parallel / passage terms, no running text)",
+        "languages": ", ".join(data.languages or _pair_languages(plan)),
         "alpha": cfg.alpha,
         "parallel": str(cfg.parallel) if reads_pairs(cfg) else None,
+        "passages": str(cfg.passages) if reads_passages(cfg) else None,
         "steps": cfg.max_steps,
         "seq_len": data.seq_len,
     }
+
+
+def _pair_languages(plan: DistillPlan) -> list[str]:
+    """The languages of the parallel pairs and the passages, when no running text names them."""
+    found = list(plan.pairs.lang_counts() if plan.pairs is not None else ())
+    passages = getattr(plan, "passages", None)
+    return list(dict.fromkeys(found + list(passages.lang_counts() if passages is not None else ())))

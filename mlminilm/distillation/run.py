@@ -22,6 +22,7 @@ from mlminilm.config import DistillConfig
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
 from mlminilm.corpus.parallel import ParallelSampler, check_same_pairs, drawn_sources, pairs_record
 from mlminilm.corpus.sampling import BatchSampler
+from mlminilm.distillation import passage_targets
 from mlminilm.distillation.batch import resolve_batch
 from mlminilm.distillation.objective import StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
@@ -94,6 +95,7 @@ class DistillRun:
         self.picked: list[int] | None = None  # the teacher layers the student started from
         self.probe = None
         self.pairs: ParallelSampler | None = None  # made once the teacher's targets are there (`_pairs_sampler`)
+        self.passages = None  # corpus.passages.PassageSampler, likewise (passage_targets.passage_sampler)
         self.batch: BatchPlan | None = None
         self.state: training.TrainingState | None = None
         self.compiled = False  # whether the step runs compiled (--compile, decided with the device)
@@ -119,6 +121,7 @@ class DistillRun:
         )
         if plan.pairs is not None:
             self.record["parallel_pairs"] = pairs_record(plan.pairs)
+        passage_targets.record(self.record, plan)
         if cfg.resume:
             training.check_same_run_everywhere(self.out, rt, training.RUN_RECORD)
             old = (training.read_run_record(self.out) or (None, {}))[1]
@@ -126,6 +129,7 @@ class DistillRun:
             # record a change (another --parallel path is that check's to name).
             if plan.pairs is not None and old.get("config", {}).get("parallel") == self.record["config"]["parallel"]:
                 check_same_pairs(old.get("parallel_pairs"), self.record["parallel_pairs"], cfg.parallel, self.out)
+            passage_targets.check_resume(old, self.record, plan, self.out)
             training.check_resume_compatible(self.out, self.record, self.resume_keys, write=rt.is_main)
 
     def _load_models(self) -> None:
@@ -165,6 +169,7 @@ class DistillRun:
             log.info("%s; every %d steps", self.probe.describe(), cfg.probe_every)
         if plan.pairs is not None:
             self._log_pairs()
+        passage_targets.log_passages(plan)
         self.record["init_layers"] = self.picked
         self.record["objective"] = summary
 
@@ -210,6 +215,10 @@ class DistillRun:
         self.state = training.setup_training(run_cfg, rt, forward, self.student, self.out)
         if plan.pairs is not None:
             self.pairs = self._pairs_sampler(self.state.start_step)
+        if plan.passages is not None:
+            self.passages = passage_targets.passage_sampler(
+                plan, rt, self.teacher, self.batch, self.state.start_step, *self._target_cache()
+            )
         return run_cfg
 
     def _train(self) -> DistillResult:
@@ -322,12 +331,7 @@ class DistillRun:
         from mlminilm.distillation import targets
 
         plan, cfg, rt, batch = self.plan, self.cfg, self.rt, self.batch
-        root = Path(cfg.target_cache) if cfg.target_cache is not None else self.out / TARGET_CACHE
-        # An error writing the cache names the option that places it.
-        if cfg.target_cache is not None:
-            advice = "give --target-cache a writable directory (on a disk with space)"
-        else:
-            advice = f"choose another --out, or place the cache elsewhere with --target-cache DIR (it is {root})"
+        root, advice = self._target_cache()
         texts = drawn_sources(plan.pairs, cfg.seed, start, cfg.max_steps, batch.micro_batch, batch.grad_accum, rt.world)
         table = targets.prepare(
             root,
@@ -352,6 +356,15 @@ class DistillRun:
             seed=cfg.seed,
             target_table=table,
         )
+
+    def _target_cache(self) -> tuple[Path, str]:
+        """The teacher-target cache's folder, and how an error writing it says to move it (naming the option that
+        places it)."""
+        cfg = self.cfg
+        root = Path(cfg.target_cache) if cfg.target_cache is not None else self.out / TARGET_CACHE
+        if cfg.target_cache is not None:
+            return root, "give --target-cache a writable directory (on a disk with space)"
+        return root, f"choose another --out, or place the cache elsewhere with --target-cache DIR (it is {root})"
 
     def _write_run_record(self) -> None:
         """The run record, once the inputs have loaded (main process; kept when it exists, as on --resume): a run

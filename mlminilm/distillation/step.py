@@ -21,6 +21,7 @@ class DistillStep:
 
     def __init__(self, run, model: nn.Module, batches, terms_fn: Callable):  # run: run.DistillRun (it imports this)
         self.plan, self.rt, self.teacher, self.pairs = run.plan, run.rt, run.teacher, run.pairs
+        self.passages = run.passages  # corpus.passages.PassageSampler, or None without --passages
         self.batch, self.model, self.batches, self.terms_fn = run.batch, model, batches, terms_fn
         self.mix_total: Counter = Counter()
 
@@ -39,10 +40,20 @@ class DistillStep:
             tokens += int(pair_batch.both_mask.sum())  # counted on the host, before the copy
             info.update({f"pair:{k}": v for k, v in pair_batch.langs.items()})
             pair_batch = pair_batch.to(rt.device, non_blocking=True)
+        passage_batch = None
+        if self.passages is not None:
+            passage_batch = self.passages.batch(
+                step, micro, self.batch.micro_batch, self.batch.grad_accum, rt.rank, rt.world
+            )
+            tokens += int(passage_batch.question_mask.sum() + passage_batch.passage_mask.sum())
+            info[f"passage:{passage_batch.lang}"] = info.get(f"passage:{passage_batch.lang}", 0) + 1
+            passage_batch = passage_batch.to(rt.device, non_blocking=True)
         # The row-sparse embedding reduce sizes its block by the ids the student looks up (shapes: host ints).
         looked_up = (batch.input_ids.numel() if batch is not None else 0) + (
             pair_batch.both_ids.numel() if pair_batch is not None else 0
         )
+        if passage_batch is not None:
+            looked_up += passage_batch.question_ids.numel() + passage_batch.passage_ids.numel()
         row_sparse_reduce.note_lookups(self.model, looked_up)
         # attention_mask is None unless the batch holds padding (a language's last sequence): known on the host,
         # so no step reads the device to find out, and unpadded steps skip every masking pass.
@@ -55,6 +66,7 @@ class DistillStep:
             plan.cfg,
             plan.head,
             pair_batch,
+            passage_batch,
         )
         loss = weighted_loss(parts, plan.cfg)
         return training.StepOutput(loss, logged(parts), tokens, info)

@@ -26,6 +26,7 @@ from mlminilm.distillation.losses import (
     hidden_mse,
     minilm_v1_terms,
     minilm_v2_terms,
+    passage_score_kl,
     sentence_embedding,
     translation_ranking,
 )
@@ -35,6 +36,7 @@ from mlminilm.errors import ConfigError
 CAPTURE = "teacher capture"  # Q, K, V of the distilled layer (the running text)
 OUTPUT = "output"  # the last hidden states of teacher and student (the running text; the top layer trains whole)
 PAIRS = "parallel pairs"  # the student's embeddings of --parallel sources and translations, the teacher's targets
+PASSAGES = "passages"  # the student's embeddings of --passages questions and passages, the teacher's targets
 
 
 @dataclass
@@ -42,8 +44,9 @@ class StepTensors:
     """What one micro-batch gives the terms: teacher and student Q/K/V (t_qkv, s_qkv) and last hidden states
     (t_out, s_out; None unless an OUTPUT term is on) of the running text with its `mask` (None: no padding), and
     with pairs, the teacher's embeddings of the sources (t_pairs) and the student's last hidden states of sources
-    then translations (s_pairs). `shared` holds what several terms compute once (the relations, the student's
-    pair embeddings), in the order the first of them asks."""
+    then translations (s_pairs); with passages (a corpus.passages.PassageBatch, the teacher's embeddings inside),
+    the student's last hidden states of the questions and of the passages (s_passages). `shared` holds what
+    several terms compute once (the relations, the student's pair embeddings), in the order the first asks."""
 
     cfg: object
     head: object = None  # objective.EmbeddingHead
@@ -55,6 +58,8 @@ class StepTensors:
     pairs: object = None  # corpus.parallel.ParallelBatch
     t_pairs: torch.Tensor | None = None
     s_pairs: torch.Tensor | None = None
+    passages: object = None  # corpus.passages.PassageBatch
+    s_passages: tuple | None = None
     shared: dict = field(default_factory=dict)
 
     def once(self, key: str, make: Callable[[], object]):
@@ -73,13 +78,14 @@ class Words:
 
     how: str = ""
     prefix: str = ""
+    prompts: tuple[str, str] = ("", "")  # the questions' and the passages' (--passages)
 
 
 @dataclass(frozen=True)
 class LossTerm:
     name: str  # its key in a step's parts
     weight: str  # the DistillConfig field that weighs it (0 = off)
-    reads: str  # CAPTURE, OUTPUT or PAIRS
+    reads: str  # CAPTURE, OUTPUT, PAIRS or PASSAGES
     compute: Callable[[StepTensors], torch.Tensor]
     words: Callable[[object, Words], str]  # the term in the loss in words, its weight included (rows may share one)
     metric: str = ""  # its metrics.jsonl key ("" = its name)
@@ -148,6 +154,32 @@ def _contrastive(t: StepTensors) -> torch.Tensor:
     return translation_ranking(student[:b], student[b:], t.cfg.parallel_temperature, t.pairs.not_negative)
 
 
+def passage_embeddings(t: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """The student's sentence embeddings of the questions and of the passages ([B, H] each), once per micro-batch."""
+
+    def make():
+        (q_hidden, p_hidden), batch, head = t.s_passages, t.passages, t.head
+        return (
+            sentence_embedding(q_hidden, batch.question_mask, head.modes, head.normalize),
+            sentence_embedding(p_hidden, batch.passage_mask, head.modes, head.normalize),
+        )
+
+    return t.once("passage_embeddings", make)
+
+
+def _passage_embedding(t: StepTensors) -> torch.Tensor:
+    questions, passages = passage_embeddings(t)
+    return embedding_mse(t.passages.question_targets, questions) + embedding_mse(t.passages.passage_targets, passages)
+
+
+def _passage_scores(t: StepTensors) -> torch.Tensor:
+    questions, passages = passage_embeddings(t)
+    batch = t.passages
+    return passage_score_kl(
+        batch.question_targets, batch.passage_targets, questions, passages, t.cfg.passage_temperature
+    )
+
+
 # ------------------------------------------------------------------------------------------ the words
 
 
@@ -182,6 +214,20 @@ def _contrastive_words(cfg, w: Words) -> str:
     )
 
 
+def _passage_embedding_words(cfg, w: Words) -> str:
+    return (
+        f"{cfg.passage_embedding_weight:g} x passage embedding MSE (questions and passages to the teacher's; "
+        f"{w.how}; prompts {w.prompts[0]!r} / {w.prompts[1]!r})"
+    )
+
+
+def _passage_score_words(cfg, w: Words) -> str:
+    return (
+        f"{cfg.passage_loss_weight:g} x KL(teacher || student) of the in-batch question -> passage scores (both "
+        f"directions, temperature {cfg.passage_temperature:g})"
+    )
+
+
 def _v1(cfg) -> bool:
     return cfg.objective == "minilm"
 
@@ -199,6 +245,12 @@ TERMS: dict[str, LossTerm] = {
         LossTerm("parallel", "parallel_loss_weight", PAIRS, _parallel, _parallel_words),
         # in-batch translation ranking of the student's source and translation embeddings, both directions
         LossTerm("contrastive", "parallel_contrastive_weight", PAIRS, _contrastive, _contrastive_words),
+        # --passages: the student's question and passage embeddings against the teacher's, each to its own
+        LossTerm(
+            "passage_embedding", "passage_embedding_weight", PASSAGES, _passage_embedding, _passage_embedding_words
+        ),
+        # --passages: the teacher's in-batch question -> passage score distributions (KL, both directions)
+        LossTerm("passage_scores", "passage_loss_weight", PASSAGES, _passage_scores, _passage_score_words),
         # MiniLM v1: attention distributions and value relations of the distilled layer
         LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), _relation_words, applies=_v1),
         LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), _relation_words, applies=_v1),
@@ -219,8 +271,10 @@ TERMS: dict[str, LossTerm] = {
 
 def weight_of(term: LossTerm, cfg) -> float:
     """The term's weight in the total: its config field (None, auto undecided, counts as 0); a pairs term weighs
-    0 without --parallel."""
+    0 without --parallel, a passages term without --passages."""
     if term.reads == PAIRS and cfg.parallel is None:
+        return 0.0
+    if term.reads == PASSAGES and getattr(cfg, "passages", None) is None:
         return 0.0
     return getattr(cfg, term.weight) or 0.0
 
@@ -230,7 +284,7 @@ def term_weights(cfg) -> dict[str, float]:
     return {name: weight_of(term, cfg) for name, term in TERMS.items()}
 
 
-def terms_on(cfg, reads: tuple[str, ...] = (CAPTURE, OUTPUT, PAIRS)) -> tuple[LossTerm, ...]:
+def terms_on(cfg, reads: tuple[str, ...] = (CAPTURE, OUTPUT, PAIRS, PASSAGES)) -> tuple[LossTerm, ...]:
     """The terms a run with `cfg` computes (positive weight, in its objective), of the kinds in `reads`."""
     return tuple(t for t in TERMS.values() if t.reads in reads and t.applies(cfg) and weight_of(t, cfg) > 0)
 
@@ -246,10 +300,15 @@ def reads_pairs(cfg) -> bool:
     return bool(terms_on(cfg, (PAIRS,)))
 
 
+def reads_passages(cfg) -> bool:
+    """Whether a term on reads the question-passage pairs (--passages)."""
+    return bool(terms_on(cfg, (PASSAGES,)))
+
+
 def trains_output(cfg) -> bool:
-    """Whether a term on reaches the student's last layer whole (an output or a pairs term): then nothing of it is
-    frozen and the teacher runs to its top."""
-    return bool(terms_on(cfg, (OUTPUT, PAIRS)))
+    """Whether a term on reaches the student's last layer whole (an output, a pairs or a passages term): then
+    nothing of it is frozen and the teacher runs to its top."""
+    return bool(terms_on(cfg, (OUTPUT, PAIRS, PASSAGES)))
 
 
 def uses_running_text(cfg) -> bool:
@@ -259,8 +318,8 @@ def uses_running_text(cfg) -> bool:
 
 def in_words(cfg, words: Words) -> str:
     """The loss in words, for the log, run.json and the model card: each term on as its row says it (rows that
-    share words said once), those on the running text first, then those on the pairs."""
-    kinds = (CAPTURE, OUTPUT, PAIRS)
+    share words said once), those on the running text first, then those on the pairs, then on the passages."""
+    kinds = (CAPTURE, OUTPUT, PAIRS, PASSAGES)
     on = sorted(terms_on(cfg), key=lambda t: kinds.index(t.reads))  # stable: the table's order within a kind
     return " + ".join(dict.fromkeys(t.words(cfg, words) for t in on))
 
@@ -283,9 +342,10 @@ def logged(parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {TERMS[name].logged_as: value for name, value in parts.items()}
 
 
-def compute_terms(t: StepTensors, running_text: bool, pairs: bool) -> dict[str, torch.Tensor]:
+def compute_terms(t: StepTensors, running_text: bool, pairs: bool, passages: bool = False) -> dict[str, torch.Tensor]:
     """The parts of one micro-batch: every term on whose input is there, in the table's order."""
-    kinds = ((PAIRS,) if pairs else ()) + ((CAPTURE, OUTPUT) if running_text else ())
+    kinds = ((PAIRS,) if pairs else ()) + ((PASSAGES,) if passages else ())
+    kinds += (CAPTURE, OUTPUT) if running_text else ()
     return {term.name: term.compute(t) for term in terms_on(t.cfg, kinds)}
 
 

@@ -1,0 +1,229 @@
+"""Question-passage pairs for `distill --passages`: reading them, the stateless draw of each micro-batch, and what
+run.json records of them.
+
+A file holds one pair per line, `question<TAB>passage` (`.tsv` / `.txt`, optionally gzipped), and its name is the
+pairs' language code (`ar.tsv`, `en.tsv.gz`); `--passages` names one such file or a directory of them. Lines are
+read as the parallel readers read them (mlminilm/corpus/parallel_files.py): the same cleaning, sentences cut to
+MAX_SENTENCE_CHARS characters, a damaged gzip one error line. A line without a tab, or with an empty side, is
+skipped and counted (said once).
+
+Each micro-batch draws its pairs from ONE language (a language with n pairs is chosen with probability
+proportional to sqrt(n)) and never the same passage twice: the in-batch score term ranks a question's passage
+among the batch's other passages, which must be other passages. The draw of micro-batch `micro` on process `rank`
+is a function of (seed, step, micro * world + rank) alone, on a stream of its own: a resumed run draws what the
+uninterrupted one drew, and N processes draw what one process with N times the accumulation draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mlminilm import logging as mlog
+from mlminilm.corpus.parallel import pad_length, pad_to
+from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS, SUFFIXES, clean, text_lines
+from mlminilm.errors import CheckpointError, DataError
+
+log = mlog.get(__name__)
+
+OPTION = "--passages"
+# The passages' draw uses its own stream, apart from the running text's and the parallel pairs' (STREAM 7).
+STREAM = 11
+
+
+@dataclass(frozen=True)
+class PassagePairs:
+    questions: tuple[str, ...]
+    passages: tuple[str, ...]
+    langs: tuple[str, ...]  # each pair's language: its file's name
+    skipped: int  # lines without a tab, or with an empty question or passage
+    cut: int = 0  # texts cut to MAX_SENTENCE_CHARS
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def lang_counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(self.langs).items()))
+
+
+def file_language(path: Path) -> str:
+    """The language code a passages file's name is (`ar.tsv.gz` -> ar); DataError for any other name."""
+    from mlminilm.langs import accept_codes, warn_unregistered
+
+    stem = next((path.name[: -len(s)] for s in sorted(SUFFIXES, key=len, reverse=True) if path.name.endswith(s)), "")
+    try:
+        unknown = accept_codes([stem])
+    except DataError as exc:
+        raise DataError(
+            f"{OPTION} {path}: a passages file is named by its language code (ar.tsv, en.tsv.gz), "
+            f"not {path.name!r} ({exc})"
+        ) from None
+    warn_unregistered(unknown, f"taken as {OPTION} languages")
+    return stem
+
+
+def _files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise DataError(f"{OPTION} {path} does not exist")
+    if path.is_file():
+        if not path.name.endswith(SUFFIXES):
+            raise DataError(f"{OPTION} {path}: not a passages file ({', '.join('*' + s for s in SUFFIXES)})")
+        return [path]
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
+    if not found:
+        raise DataError(
+            f"{OPTION} {path} holds no passages files (LANG{', LANG'.join(SUFFIXES)}: one question<TAB>passage "
+            "pair per line)"
+        )
+    return found
+
+
+def read_passages(spec) -> PassagePairs:
+    """Every (question, passage) pair of `spec` (a file or a directory of files named by language code);
+    DataError when a name is not a language code, a file is damaged, or no line holds a pair."""
+    files = [(f, file_language(f)) for f in _files(Path(spec))]  # every name checked before any file is read
+    questions, passages, langs = [], [], []
+    skipped = cut = 0
+    for path, lang in files:
+        for line in text_lines(path, OPTION):
+            if not line.strip():
+                continue
+            question, tab, passage = line.partition("\t")
+            (question, cut_q), (passage, cut_p) = clean(question), clean(passage)
+            cut += cut_q + cut_p
+            if not tab or not question or not passage:
+                skipped += 1
+                continue
+            questions.append(question)
+            passages.append(passage)
+            langs.append(lang)
+    if not questions:
+        raise DataError(
+            f"{OPTION} {spec} holds no question-passage pairs (each line: a question, a tab, its passage"
+            f"{f'; {skipped} line(s) had no tab or an empty side' if skipped else ''})"
+        )
+    if skipped:
+        log.warning("%s %s: %d line(s) without a question, a tab and a passage skipped", OPTION, spec, skipped)
+    if cut:
+        log.warning("%s %s: %d text(s) longer than %d characters cut", OPTION, spec, cut, MAX_SENTENCE_CHARS)
+    return PassagePairs(tuple(questions), tuple(passages), tuple(langs), skipped, cut)
+
+
+def passages_record(pairs: PassagePairs) -> dict:
+    """What run.json records of the passages a run reads (`passage_pairs`): counts, languages and a digest of
+    every pair in order, so that --resume can tell when they changed."""
+    h = hashlib.blake2b(digest_size=16)
+    for triple in zip(pairs.questions, pairs.passages, pairs.langs):
+        h.update("\0".join(triple).encode() + b"\0\0")  # NUL never survives cleaning
+    counts = {"pairs": len(pairs), "skipped_lines": pairs.skipped, "languages": pairs.lang_counts()}
+    return {**counts, "digest": h.hexdigest()}
+
+
+def check_same_passages(recorded: dict | None, now: dict, spec, out) -> None:
+    """On --resume: CheckpointError unless the passages read now are those the run recorded (`passage_pairs`)."""
+    keys = ("pairs", "skipped_lines", "languages", "digest")
+    if recorded is None or all(recorded.get(k) == now.get(k) for k in keys):
+        return
+    what = (
+        f"{recorded.get('pairs')!s} pairs when the run started, {now['pairs']} now"
+        if recorded.get("pairs") != now["pairs"]
+        else f"the same {now['pairs']} pairs in number, but other text or languages"
+    )
+    raise CheckpointError(
+        f"--resume: {OPTION} {spec} changed since the run in {out} started ({what}; run.json records what it "
+        "trained on); resume with the passages as they were, or train on the new ones as a new run (another --out, "
+        "or --overwrite)"
+    )
+
+
+@dataclass
+class PassageBatch:
+    """One micro-batch of question-passage pairs of one language, tokenised (question_* [B, Sq], passage_*
+    [B, Sp]), with the teacher's embeddings of the questions and of the passages ([B, H] each) from the target
+    cache."""
+
+    question_ids: torch.Tensor
+    question_mask: torch.Tensor
+    passage_ids: torch.Tensor
+    passage_mask: torch.Tensor
+    lang: str
+    question_targets: torch.Tensor
+    passage_targets: torch.Tensor
+
+    def to(self, device, non_blocking: bool = False) -> PassageBatch:
+        moved = [
+            t.to(device, non_blocking=non_blocking)
+            for t in (self.question_ids, self.question_mask, self.passage_ids, self.passage_mask)
+        ]
+        targets = [t.to(device, non_blocking=non_blocking) for t in (self.question_targets, self.passage_targets)]
+        return PassageBatch(*moved, self.lang, *targets)
+
+
+class PassageDraw:
+    """The stateless draw of question-passage pairs: which pairs micro-batch `slot` of `step` holds."""
+
+    def __init__(self, pairs: PassagePairs, seed: int):
+        self.pairs, self.seed = pairs, seed
+        self.langs = sorted(set(pairs.langs))
+        # Per language, its distinct passages, each with the indices of the pairs that have it.
+        groups: dict[str, dict[str, list[int]]] = {lang: {} for lang in self.langs}
+        for i, (passage, lang) in enumerate(zip(pairs.passages, pairs.langs)):
+            groups[lang].setdefault(passage, []).append(i)
+        self.groups = {lang: list(found.values()) for lang, found in groups.items()}
+        per_lang = pairs.lang_counts()
+        counts = np.array([per_lang[lang] for lang in self.langs], dtype=np.float64)
+        self.probabilities = np.sqrt(counts) / np.sqrt(counts).sum()
+
+    def indices(self, step: int, slot: int, batch: int) -> tuple[str, list[int]]:
+        """The language and the pairs of micro-batch `slot` (micro * world + rank) of `step`: `batch` pairs (fewer
+        when the language has fewer distinct passages), no passage twice."""
+        rng = np.random.default_rng([self.seed, STREAM, step, slot])
+        lang = self.langs[int(rng.choice(len(self.langs), p=self.probabilities))]
+        groups = self.groups[lang]
+        picked = rng.choice(len(groups), size=min(batch, len(groups)), replace=False)
+        return lang, [groups[g][int(rng.integers(len(groups[g])))] for g in picked]
+
+    def drawn_texts(self, start: int, steps: int, batch: int, slots: int) -> tuple[list[str], list[str]]:
+        """Every question and every passage steps [start, steps) draw over `slots` (accumulation x processes)
+        micro-batches a step (what the target cache must hold)."""
+        found: set[int] = set()
+        for step in range(start, steps):
+            for slot in range(slots):
+                found.update(self.indices(step, slot, batch)[1])
+        order = sorted(found)
+        return [self.pairs.questions[i] for i in order], [self.pairs.passages[i] for i in order]
+
+
+class PassageSampler:
+    """Each micro-batch's question-passage pairs, tokenised, with their targets (`question_table`,
+    `passage_table`: distillation.targets.TargetTable of the teacher's embeddings under the two prompts)."""
+
+    def __init__(self, draw: PassageDraw, tokenizer, *, prompts: tuple[str, str], lengths: tuple[int, int], tables):
+        self.draw, self.tokenizer = draw, tokenizer
+        self.prompts, self.lengths, self.tables = prompts, lengths, tables
+
+    def _encode(self, texts: list[str], prompt: str, max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenizer(
+            [prompt + t for t in texts],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        length, side = pad_length(ids.shape[1], max_length), self.tokenizer.padding_side
+        return pad_to(ids, length, self.tokenizer.pad_token_id, side), pad_to(mask, length, 0, side)
+
+    def batch(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> PassageBatch:
+        lang, picked = self.draw.indices(step, micro * world + rank, batch)
+        questions = [self.draw.pairs.questions[i] for i in picked]
+        passages = [self.draw.pairs.passages[i] for i in picked]
+        q_ids, q_mask = self._encode(questions, self.prompts[0], self.lengths[0])
+        p_ids, p_mask = self._encode(passages, self.prompts[1], self.lengths[1])
+        return PassageBatch(q_ids, q_mask, p_ids, p_mask, lang, self.tables[0](questions), self.tables[1](passages))

@@ -1,0 +1,268 @@
+"""`distill --passages`: the in-batch score KL against a float64 loop, the stateless one-language draw, a tiny run
+with --parallel beside it (what it records, the target cache reused), and the refusals of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import sample_lines
+from test_distill_objectives import st_teacher  # noqa: F401 (module fixture)
+
+from helpers import TINY_STUDENT, assert_error, run_killed_after_checkpoint, run_main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _passages_file(path: Path, n: int = 24, lang: str = "de", seed: int = 0) -> Path:
+    """n pairs: a short question, a passage of three lines (every passage distinct)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    questions, lines = sample_lines(lang, n, seed=seed + 1), sample_lines(lang, 3 * n, seed=seed + 2)
+    rows = [f"{q}?\t{i}. {' '.join(lines[3 * i : 3 * i + 3])}" for i, q in enumerate(questions)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _pairs_file(path: Path, n: int = 24, lang: str = "de") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [f"{a}\t{b}" for a, b in zip(sample_lines("en", n), sample_lines(lang, n, seed=1))]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ the KL term
+
+
+def _kl_loop(tq, tp, sq, sp, tau):
+    """KL(teacher || student) of the row and the column softmaxes, by hand in float64."""
+
+    def unit(rows):
+        return [[x / math.sqrt(sum(y * y for y in r)) for x in r] for r in rows]
+
+    def scores(q, p):
+        q, p = unit(q), unit(p)
+        return [[sum(a * b for a, b in zip(qi, pj)) / tau for pj in p] for qi in q]
+
+    def softmax(row):
+        top = max(row)
+        e = [math.exp(x - top) for x in row]
+        return [x / sum(e) for x in e]
+
+    def kl(t, s):
+        total = 0.0
+        for trow, srow in zip(t, s):
+            pt, ps = softmax(trow), softmax(srow)
+            total += sum(a * (math.log(a) - math.log(b)) for a, b in zip(pt, ps))
+        return total / len(t)
+
+    t, s = scores(tq, tp), scores(sq, sp)
+    transpose = lambda m: [list(c) for c in zip(*m)]  # noqa: E731
+    return (kl(t, s) + kl(transpose(t), transpose(s))) / 2
+
+
+def test_passage_kl_against_a_float64_loop():
+    from mlminilm.distillation.losses import passage_score_kl
+
+    tq = [[1.0, 0.2, 0.0], [0.1, 1.0, 0.3], [0.0, 0.4, 1.0]]
+    tp = [[0.9, 0.1, 0.2], [0.2, 0.8, 0.1], [0.3, 0.3, 0.9]]
+    sq = [[0.7, 0.5, 0.1], [0.3, 0.9, 0.2], [0.2, 0.1, 1.0]]
+    sp = [[1.0, 0.4, 0.0], [0.1, 0.6, 0.5], [0.6, 0.2, 0.8]]
+    for tau in (0.5, 0.1):
+        got = passage_score_kl(*(torch.tensor(x) for x in (tq, tp, sq, sp)), tau)
+        assert float(got) == pytest.approx(_kl_loop(tq, tp, sq, sp, tau), rel=1e-4, abs=1e-7)
+    # The student scoring as the teacher does: zero, also with other vector lengths (scores are of unit vectors).
+    same = passage_score_kl(*(torch.tensor(x) for x in (tq, tp)), torch.tensor(tq) * 3, torch.tensor(tp) * 0.5, 0.02)
+    assert float(same) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_passage_kl_is_the_average_of_both_directions():
+    """Rows alone and columns alone, each against the float64 loop's single direction."""
+    from mlminilm.distillation.losses import passage_score_kl
+
+    g = torch.Generator().manual_seed(0)
+    tq, tp, sq, sp = (torch.randn(4, 5, generator=g, dtype=torch.float64) for _ in range(4))
+    both = float(passage_score_kl(tq, tp, sq, sp, 0.3))
+    # Swapping questions and passages transposes the score matrices: the same average of the two directions.
+    assert float(passage_score_kl(tp, tq, sp, sq, 0.3)) == pytest.approx(both, rel=1e-5)
+    assert both == pytest.approx(_kl_loop(tq.tolist(), tp.tolist(), sq.tolist(), sp.tolist(), 0.3), rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ the draw
+
+
+def _pairs(tmp_path: Path):
+    from mlminilm.corpus.passages import read_passages
+
+    folder = tmp_path / "qp"
+    _passages_file(folder / "de.tsv", n=40, lang="de")
+    _passages_file(folder / "fr.tsv", n=10, lang="fr")
+    # ar: 12 pairs over 3 distinct passages only (fewer than a batch of 8)
+    rows = [f"Frage {i}?\tالقطة تنام {i % 3}." for i in range(12)]
+    (folder / "ar.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return read_passages(folder)
+
+
+def test_draw_one_language_distinct_passages_stateless(tmp_path):
+    from mlminilm.corpus.passages import PassageDraw
+
+    pairs = _pairs(tmp_path)
+    assert pairs.lang_counts() == {"ar": 12, "de": 40, "fr": 10}
+    draw = PassageDraw(pairs, seed=3)
+    seen_langs = set()
+    for step in range(40):
+        for slot in range(3):
+            lang, picked = draw.indices(step, slot, 8)
+            seen_langs.add(lang)
+            assert {pairs.langs[i] for i in picked} == {lang}  # one language per micro-batch
+            passages = [pairs.passages[i] for i in picked]
+            assert len(set(passages)) == len(passages)  # distinct passages
+            assert len(picked) == (3 if lang == "ar" else 8)  # a language with fewer takes what it has
+            assert (lang, picked) == PassageDraw(pairs, seed=3).indices(step, slot, 8)  # from (seed, step) alone
+    assert seen_langs == {"ar", "de", "fr"}
+    assert [draw.indices(s, 0, 8) for s in range(5)] != [draw.indices(s, 0, 8) for s in range(5, 10)]
+    assert [draw.indices(s, 0, 8) for s in range(5)] != [PassageDraw(pairs, 4).indices(s, 0, 8) for s in range(5)]
+    # Resume: the draws of steps 5.. do not depend on having drawn 0..4 first.
+    fresh = PassageDraw(pairs, seed=3)
+    assert [fresh.indices(s, 1, 8) for s in range(5, 9)] == [draw.indices(s, 1, 8) for s in range(5, 9)]
+    # The language mix follows sqrt(count): de drawn most, over many steps.
+    langs = [draw.indices(s, 0, 4)[0] for s in range(600)]
+    shares = {k: langs.count(k) / len(langs) for k in ("ar", "de", "fr")}
+    expected = {k: math.sqrt(n) / sum(map(math.sqrt, (12, 40, 10))) for k, n in pairs.lang_counts().items()}
+    assert all(abs(shares[k] - expected[k]) < 0.07 for k in shares), (shares, expected)
+    questions, passages = draw.drawn_texts(0, 4, 8, 3)
+    assert len(questions) == len(passages) and set(passages) <= set(pairs.passages)
+
+
+def test_sampler_batches_match_the_draw(tmp_path, tiny_sentencepiece_dir):
+    from mlminilm.corpus.passages import PassageDraw, PassageSampler
+    from mlminilm.models.loading import load_tokenizer
+
+    pairs = _pairs(tmp_path)
+    draw = PassageDraw(pairs, seed=0)
+    table = lambda texts: torch.tensor([[float(len(t)), 1.0] for t in texts])  # noqa: E731
+    sampler = PassageSampler(
+        draw, load_tokenizer(str(tiny_sentencepiece_dir)), prompts=("query: ", "passage: "), lengths=(16, 32),
+        tables=(table, table),
+    )  # fmt: skip
+    # world 2, accumulation 1 draws what world 1, accumulation 2 draws (slot = micro * world + rank)
+    a = sampler.batch(7, 0, 4, 1, 1, 2)
+    b = sampler.batch(7, 1, 4, 2, 0, 1)
+    assert a.lang == b.lang and torch.equal(a.passage_ids, b.passage_ids)
+    assert torch.equal(a.question_ids, b.question_ids)
+    assert a.question_ids.shape[1] <= 16 and a.passage_ids.shape[1] <= 32
+    lang, picked = draw.indices(7, 1, 4)
+    assert a.passage_targets[:, 0].tolist() == [float(len(pairs.passages[i])) for i in picked]
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+def _base(teacher, out) -> list[str]:
+    return [
+        "distill", "--teacher", str(teacher), "--out", str(out), *TINY_STUDENT, "--batch-size", "4",
+        "--relation-loss-weight", "0", "--hidden-loss-weight", "0", "--embedding-loss-weight", "0",
+        "--device", "cpu", "--log-every", "1", "--passage-max-length", "64",
+    ]  # fmt: skip
+
+
+def _inputs(tmp_path: Path) -> tuple[Path, Path]:
+    qp, par = tmp_path / "qp", tmp_path / "par"
+    _passages_file(qp / "de.tsv", n=20, lang="de")
+    _passages_file(qp / "fr.tsv", n=12, lang="fr")
+    _pairs_file(par / "en-de.tsv")
+    return qp, par
+
+
+def test_passages_and_parallel_run_record_and_cache(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    qp, par = _inputs(tmp_path)
+    cache = tmp_path / "cache"
+    args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp), "--parallel", str(par), "--max-steps", "3"]
+    code, _, err = run_main(monkeypatch, capsys, *args, "--target-cache", str(cache))
+    assert code == 0, err
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["passage_pairs"]["pairs"] == 32 and record["passage_pairs"]["languages"] == {"de": 20, "fr": 12}
+    assert len(record["passage_pairs"]["digest"]) == 32
+    assert "passage embedding MSE" in record["objective"] and "question -> passage scores" in record["objective"]
+    assert "'query: ' / 'passage: '" in record["objective"] and "parallel embedding MSE" in record["objective"]
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "loss" in r]
+    assert len(steps) == 3
+    for r in steps:
+        assert r["passage_embedding"] > 0 and r["passage_scores"] >= 0 and r["parallel"] > 0
+    card = json.loads((tmp_path / "run" / "student" / "mlminilm.json").read_text())
+    assert card["passages"] == str(qp)
+    folders = sorted(p.name for p in cache.iterdir() if p.is_dir())
+    # The questions share the parallel sources' table (the same 'query: ' prompt and length); the passages have theirs.
+    assert len(folders) == 2
+    # A second run with the same cache computes nothing.
+
+    def refuse(*a, **k):
+        raise AssertionError("the teacher ran: the targets were not taken from the cache")
+
+    monkeypatch.setattr("mlminilm.distillation.targets.embed_sources", refuse)
+    args[args.index(str(tmp_path / "run"))] = str(tmp_path / "again")
+    code, _, err = run_main(monkeypatch, capsys, *args, "--target-cache", str(cache))
+    assert code == 0, err
+    again = [json.loads(line) for line in (tmp_path / "again" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in again if "loss" in r] == pytest.approx([r["loss"] for r in steps], rel=1e-5)
+
+
+def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    qp, _ = _inputs(tmp_path)
+    args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp / "de.tsv"), "--max-steps", "2"]
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert code == 0, err
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in r if k.startswith("passage")) for r in steps if "loss" in r] == [
+        ["passage_embedding", "passage_scores"]
+    ] * 2
+    assert all("parallel" not in r for r in steps)
+
+
+def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    qp, par = _inputs(tmp_path)
+    out = tmp_path / "out"
+    base = [*_base(st_teacher, out), "--max-steps", "1"]
+
+    def refused(passages, *needles):
+        assert_error(run_main(monkeypatch, capsys, *base, "--passages", str(passages)), "--passages", *needles)
+        assert not out.exists()
+
+    refused(tmp_path / "nowhere", "does not exist")
+    (tmp_path / "notab").mkdir()
+    (tmp_path / "notab" / "de.tsv").write_text("a question without its passage\nanother one\n", encoding="utf-8")
+    refused(tmp_path / "notab", "no question-passage pairs", "2 line(s) had no tab")
+    bad_name = _passages_file(tmp_path / "named" / "questions.tsv")
+    refused(bad_name, "named by its language code", "questions.tsv")
+    damaged = tmp_path / "gz" / "de.tsv.gz"
+    damaged.parent.mkdir()
+    damaged.write_bytes(gzip.compress(qp.joinpath("de.tsv").read_bytes())[:-30])
+    refused(damaged, "not a whole gzip file")
+
+
+def test_resume_refuses_passages_that_changed(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    from mlminilm import distill
+    from mlminilm.config import DistillConfig
+
+    qp, _ = _inputs(tmp_path)
+    out = tmp_path / "run"
+    kw = dict(teacher=str(st_teacher), out=out, layers=2, hidden=32, heads=4, intermediate=64, batch_size=4)
+    kw.update(relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0, device="cpu")
+    kw.update(passage_max_length=64)
+    cfg = DistillConfig(**kw, passages=qp, max_steps=4, save_every=2)
+    run_killed_after_checkpoint(monkeypatch, 2, distill.run, cfg)
+    record = (out / "run.json").read_text()
+    cli = ["distill", "--config", str(out / "run.json"), "--out", str(out), "--resume"]
+    original = (qp / "de.tsv").read_text(encoding="utf-8")
+    (qp / "de.tsv").write_text(original + "Noch eine Frage?\tNoch ein Absatz.\n", encoding="utf-8")
+    assert_error(run_main(monkeypatch, capsys, *cli), "--resume", "--passages", "32 pairs when the run started, 33 now")
+    assert (out / "run.json").read_text() == record and not (out / "student").exists()
+    (qp / "de.tsv").write_text(original, encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, *cli)
+    assert code == 0, err
+    assert np.isfinite([json.loads(x).get("loss", 0) for x in (out / "metrics.jsonl").read_text().splitlines()]).all()
