@@ -94,7 +94,15 @@ def pairs_record(pairs: ParallelPairs) -> dict:
     }
 
 
-def check_same_pairs(recorded: dict | None, now: dict, spec, out) -> None:
+def check_same_pairs(
+    recorded: dict | None,
+    now: dict,
+    spec,
+    out,
+    option: str = "--parallel",
+    resume_with: str = "the pairs as they were",
+    new: str = "the new pairs",
+) -> None:
     """On --resume: CheckpointError unless the pairs read now are those the run recorded (`parallel_pairs`; a
     record from before the digest is compared by its counts and languages). The stateless draw picks pairs by
     their index, so other pairs would silently train on other text than the run began with, and run.json would
@@ -110,9 +118,8 @@ def check_same_pairs(recorded: dict | None, now: dict, spec, out) -> None:
         else f"the same {now['pairs']} pairs in number, but other text or languages"
     )
     raise CheckpointError(
-        f"--resume: --parallel {spec} changed since the run in {out} started ({what}; run.json records what it "
-        "trained on); resume with the pairs as they were, or train on the new pairs as a new run (another --out, "
-        "or --overwrite)"
+        f"--resume: {option} {spec} changed since the run in {out} started ({what}; run.json records what it "
+        f"trained on); resume with {resume_with}, or train on {new} as a new run (another --out, or --overwrite)"
     )
 
 

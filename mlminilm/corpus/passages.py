@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from mlminilm import logging as mlog
-from mlminilm.corpus.parallel import pad_length, pad_to
+from mlminilm.corpus.parallel import check_same_pairs, pad_length, pad_to
 from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS, SUFFIXES, clean, text_lines
-from mlminilm.errors import CheckpointError, DataError
+from mlminilm.errors import DataError
 
 log = mlog.get(__name__)
 
@@ -125,20 +125,9 @@ def passages_record(pairs: PassagePairs) -> dict:
 
 
 def check_same_passages(recorded: dict | None, now: dict, spec, out) -> None:
-    """On --resume: CheckpointError unless the passages read now are those the run recorded (`passage_pairs`)."""
-    keys = ("pairs", "skipped_lines", "languages", "digest")
-    if recorded is None or all(recorded.get(k) == now.get(k) for k in keys):
-        return
-    what = (
-        f"{recorded.get('pairs')!s} pairs when the run started, {now['pairs']} now"
-        if recorded.get("pairs") != now["pairs"]
-        else f"the same {now['pairs']} pairs in number, but other text or languages"
-    )
-    raise CheckpointError(
-        f"--resume: {OPTION} {spec} changed since the run in {out} started ({what}; run.json records what it "
-        "trained on); resume with the passages as they were, or train on the new ones as a new run (another --out, "
-        "or --overwrite)"
-    )
+    """On --resume: CheckpointError unless the passages read now are those the run recorded (`passage_pairs`),
+    the parallel pairs' check with the passages' words (their record always has its digest)."""
+    check_same_pairs(recorded, now, spec, out, OPTION, "the passages as they were", "the new ones")
 
 
 @dataclass
