@@ -392,7 +392,7 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
             row["retrieval"] = stage(
                 work,
                 f"retrieval {name}",
-                lambda: retrieval_report(work, name, model_dir, b.precision, b.retrieval_langs),
+                lambda: retrieval_report(work, name, model_dir, b.precision, b.retrieval_langs, monolingual=False),
             )
         if name not in b.no_probe:
             row["probe"] = stage(work, f"xnli probe {name}", lambda: frozen_probe(model_dir, xdata, b.precision))

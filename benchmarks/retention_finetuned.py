@@ -39,13 +39,7 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
     if recorded.exists() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
         raise SystemExit(f"Error: {work} holds stages of other settings ({recorded}); use a new --work")
     recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    # Rows may be added to a --work later (their stages run, the others are read back), but a name keeps its model.
-    known_path = work / "models.json"
-    known = json.loads(known_path.read_text(encoding="utf-8")) if known_path.exists() else {}
-    changed = [n for n in models if n in known and known[n] != models[n]]
-    if changed:
-        raise SystemExit(f"Error: {work} measured {changed[0]!r} as {known[changed[0]]}; name the new model otherwise")
-    known_path.write_text(json.dumps({**known, **models}, indent=2) + "\n", encoding="utf-8")
+    remember_models(work, models)
     xdata = xnli_data(work, b.xnli_every, b.train_every)
     counts = qa_data(work, qa_ft)
     results: dict[str, dict] = {name: {"model": resolve_model(source)} for name, source in models.items()}
@@ -72,6 +66,31 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
         "git": _git(),
         "stage_seconds": dict(STAGE_SECONDS),
     }
+
+
+def named_models(given: list[str]) -> dict[str, str] | str:
+    """The rows of `--model NAME=DIR ...` in order, or the one error line that says what is wrong with them."""
+    if not given:
+        return "Error: give --model NAME=DIR (teacher first) and --work, or --render JSON"
+    bad = [m for m in given if "=" not in m or not all(m.split("=", 1))]
+    if bad:
+        return f"Error: --model {bad[0]!r}: give NAME=DIR (or NAME=HUB_ID)"
+    models = dict(m.split("=", 1) for m in given)
+    if next(iter(models)) != TEACHER:
+        return f"Error: the first --model must be named {TEACHER!r}"
+    return models
+
+
+def remember_models(work: Path, models: dict[str, str]) -> None:
+    """Rows may be added to a --work later (their stages run, the others are read back), but a name keeps its
+    model: a name measured before as another model stops the run."""
+    work.mkdir(parents=True, exist_ok=True)
+    known_path = work / "models.json"
+    known = json.loads(known_path.read_text(encoding="utf-8")) if known_path.exists() else {}
+    changed = [n for n in models if n in known and known[n] != models[n]]
+    if changed:
+        raise SystemExit(f"Error: {work} measured {changed[0]!r} as {known[changed[0]]}; name the new model otherwise")
+    known_path.write_text(json.dumps({**known, **models}, indent=2) + "\n", encoding="utf-8")
 
 
 def shown(source: str) -> str:
@@ -126,16 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         doc["note"] = args.note if args.note is not None else doc.get("note")
         write(doc, args.out, doc["command"])
         return 0
-    if not args.model or args.work is None:
+    if args.work is None:
         print("Error: give --model NAME=DIR (teacher first) and --work, or --render JSON", file=sys.stderr)
         return 2
-    bad = [m for m in args.model if "=" not in m or not all(m.split("=", 1))]
-    if bad:
-        print(f"Error: --model {bad[0]!r}: give NAME=DIR (or NAME=HUB_ID)", file=sys.stderr)
-        return 2
-    models = dict(m.split("=", 1) for m in args.model)
-    if next(iter(models)) != TEACHER:
-        print(f"Error: the first --model must be named {TEACHER!r}", file=sys.stderr)
+    models = named_models(args.model)
+    if isinstance(models, str):
+        print(models, file=sys.stderr)
         return 2
     tasks = tuple(t.strip() for t in args.tasks.split(","))
     from mlminilm import logging as mlog

@@ -167,7 +167,7 @@ def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
     }
 
 
-def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder: Path) -> dict:
+def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder: Path, backend: str = "torch") -> dict:
     from mlminilm.config import EvalTatoebaConfig
     from mlminilm.evaluation import tatoeba
 
@@ -177,27 +177,39 @@ def tatoeba_report(work: Path, name: str, model_dir: str, precision: str, folder
             model=model_dir,
             data=str(folder),
             batch_size=64,
-            precision=precision,
+            backend=backend,
+            precision=precision if backend == "torch" else "auto",
             out=work / f"report-tatoeba-{slug}",
             overwrite=True,
         )
     )
 
 
-def retrieval_report(work: Path, name: str, model_dir: str, precision: str, langs: tuple[str, ...] = ()) -> dict:
-    """Question -> passage retrieval on MLQA dev, each language's own questions over its own contexts (MTEB's
-    MLQARetrieval setting: `eval-retrieval --monolingual`, nDCG@10 the main score)."""
+def retrieval_report(
+    work: Path,
+    name: str,
+    model_dir: str,
+    precision: str,
+    langs: tuple[str, ...] = (),
+    monolingual: bool = True,
+    backend: str = "torch",
+) -> dict:
+    """Question -> passage retrieval on MLQA dev (nDCG@10 the main score): each language's own questions over its
+    own contexts (MTEB's MLQARetrieval setting, `eval-retrieval --monolingual`), or with `monolingual` False every
+    context x question language pair (MLQA's G-XLT pairs)."""
     from mlminilm.config import EvalRetrievalConfig
     from mlminilm.evaluation import retrieval
 
+    slug = name.replace(" ", "-").replace("+", "plus") + ("" if monolingual else "-all-pairs")
     return retrieval.run(
         EvalRetrievalConfig(
             model=model_dir,
             data=str(SHARED / "mlqa" / "dev"),
-            monolingual=True,
+            monolingual=monolingual,
             langs=langs,
-            precision=precision,
-            out=work / f"report-retrieval-{name.replace(' ', '-').replace('+', 'plus')}",
+            backend=backend,
+            precision=precision if backend == "torch" else "auto",
+            out=work / f"report-retrieval-{slug}",
             overwrite=True,
         )
     )

@@ -299,43 +299,19 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
 
 
 def retrieval_section(res: dict, names: list[str]) -> list[str]:
-    """MLQA question -> passage retrieval (nDCG@10 per language, each language's questions over its own contexts),
-    through `mlminilm compare` of the eval-retrieval reports, the teacher as baseline."""
-    from mlminilm.compare import compare_documents
+    """MLQA question -> passage retrieval over every context x question pair of MLQA dev: nDCG@10 per language
+    (monolingual), the monolingual and cross-lingual averages, and each row's share of the teacher per language
+    (the tables of benchmarks/retention_retrieval.py)."""
+    from retention_retrieval import retrieval_tables
 
     rows = [n for n in names if "retrieval" in res[n]]
     if TEACHER not in rows:
         return []
-    metric = "ndcg_at_10"
-    compared = compare_documents({n: res[n]["retrieval"] for n in rows}, baseline=TEACHER, metric=metric)
-    langs = list(res[TEACHER]["retrieval"]["languages"])
-    table = []
-    for n in rows:
-        score = {l: compared["languages"][l]["scores"][n][metric] for l in langs}
-        above = "-"
-        if BASELINE in rows and n != BASELINE:
-            beats = sum(score[l] > compared["languages"][l]["scores"][BASELINE][metric] for l in langs)
-            above = f"{beats}/{len(langs)}"
-        table.append(
-            [n]
-            + [f"{score[l]:.1f}" for l in langs]
-            + [
-                f"**{compared['average']['scores'][n][metric]:.1f}**",
-                f"{100 * compared['average']['ratio'][n][metric]:.0f} %",
-                above,
-            ]
-        )
-    return [
+    return retrieval_tables(res, rows, BASELINE if BASELINE in rows else None) + [
         "",
-        "## Passage retrieval: MLQA dev, question -> passage, nDCG@10 (%), no fine-tuning",
-        "",
-        "MTEB's MLQARetrieval setting (`eval-retrieval --monolingual`): each language's questions against the distinct "
-        'contexts of its own file, "query: " on questions and "passage: " on contexts (the model\'s prompts), a '
-        "question's own context the one relevant passage. The recipe reads no MLQA text; the rows that read the "
-        "distillation text (benchmarks/running_text.py) have seen MLQA dev's contexts as running text, and the "
-        "trimmed rows keep the vocabulary of that text.",
-        "",
-    ] + _table(["model"] + langs + ["avg", "of teacher", f"> {BASELINE}"], table)
+        "The recipe reads no MLQA text; the rows that read the distillation text (benchmarks/running_text.py) have "
+        "seen MLQA dev's contexts as running text, and the trimmed rows keep the vocabulary of that text.",
+    ]
 
 
 def xnli_section(doc: dict, kind: str, title: str) -> list[str]:

@@ -1,0 +1,237 @@
+#!/usr/bin/env python
+"""The retrieval half of the retention benchmark on models you name: MLQA question -> passage retrieval on every
+context x question language pair of MLQA dev, and Tatoeba on 14 and 30 languages, the first model as the teacher.
+
+    python benchmarks/retention_retrieval.py --model teacher=multilingual-e5-small \\
+        --model "first-6 untrained=CUT_DIR" --model "recipe=STUDENT_DIR" --model "recipe int8=EXPORT_DIR" \\
+        --work W --out docs/RETENTION_RETRIEVAL.md
+
+A directory made by `mlminilm export` is evaluated by the runtime its export.json names (onnx or openvino); every
+other model by PyTorch in fp32. A rerun with the same --work skips finished stages; rows may be added later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from retention import STAGE_SECONDS, TEACHER, log, stage  # noqa: E402
+from retention_finetuned import named_models, remember_models, shown  # noqa: E402
+from retention_measures import MORE, SHARED, retrieval_report, tatoeba_report  # noqa: E402
+
+TASKS = ("retrieval", "tatoeba", "tatoeba-more")
+METRIC = "ndcg_at_10"
+
+
+def backend_of(model: str) -> str:
+    """torch, or the format of an `mlminilm export` directory (its export.json says which runtime reads it)."""
+    record = Path(model) / "export.json"
+    if record.is_file():
+        return json.loads(record.read_text(encoding="utf-8")).get("format", "onnx")
+    return "torch"
+
+
+def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
+    from retention_report import _git
+
+    from mlminilm.models.loading import resolve_model
+
+    remember_models(work, models)
+    results: dict[str, dict] = {}
+    for name, source in models.items():
+        backend = backend_of(source)
+        model = source if backend != "torch" else resolve_model(source)
+        row = results[name] = {"model": model, "backend": backend}
+        if "retrieval" in tasks:
+            row["retrieval"] = stage(
+                work,
+                f"retrieval all pairs {name}",
+                lambda: retrieval_report(work, name, model, "fp32", monolingual=False, backend=backend),
+            )
+        for task, folder in (("tatoeba", SHARED / "tatoeba"), ("tatoeba-more", SHARED / MORE)):
+            if task in tasks:
+                row[task] = stage(
+                    work,
+                    f"{task} {name}",
+                    lambda: tatoeba_report(work, f"{name} {task}", model, "fp32", folder, backend=backend),
+                )
+    return {"results": results, "git": _git(), "stage_seconds": dict(STAGE_SECONDS)}
+
+
+# ----------------------------------------------------------------------------------------------- the report
+
+
+def retrieval_scores(report: dict) -> dict:
+    """nDCG@10 of one all-pairs eval-retrieval report: per monolingual language, their mean, and the mean over the
+    cross-lingual pairs (context language != question language)."""
+    langs = report["languages"]
+    mono = {k: v[METRIC] for k, v in langs.items() if v["context_lang"] == v["question_lang"]}
+    cross = [v[METRIC] for v in langs.values() if v["context_lang"] != v["question_lang"]]
+    return {
+        "mono": mono,
+        "mono_avg": sum(mono.values()) / len(mono),
+        "cross_avg": sum(cross) / len(cross) if cross else None,
+        "cross_pairs": len(cross),
+    }
+
+
+def _pct(x: float | None, t: float | None) -> str:
+    return "-" if x is None or not t else f"{100 * x / t:.0f} %"
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def retrieval_tables(res: dict, names: list[str], baseline: str | None) -> list[str]:
+    from retention_report import _table
+
+    rows = [n for n in names if "retrieval" in res[n]]
+    scores = {n: retrieval_scores(res[n]["retrieval"]) for n in rows}
+    t = scores[TEACHER]
+    langs = list(t["mono"])
+    table, kept = [], []
+    for n in rows:
+        s = scores[n]
+        above = "-"
+        if baseline in scores and n not in (baseline, TEACHER):
+            b = scores[baseline]
+            above = f"{sum(s['mono'][lang] > b['mono'][lang] for lang in langs)}/{len(langs)}"
+        table.append(
+            [n] + [_f(s["mono"][lang]) for lang in langs] + [f"**{_f(s['mono_avg'])}**", _f(s["cross_avg"]), above]
+        )
+        if n != TEACHER:
+            kept.append(
+                [n]
+                + [_pct(s["mono"][lang], t["mono"][lang]) for lang in langs]
+                + [f"**{_pct(s['mono_avg'], t['mono_avg'])}**", _pct(s["cross_avg"], t["cross_avg"])]
+            )
+    cross = f"cross-lingual avg ({t['cross_pairs']} pairs)"
+    return (
+        [
+            "",
+            "## MLQA dev, question -> passage retrieval: nDCG@10 (%), no fine-tuning",
+            "",
+            "`eval-retrieval --data MLQA_DEV` (every context x question pair): a question's own context is the one "
+            'relevant passage among the distinct contexts of its file, "query: " on questions and "passage: " on '
+            "contexts (the model's prompts). The monolingual columns are MTEB's MLQARetrieval setting; the "
+            "cross-lingual average is over the pairs whose questions and contexts differ in language (MLQA's G-XLT "
+            "pairs).",
+            "",
+        ]
+        + _table(["model"] + langs + ["monolingual avg", cross, f"> {baseline}"], table)
+        + [
+            "",
+            "Kept of the teacher (student / teacher nDCG@10):",
+            "",
+        ]
+        + _table(["model"] + langs + ["monolingual avg", "cross-lingual avg"], kept)
+    )
+
+
+def other_skills(res: dict, names: list[str]) -> list[str]:
+    from retention_report import _table
+
+    def avg(n: str, task: str) -> float | None:
+        return res[n][task]["average"]["xx_to_en"] if task in res[n] else None
+
+    rows = []
+    for n in names:
+        size = (res[n].get("retrieval") or res[n].get("tatoeba") or {}).get("size") or {}
+        rows.append(
+            [n, res[n]["backend"]]
+            + [f"{_f(avg(n, t))} ({_pct(avg(n, t), avg(TEACHER, t))})" for t in ("tatoeba", "tatoeba-more")]
+            + [f"{size['parameters']:,}" if "parameters" in size else "-"]
+            + [f"{size['disk_bytes'] / 2**20:.0f} MiB" if "disk_bytes" in size else "-"]
+        )
+    return [
+        "",
+        "## The other skills, and size",
+        "",
+        "Tatoeba xx->en accuracy (%) and its share of the teacher's: the 14 XNLI languages (parallel text) and the "
+        "30 `tatoeba-more` languages no parallel text had. Parameters and size on disk as `eval-retrieval` reports "
+        "them (an int8 export: its graph's files).",
+        "",
+    ] + _table(["model", "runtime", "Tatoeba 14", "Tatoeba 30", "parameters", "on disk"], rows)
+
+
+def write(doc: dict, path: Path) -> None:
+    from retention_report import _table, machine
+
+    res, names = doc["results"], list(doc["models"])
+    baseline = next((n for n in names if "untrained" in n), None)
+    lines = [
+        "# Retention of retrieval: what students of multilingual-e5-small keep of passage and translation search",
+        "",
+        f"- command: `{doc['command']}`; every figure below was measured by this run",
+        f"- machine: {machine()}; date {time.strftime('%Y-%m-%d')}; measured at git {doc['git']}",
+        f"- models: {', '.join(f'{n} ({shown(m)})' for n, m in doc['models'].items())}; the first is the teacher",
+        *([f"- note: {doc['note']}"] if doc.get("note") else []),
+        "- precision: fp32 for PyTorch rows; an export runs in its own graph's dtype (int8 weights for a quantised "
+        "OpenVINO export)",
+    ]
+    if any("retrieval" in res[n] for n in names):
+        lines += retrieval_tables(res, names, baseline)
+    lines += other_skills(res, names)
+    lines += ["", "## Time per stage", ""]
+    lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="a row (teacher first)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"any of {', '.join(TASKS)} (comma-separated)")
+    parser.add_argument("--work", type=Path, default=None, help="stage outputs (a rerun skips finished stages)")
+    parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
+    parser.add_argument("--note", default=None, help="a line the report shows (e.g. how each model was made)")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only write the report of a --json")
+    args = parser.parse_args(argv)
+    if args.render:
+        if not args.render.is_file():
+            print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
+            return 1
+        doc = json.loads(args.render.read_text(encoding="utf-8"))
+        doc["note"] = args.note if args.note is not None else doc.get("note")
+        write(doc, args.out)
+        return 0
+    tasks = tuple(t.strip() for t in args.tasks.split(","))
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        print(f"Error: --tasks {unknown[0]!r}: choose from {', '.join(TASKS)}", file=sys.stderr)
+        return 2
+    if args.work is None:
+        print("Error: give --work (stage outputs), or --render JSON", file=sys.stderr)
+        return 2
+    models = named_models(args.model)
+    if isinstance(models, str):
+        print(models, file=sys.stderr)
+        return 2
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    doc = run(models, args.work, tasks)
+    doc["models"] = models
+    doc["note"] = args.note
+    doc["command"] = "python benchmarks/retention_retrieval.py " + " ".join(
+        f'--model "{n}={shown(m)}"' for n, m in models.items()
+    )
+    write(doc, args.out)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""benchmarks/retention_retrieval.py: the retrieval report's averages and shares of the teacher against
+hand-worked figures, the runtime each row is read by, and its argument errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+rr = pytest.importorskip("retention_retrieval")
+
+
+def _report(scores: dict[tuple[str, str], float]) -> dict:
+    """An eval-retrieval metrics document with these nDCG@10 per (context, question) language pair."""
+    return {
+        "languages": {
+            (c if c == q else f"{c}-{q}"): {"ndcg_at_10": s, "context_lang": c, "question_lang": q}
+            for (c, q), s in scores.items()
+        },
+        "size": {"parameters": 1000, "disk_bytes": 3 * 2**20},
+    }
+
+
+TEACHER = {("de", "de"): 80.0, ("en", "en"): 60.0, ("de", "en"): 50.0, ("en", "de"): 70.0}
+STUDENT = {("de", "de"): 40.0, ("en", "en"): 45.0, ("de", "en"): 30.0, ("en", "de"): 35.0}
+CUT = {("de", "de"): 50.0, ("en", "en"): 10.0, ("de", "en"): 5.0, ("en", "de"): 5.0}
+
+
+def test_scores_split_monolingual_from_crosslingual_pairs():
+    s = rr.retrieval_scores(_report(STUDENT))
+    assert s["mono"] == {"de": 40.0, "en": 45.0}
+    assert s["mono_avg"] == pytest.approx(42.5)
+    assert s["cross_avg"] == pytest.approx(32.5)  # (30 + 35) / 2
+    assert s["cross_pairs"] == 2
+    only_mono = rr.retrieval_scores(_report({("de", "de"): 10.0}))
+    assert only_mono["cross_avg"] is None and only_mono["cross_pairs"] == 0
+
+
+def _doc(tmp_path) -> dict:
+    def tatoeba(x: float) -> dict:
+        return {"average": {"xx_to_en": x}}
+
+    return {
+        "models": {"teacher": "t", "first-6 untrained": "c", "student": "s"},
+        "results": {
+            "teacher": {"backend": "torch", "retrieval": _report(TEACHER), "tatoeba": tatoeba(90.0)},
+            "first-6 untrained": {"backend": "torch", "retrieval": _report(CUT), "tatoeba": tatoeba(45.0)},
+            "student": {"backend": "openvino", "retrieval": _report(STUDENT), "tatoeba": tatoeba(81.0)},
+        },
+        "git": "abc1234",
+        "stage_seconds": {"retrieval all pairs teacher": 12.0},
+        "command": "python benchmarks/retention_retrieval.py ...",
+        "note": None,
+    }
+
+
+def _row(text: str, name: str) -> list[str]:
+    return [c.strip() for c in next(line for line in text.splitlines() if line.startswith(f"| {name} |")).split("|")]
+
+
+def test_report_tables_hold_hand_worked_shares(tmp_path):
+    out = tmp_path / "r.md"
+    rr.write(_doc(tmp_path), out)
+    text = out.read_text(encoding="utf-8")
+    scores, kept = text.split("Kept of the teacher")
+    kept, skills = kept.split("## The other skills")
+    # student: de 40 (teacher 80: 50 %), en 45 (60: 75 %), mono avg 42.5 of 70 = 61 %, cross 32.5 of 60 = 54 %;
+    # above the cut teacher in en (45 > 10), not de (40 < 50)
+    assert _row(scores, "student")[2:7] == ["40.0", "45.0", "**42.5**", "32.5", "1/2"]
+    assert _row(kept, "student")[2:6] == ["50 %", "75 %", "**61 %**", "54 %"]
+    assert _row(scores, "teacher")[2:7] == ["80.0", "60.0", "**70.0**", "60.0", "-"]
+    assert "| teacher |" not in kept  # the teacher is the 100 % every share is of
+    # Tatoeba 81 of 90 = 90 %; tatoeba-more not measured
+    assert _row(skills, "student")[2:7] == ["openvino", "81.0 (90 %)", "- (-)", "1,000", "3 MiB"]
+
+
+def test_render_rewrites_the_report_from_its_json(tmp_path):
+    doc = _doc(tmp_path)
+    (tmp_path / "r.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert rr.main(["--render", str(tmp_path / "r.json"), "--out", str(tmp_path / "a.md"), "--note", "hi"]) == 0
+    assert "- note: hi" in (tmp_path / "a.md").read_text(encoding="utf-8")
+
+
+def test_an_export_directory_is_read_by_its_own_runtime(tmp_path):
+    (tmp_path / "ov").mkdir()
+    (tmp_path / "ov" / "export.json").write_text(json.dumps({"format": "openvino"}), encoding="utf-8")
+    assert rr.backend_of(str(tmp_path / "ov")) == "openvino"
+    assert rr.backend_of(str(tmp_path)) == "torch"
+    assert rr.backend_of("intfloat/multilingual-e5-small") == "torch"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--work", "W"], "give --model NAME=DIR"),
+        (["--work", "W", "--model", "student=s"], "the first --model must be named 'teacher'"),
+        (["--work", "W", "--model", "teacher"], "give NAME=DIR"),
+        (["--model", "teacher=t"], "give --work"),
+        (["--work", "W", "--model", "teacher=t", "--tasks", "mlqa"], "--tasks 'mlqa'"),
+        (["--render", "nope.json"], "no such file"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert rr.main([*argv, "--out", "r.md"]) in (1, 2)
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r.md").exists() and not (tmp_path / "W").exists()
+
+
+def test_a_name_keeps_its_model_across_reruns(tmp_path):
+    rr.remember_models(tmp_path, {"teacher": "t", "student": "a"})
+    rr.remember_models(tmp_path, {"teacher": "t", "other": "b"})  # a new row: fine
+    with pytest.raises(SystemExit, match="measured 'student' as a"):
+        rr.remember_models(tmp_path, {"teacher": "t", "student": "z"})
+
+
+def test_the_retention_report_shows_the_same_tables(tmp_path):
+    """benchmarks/retention.py's report (docs/RETENTION.md) renders its rows' retrieval with these tables."""
+    import retention_report
+
+    res = _doc(tmp_path)["results"]
+    res["recipe"] = res.pop("student")
+    res["no retrieval row"] = {"backend": "torch"}
+    lines = retention_report.retrieval_section(res, ["teacher", "first-6 untrained", "recipe", "no retrieval row"])
+    text = "\n".join(lines)
+    assert _row(text, "recipe")[2:7] == ["40.0", "45.0", "**42.5**", "32.5", "1/2"]
+    assert "> first-6 untrained" in text and "running text" in text
+    assert retention_report.retrieval_section({"recipe": res["recipe"]}, ["recipe"]) == []
