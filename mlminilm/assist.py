@@ -53,7 +53,8 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
     common.pop("max_steps")
     # The output terms compare hidden states of equal width: the assistant stage (teacher -> student width) has
     # them only when the widths already agree (else auto, which turns them off there); the student stage
-    # (assistant -> student) always can. The parallel term, which compares embeddings, follows the same rule.
+    # (assistant -> student) always can. The parallel and passage terms, which compare embeddings, follow the same
+    # rule.
     same_width = cfg.hidden == teacher.hidden
     assistant = DistillConfig(
         **{
@@ -67,6 +68,7 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
             "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
             "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None,
             "parallel": cfg.parallel if same_width else None,
+            "passages": cfg.passages if same_width else None,
         },
     )
     student = DistillConfig(
