@@ -106,10 +106,10 @@ def check_compatibility(
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
         problems.append(
-            f"--hidden-loss-weight / --embedding-loss-weight / --parallel compare the student's outputs with the "
-            f"teacher's and need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use --hidden "
-            f"{t.hidden}, or set both weights to 0 and leave out --parallel (or distil through `mlminilm assist`, "
-            "whose second stage has equal widths)"
+            f"--hidden-loss-weight / --embedding-loss-weight / --parallel / --passages compare the student's "
+            f"outputs with the teacher's and need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use "
+            f"--hidden {t.hidden}, or set both weights to 0 and leave out --parallel and --passages (or distil "
+            "through `mlminilm assist`, whose second stage has equal widths)"
         )
     from mlminilm.evaluation.common import position_limit
 

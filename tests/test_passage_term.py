@@ -243,6 +243,13 @@ def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: 
     damaged.parent.mkdir()
     damaged.write_bytes(gzip.compress(qp.joinpath("de.tsv").read_bytes())[:-30])
     refused(damaged, "not a whole gzip file")
+    # a student narrower than the teacher: the message names --passages among the terms that need equal widths
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--hidden", "16", "--heads", "2", "--passages", str(qp)),
+        "--passages compare",
+        "leave out --parallel and --passages",
+    )
+    assert not out.exists()
 
 
 def test_resume_refuses_passages_that_changed(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811

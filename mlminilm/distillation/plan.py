@@ -120,9 +120,9 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     bad = [m for m in st.pooling if m not in POOLING_MODES]
     if bad:
         raise ConfigError(
-            f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding and parallel "
+            f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding, parallel and passage "
             f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
-            "leave out --parallel"
+            "leave out --parallel and --passages"
         )
     if st.not_applied:
         log.warning(
