@@ -126,25 +126,52 @@ def write(doc: dict, path: Path, command: str) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of both reports on models made elsewhere (this one and benchmarks/retention_retrieval.py)."""
     parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="a row (teacher first)")
-    parser.add_argument("--tasks", default="xnli,mlqa", help="xnli, mlqa or both (comma-separated)")
-    parser.add_argument("--smoke", action="store_true", help="a sliver of everything: checks the pipeline only")
     parser.add_argument("--work", type=Path, default=None, help="stage outputs (a rerun skips finished stages)")
     parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
     parser.add_argument("--note", default=None, help="a line the report shows (e.g. how each model was made)")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only write the report of a --json")
+
+
+def render_only(args: argparse.Namespace, write_report) -> int | None:
+    """With --render, `write_report(doc, out)` of an earlier run's --json (its note replaced by --note when given)
+    and the exit status; None without --render."""
+    if not args.render:
+        return None
+    if not args.render.is_file():
+        print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
+        return 1
+    doc = json.loads(args.render.read_text(encoding="utf-8"))
+    doc["note"] = args.note if args.note is not None else doc.get("note")
+    write_report(doc, args.out)
+    return 0
+
+
+def publish(doc: dict, args: argparse.Namespace, models: dict[str, str], command: str, write_report) -> None:
+    """Record the rows, the note and the command that reruns the run (`command`: the script, with {rows} where
+    the --model options go) in `doc`, write the report and, with --json, every figure."""
+    doc["models"] = models
+    doc["note"] = args.note
+    rows = " ".join(f'--model "{n}={shown(m)}"' for n, m in models.items())
+    doc["command"] = command.format(rows=rows)
+    write_report(doc, args.out)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    log(f"wrote {args.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_report_arguments(parser)
+    parser.add_argument("--tasks", default="xnli,mlqa", help="xnli, mlqa or both (comma-separated)")
+    parser.add_argument("--smoke", action="store_true", help="a sliver of everything: checks the pipeline only")
     args = parser.parse_args(argv)
-    if args.render:
-        if not args.render.is_file():
-            print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
-            return 1
-        doc = json.loads(args.render.read_text(encoding="utf-8"))
-        doc["note"] = args.note if args.note is not None else doc.get("note")
-        write(doc, args.out, doc["command"])
-        return 0
+    rendered = render_only(args, lambda doc, out: write(doc, out, doc["command"]))
+    if rendered is not None:
+        return rendered
     if args.work is None:
         print("Error: give --model NAME=DIR (teacher first) and --work, or --render JSON", file=sys.stderr)
         return 2
@@ -158,17 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     mlog.setup(quiet=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     doc = run(models, args.work, args.smoke, tasks)
-    doc["models"] = models
-    if args.note:
-        doc["note"] = args.note
-    command = "python benchmarks/retention_finetuned.py " + " ".join(
-        f'--model "{n}={shown(m)}"' for n, m in models.items()
-    )
-    doc["command"] = command + (" --smoke" if args.smoke else "")
-    write(doc, args.out, doc["command"])
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
-    log(f"wrote {args.out}")
+    command = "python benchmarks/retention_finetuned.py {rows}" + (" --smoke" if args.smoke else "")
+    publish(doc, args, models, command, lambda d, out: write(d, out, d["command"]))
     return 0
 
 

@@ -22,8 +22,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from retention import STAGE_SECONDS, TEACHER, log, stage  # noqa: E402
-from retention_finetuned import named_models, remember_models, shown  # noqa: E402
+from retention import STAGE_SECONDS, TEACHER, stage  # noqa: E402
+from retention_finetuned import (  # noqa: E402
+    add_report_arguments,
+    named_models,
+    publish,
+    remember_models,
+    render_only,
+    shown,
+)
 from retention_measures import MORE, SHARED, retrieval_report, tatoeba_report  # noqa: E402
 
 TASKS = ("retrieval", "tatoeba", "tatoeba-more")
@@ -188,22 +195,12 @@ def write(doc: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="a row (teacher first)")
+    add_report_arguments(parser)
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"any of {', '.join(TASKS)} (comma-separated)")
-    parser.add_argument("--work", type=Path, default=None, help="stage outputs (a rerun skips finished stages)")
-    parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
-    parser.add_argument("--json", type=Path, default=None, help="also write every figure as JSON here")
-    parser.add_argument("--note", default=None, help="a line the report shows (e.g. how each model was made)")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only write the report of a --json")
     args = parser.parse_args(argv)
-    if args.render:
-        if not args.render.is_file():
-            print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
-            return 1
-        doc = json.loads(args.render.read_text(encoding="utf-8"))
-        doc["note"] = args.note if args.note is not None else doc.get("note")
-        write(doc, args.out)
-        return 0
+    rendered = render_only(args, write)
+    if rendered is not None:
+        return rendered
     tasks = tuple(t.strip() for t in args.tasks.split(","))
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -221,15 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     mlog.setup(quiet=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     doc = run(models, args.work, tasks)
-    doc["models"] = models
-    doc["note"] = args.note
-    doc["command"] = "python benchmarks/retention_retrieval.py " + " ".join(
-        f'--model "{n}={shown(m)}"' for n, m in models.items()
-    )
-    write(doc, args.out)
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
-    log(f"wrote {args.out}")
+    publish(doc, args, models, "python benchmarks/retention_retrieval.py {rows}", write)
     return 0
 
 
