@@ -261,9 +261,14 @@ def log(msg: str) -> None:
 STAGE_SECONDS: dict[str, float] = {}
 
 
+def stage_path(work: Path, name: str) -> Path:
+    """Where stage `name` keeps its JSON result."""
+    return work / "stages" / f"{name.replace(' ', '_').replace('+', 'plus')}.json"
+
+
 def stage(work: Path, name: str, fn):
     """Run `fn()` once: its JSON result is kept in WORK/stages/NAME.json and read back on a rerun."""
-    path = work / "stages" / f"{name.replace(' ', '_').replace('+', 'plus')}.json"
+    path = stage_path(work, name)
     if path.exists():
         result = json.loads(path.read_text(encoding="utf-8"))
         STAGE_SECONDS[name] = result.get("seconds", 0.0)

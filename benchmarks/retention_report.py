@@ -148,6 +148,15 @@ def tatoeba_table(res: dict, names: list[str], key: str) -> list[str]:
     return _table(["model"] + tlangs + ["avg", "en->xx avg", "of teacher", f"> {BASELINE}"], rows)
 
 
+# The reports on students made elsewhere, which this one points to (both are in docs/ beside it).
+ELSEWHERE = (
+    "students made elsewhere, measured by the same stages: [RETENTION_FINETUNED.md](RETENTION_FINETUNED.md) (XNLI and "
+    "MLQA after English fine-tuning, `benchmarks/retention_finetuned.py`) and [RETENTION_RETRIEVAL.md]"
+    "(RETENTION_RETRIEVAL.md) (MLQA passage retrieval on every language pair and Tatoeba, with the trimmed and the "
+    "int8 OpenVINO rows, `benchmarks/retention_retrieval.py`)"
+)
+
+
 def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     import torch
     import transformers
@@ -197,6 +206,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"epochs, batch {b['xnli_ft']['batch']}, lr {b['xnli_ft']['lr']}, warmup 10 %, word embeddings "
         f"{'frozen' if b['xnli_ft']['freeze_embeddings'] else 'trained'}, precision {b['xnli_ft']['precision']}, "
         "checkpoint chosen on the English selection pairs",
+        f"- {ELSEWHERE}",
         "",
         "## Rows",
         "",

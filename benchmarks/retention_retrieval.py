@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from retention import STAGE_SECONDS, TEACHER, stage  # noqa: E402
+from retention import STAGE_SECONDS, TEACHER, stage, stage_path  # noqa: E402
 from retention_finetuned import (  # noqa: E402
     add_report_arguments,
     named_models,
@@ -46,6 +46,8 @@ def backend_of(model: str) -> str:
 
 
 def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
+    """Each row's stages: those of `tasks` are run (or read back when a run finished them); those of the other
+    tasks are read back when an earlier run finished them, and never run (a row may be measured on fewer)."""
     from retention_report import _git
 
     from mlminilm.models.loading import resolve_model
@@ -56,19 +58,24 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
         backend = backend_of(source)
         model = source if backend != "torch" else resolve_model(source)
         row = results[name] = {"model": model, "backend": backend}
-        if "retrieval" in tasks:
-            row["retrieval"] = stage(
-                work,
+        measures = {
+            "retrieval": (
                 f"retrieval all pairs {name}",
                 lambda: retrieval_report(work, name, model, "fp32", monolingual=False, backend=backend),
-            )
-        for task, folder in (("tatoeba", SHARED / "tatoeba"), ("tatoeba-more", SHARED / MORE)):
-            if task in tasks:
-                row[task] = stage(
-                    work,
+            ),
+            **{
+                task: (
                     f"{task} {name}",
-                    lambda: tatoeba_report(work, f"{name} {task}", model, "fp32", folder, backend=backend),
+                    lambda task=task, folder=folder: tatoeba_report(
+                        work, f"{name} {task}", model, "fp32", folder, backend=backend
+                    ),
                 )
+                for task, folder in (("tatoeba", SHARED / "tatoeba"), ("tatoeba-more", SHARED / MORE))
+            },
+        }
+        for task, (stage_name, measure) in measures.items():
+            if task in tasks or stage_path(work, stage_name).exists():
+                row[task] = stage(work, stage_name, measure)
     return {"results": results, "git": _git(), "stage_seconds": dict(STAGE_SECONDS)}
 
 

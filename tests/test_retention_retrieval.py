@@ -140,3 +140,25 @@ def test_the_fine_tuned_tables_name_the_papers_figures():
 
     assert "68.0 against 74.5, 91 %" in retention_report.PAPER_XNLI
     assert "53.7 against 64.9, 83 %" in retention_report.PAPER_MLQA
+
+
+def test_stages_of_tasks_not_asked_for_are_read_back_never_run(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(rr, "retrieval_report", lambda *a, **k: calls.append(("retrieval", a[1])) or {"r": a[1]})
+    monkeypatch.setattr(rr, "tatoeba_report", lambda *a, **k: calls.append(("tatoeba", a[1])) or {"t": a[1]})
+    teacher, student = tmp_path / "t", tmp_path / "s"
+    teacher.mkdir(), student.mkdir()
+    models = {"teacher": str(teacher), "student": str(student)}
+    work = tmp_path / "work"
+    rr.run(models, work, ("retrieval", "tatoeba-more"))
+    assert calls == [
+        ("retrieval", "teacher"),
+        ("tatoeba", "teacher tatoeba-more"),
+        ("retrieval", "student"),
+        ("tatoeba", "student tatoeba-more"),
+    ]
+    calls.clear()
+    doc = rr.run({**models, "new": str(student)}, work, ("retrieval",))
+    assert calls == [("retrieval", "new")]  # only the new row's asked-for stage runs
+    assert doc["results"]["student"]["tatoeba-more"]["t"] == "student tatoeba-more"  # read back
+    assert "tatoeba" not in doc["results"]["student"] and "tatoeba-more" not in doc["results"]["new"]
