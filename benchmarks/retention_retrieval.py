@@ -119,7 +119,10 @@ def retrieval_tables(res: dict, names: list[str], baseline: str | None) -> list[
             b = scores[baseline]
             above = f"{sum(s['mono'][lang] > b['mono'][lang] for lang in langs)}/{len(langs)}"
         table.append(
-            [n] + [_f(s["mono"][lang]) for lang in langs] + [f"**{_f(s['mono_avg'])}**", _f(s["cross_avg"]), above]
+            [n]
+            + [_f(s["mono"][lang]) for lang in langs]
+            + [f"**{_f(s['mono_avg'])}**", _f(s["cross_avg"])]
+            + ([above] if baseline in scores else [])
         )
         if n != TEACHER:
             kept.append(
@@ -140,7 +143,9 @@ def retrieval_tables(res: dict, names: list[str], baseline: str | None) -> list[
             "pairs).",
             "",
         ]
-        + _table(["model"] + langs + ["monolingual avg", cross, f"> {baseline}"], table)
+        + _table(
+            ["model"] + langs + ["monolingual avg", cross] + ([f"> {baseline}"] if baseline in scores else []), table
+        )
         + [
             "",
             "Kept of the teacher (student / teacher nDCG@10):",

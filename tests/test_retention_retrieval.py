@@ -162,3 +162,12 @@ def test_stages_of_tasks_not_asked_for_are_read_back_never_run(tmp_path, monkeyp
     assert calls == [("retrieval", "new")]  # only the new row's asked-for stage runs
     assert doc["results"]["student"]["tatoeba-more"]["t"] == "student tatoeba-more"  # read back
     assert "tatoeba" not in doc["results"]["student"] and "tatoeba-more" not in doc["results"]["new"]
+
+
+def test_without_a_cut_teacher_row_there_is_no_column_for_it(tmp_path):
+    doc = _doc(tmp_path)
+    del doc["results"]["first-6 untrained"], doc["models"]["first-6 untrained"]
+    rr.write(doc, tmp_path / "r.md")
+    text = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "> None" not in text and "| > " not in text
+    assert _row(text, "student")[2:7] == ["40.0", "45.0", "**42.5**", "32.5", ""]
