@@ -13,7 +13,6 @@ other model by PyTorch in fp32. A rerun with the same --work skips finished stag
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -38,11 +37,10 @@ METRIC = "ndcg_at_10"
 
 
 def backend_of(model: str) -> str:
-    """torch, or the format of an `mlminilm export` directory (its export.json says which runtime reads it)."""
-    record = Path(model) / "export.json"
-    if record.is_file():
-        return json.loads(record.read_text(encoding="utf-8")).get("format", "onnx")
-    return "torch"
+    """torch, or the runtime of an `mlminilm export` directory (onnx or openvino: where its record is)."""
+    from mlminilm.runtimes.onnx_runtime import export_format
+
+    return export_format(model) or "torch"
 
 
 def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,21 @@ def test_python_callers_still_get_a_config_error():
 
     with pytest.raises(ConfigError, match="--strict needs --check"):
         ExportConfig(model="m", out=Path("o"), quantize="int8", strict=True)
+
+
+@pytest.mark.parametrize("fmt, name", [("onnx", "an ONNX"), ("openvino", "an OpenVINO")])
+def test_an_export_given_to_the_torch_backend_names_the_backend_that_reads_it(
+    monkeypatch, capsys, tmp_path, bert, fmt, name
+):
+    """An export directory without PyTorch weights, evaluated without --backend: the one line names the backend of
+    its own format (an OpenVINO export was told to use --backend onnx, which then refused it in turn)."""
+    export = tmp_path / "student-export"
+    shutil.copytree(bert, export, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    (export / fmt).mkdir()
+    (export / fmt / "export.json").write_text(json.dumps({"task": "feature-extraction"}), encoding="utf-8")
+    data = tatoeba_dir(tmp_path / "tatoeba")
+    out = tmp_path / "report"
+    result = run_main(
+        monkeypatch, capsys, "eval-tatoeba", "--model", str(export), "--data", str(data), "--out", str(out)
+    )
+    refused(result, out, f"is {name} export", f"--backend {fmt},")

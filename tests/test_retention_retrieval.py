@@ -86,9 +86,10 @@ def test_render_rewrites_the_report_from_its_json(tmp_path):
 
 
 def test_an_export_directory_is_read_by_its_own_runtime(tmp_path):
-    (tmp_path / "ov").mkdir()
-    (tmp_path / "ov" / "export.json").write_text(json.dumps({"format": "openvino"}), encoding="utf-8")
-    assert rr.backend_of(str(tmp_path / "ov")) == "openvino"
+    for fmt in ("onnx", "openvino"):  # `mlminilm export` keeps its record beside the graph: onnx/ or openvino/
+        (tmp_path / fmt / fmt).mkdir(parents=True)
+        (tmp_path / fmt / fmt / "export.json").write_text(json.dumps({"task": "x"}), encoding="utf-8")
+        assert rr.backend_of(str(tmp_path / fmt)) == fmt
     assert rr.backend_of(str(tmp_path)) == "torch"
     assert rr.backend_of("intfloat/multilingual-e5-small") == "torch"
 

@@ -171,13 +171,22 @@ def _graph_problems(directory: Path, graph: str) -> list[str]:
     return []
 
 
+def export_format(model: str | Path) -> str | None:
+    """"onnx" or "openvino" for an export directory (by where its record is), None for anything else."""
+    path = record_path(model)
+    if path is None:
+        return None
+    return "openvino" if path.parent.name == Path(OPENVINO_RECORD).parent.name else "onnx"
+
+
 def refuse_torch_on_export(model: str | Path) -> None:
-    """An export directory holds a graph, not PyTorch weights: say to use --backend onnx (where it has none)."""
+    """An export directory holds a graph, not PyTorch weights: say which --backend reads it (where it has none)."""
     directory = Path(model)
-    if is_export(directory) and not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
+    fmt = export_format(directory)
+    if fmt and not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
         raise ConfigError(
-            f"{model} is an ONNX export (`mlminilm export`) without PyTorch weights: evaluate it with "
-            "--backend onnx, or give the model it was exported from"
+            f"{model} is {'an OpenVINO' if fmt == 'openvino' else 'an ONNX'} export (`mlminilm export`) without "
+            f"PyTorch weights: evaluate it with --backend {fmt}, or give the model it was exported from"
         )
 
 
