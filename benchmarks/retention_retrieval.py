@@ -165,8 +165,8 @@ def other_skills(res: dict, names: list[str]) -> list[str]:
         rows.append(
             [n, res[n]["backend"]]
             + [f"{_f(avg(n, t))} ({_pct(avg(n, t), avg(TEACHER, t))})" for t in ("tatoeba", "tatoeba-more")]
-            + [f"{size['parameters']:,}" if "parameters" in size else "-"]
-            + [f"{size['disk_bytes'] / 2**20:.0f} MiB" if "disk_bytes" in size else "-"]
+            + [f"{size['parameters']:,}" if size.get("parameters") else "-"]  # an export's graph has no count
+            + [f"{size['disk_bytes'] / 2**20:.0f} MiB" if size.get("disk_bytes") else "-"]
         )
     return [
         "",

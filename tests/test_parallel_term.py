@@ -414,22 +414,6 @@ def test_assist_gives_the_parallel_term_to_the_stages_whose_widths_agree(tmp_pat
     assert [s.parallel for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [pairs, pairs]
 
 
-def test_assist_gives_the_passage_terms_to_the_stages_whose_widths_agree(tmp_path):
-    """The passage terms compare embeddings with the teacher's: the assistant stage of a narrower student (teacher
-    -> assistant of the student's width) cannot have them; the student stage (assistant -> student) can."""
-    from mlminilm.assist import stage_configs
-    from mlminilm.config import AssistConfig
-    from mlminilm.models.loading import TeacherShape
-
-    qp = tmp_path / "qp"
-    shape = {"layers": 2, "heads": 4, "intermediate": 64}
-    narrow = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", hidden=32, passages=qp, **shape)
-    assistant, student = stage_configs(narrow, TeacherShape(12, 128, 4, 512, "bert"))
-    assert assistant.passages is None and student.passages == qp
-    same = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", hidden=128, passages=qp, **shape)
-    assert [s.passages for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [qp, qp]
-
-
 def test_pair_files_by_hand(tmp_path):
     from mlminilm.corpus.parallel import read_parallel, write_pair_files
 

@@ -273,3 +273,19 @@ def test_resume_refuses_passages_that_changed(monkeypatch, capsys, st_teacher, t
     code, _, err = run_main(monkeypatch, capsys, *cli)
     assert code == 0, err
     assert np.isfinite([json.loads(x).get("loss", 0) for x in (out / "metrics.jsonl").read_text().splitlines()]).all()
+
+
+def test_assist_gives_the_passage_terms_to_the_stages_whose_widths_agree(tmp_path):
+    """The passage terms compare embeddings with the teacher's: the assistant stage of a narrower student (teacher
+    -> assistant of the student's width) cannot have them; the student stage (assistant -> student) can."""
+    from mlminilm.assist import stage_configs
+    from mlminilm.config import AssistConfig
+    from mlminilm.models.loading import TeacherShape
+
+    qp = tmp_path / "qp"
+    shape = {"layers": 2, "heads": 4, "intermediate": 64}
+    narrow = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", hidden=32, passages=qp, **shape)
+    assistant, student = stage_configs(narrow, TeacherShape(12, 128, 4, 512, "bert"))
+    assert assistant.passages is None and student.passages == qp
+    same = AssistConfig(teacher="t", data=tmp_path, out=tmp_path / "o", hidden=128, passages=qp, **shape)
+    assert [s.passages for s in stage_configs(same, TeacherShape(12, 128, 4, 512, "bert"))] == [qp, qp]

@@ -78,6 +78,14 @@ def test_report_tables_hold_hand_worked_shares(tmp_path):
     assert _row(skills, "student")[2:7] == ["openvino", "81.0 (90 %)", "- (-)", "1,000", "3 MiB"]
 
 
+def test_an_exports_size_without_a_parameter_count(tmp_path):
+    doc = _doc(tmp_path)
+    doc["results"]["student"]["retrieval"]["size"] = {"parameters": None, "disk_bytes": 109105510}
+    rr.write(doc, tmp_path / "r.md")
+    skills = (tmp_path / "r.md").read_text(encoding="utf-8").split("## The other skills")[1]
+    assert _row(skills, "student")[5:7] == ["-", "104 MiB"]  # 109,105,510 / 2**20 = 104.05
+
+
 def test_render_rewrites_the_report_from_its_json(tmp_path):
     doc = _doc(tmp_path)
     (tmp_path / "r.json").write_text(json.dumps(doc), encoding="utf-8")
