@@ -172,7 +172,7 @@ def _graph_problems(directory: Path, graph: str) -> list[str]:
 
 
 def export_format(model: str | Path) -> str | None:
-    """ "onnx" or "openvino" for an export directory (by where its record is), None for anything else."""
+    """The format of an export directory, onnx or openvino (by where its record is); None for anything else."""
     path = record_path(model)
     if path is None:
         return None
