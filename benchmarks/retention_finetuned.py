@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from finetuned import finetuned_mlqa, finetuned_xnli, qa_data  # noqa: E402
-from retention import CPU, SMOKE, STAGE_SECONDS, TEACHER, log, stage  # noqa: E402
+from retention import CPU, SMOKE, STAGE_SECONDS, TEACHER, log, stage, stage_path  # noqa: E402
 from retention_measures import xnli_data  # noqa: E402
 
 
@@ -44,17 +44,18 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
     counts = qa_data(work, qa_ft)
     results: dict[str, dict] = {name: {"model": resolve_model(source)} for name, source in models.items()}
     # MLQA first: it is the costlier half, and the one no earlier report has
+    # A task not asked for is not run, but a row's stage of it that an earlier run finished is read back.
     for task in ("mlqa", "xnli"):
-        for name, row in results.items() if task in tasks else ():
-            model_dir = row["model"]
+        for name, row in results.items():
+            model_dir, stage_name = row["model"], f"{task} finetuned {name}"
+            if task not in tasks and not stage_path(work, stage_name).exists():
+                continue
             if task == "xnli":
                 row["finetuned"] = stage(
-                    work, f"xnli finetuned {name}", lambda: finetuned_xnli(work, name, model_dir, xdata, xnli_ft)
+                    work, stage_name, lambda: finetuned_xnli(work, name, model_dir, xdata, xnli_ft)
                 )
             else:
-                row["mlqa"] = stage(
-                    work, f"mlqa finetuned {name}", lambda: finetuned_mlqa(work, name, model_dir, qa_ft)
-                )
+                row["mlqa"] = stage(work, stage_name, lambda: finetuned_mlqa(work, name, model_dir, qa_ft))
     return {
         "results": results,
         "budget": {"name": b.name, "xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "students": []},

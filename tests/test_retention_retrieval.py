@@ -180,3 +180,27 @@ def test_without_a_cut_teacher_row_there_is_no_column_for_it(tmp_path):
     text = (tmp_path / "r.md").read_text(encoding="utf-8")
     assert "> None" not in text and "| > " not in text
     assert _row(text, "student")[2:7] == ["40.0", "45.0", "**42.5**", "32.5", ""]
+
+
+def test_the_fine_tuned_report_reads_back_stages_of_tasks_not_asked_for(tmp_path, monkeypatch):
+    """benchmarks/retention_finetuned.py the same way: --tasks mlqa on a --work that has a row's XNLI stage keeps
+    that row's XNLI figures in the report without fine-tuning anything for XNLI."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import retention_finetuned as rf
+
+    calls = []
+    data = SimpleNamespace(dev_groups=np.array([0]), dev={"en": [1]}, train=[1], selection=[1])
+    monkeypatch.setattr(rf, "xnli_data", lambda *a: data)
+    monkeypatch.setattr(rf, "qa_data", lambda *a: {})
+    monkeypatch.setattr(rf, "finetuned_xnli", lambda work, name, *a: calls.append(("xnli", name)) or {"x": name})
+    monkeypatch.setattr(rf, "finetuned_mlqa", lambda work, name, *a: calls.append(("mlqa", name)) or {"m": name})
+    (tmp_path / "t").mkdir()
+    models, work = {"teacher": str(tmp_path / "t")}, tmp_path / "work"
+    rf.run(models, work, smoke=True, tasks=("xnli",))
+    assert calls == [("xnli", "teacher")]
+    calls.clear()
+    doc = rf.run({**models, "new": str(tmp_path / "t")}, work, smoke=True, tasks=("mlqa",))
+    assert calls == [("mlqa", "teacher"), ("mlqa", "new")]
+    assert doc["results"]["teacher"]["finetuned"]["x"] == "teacher" and "finetuned" not in doc["results"]["new"]
