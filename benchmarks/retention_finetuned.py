@@ -69,16 +69,23 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...])
     }
 
 
-def named_models(given: list[str]) -> dict[str, str] | str:
-    """The rows of `--model NAME=DIR ...` in order, or the one error line that says what is wrong with them."""
+def named_models(args: argparse.Namespace) -> dict[str, str] | None:
+    """The rows of `--model NAME=DIR ...` in order; None, after the one error line that says what is wrong with
+    them (or that --work is missing), printed to stderr."""
+    given, models, error = args.model, {}, None
     if not given:
-        return "Error: give --model NAME=DIR (teacher first) and --work, or --render JSON"
-    bad = [m for m in given if "=" not in m or not all(m.split("=", 1))]
-    if bad:
-        return f"Error: --model {bad[0]!r}: give NAME=DIR (or NAME=HUB_ID)"
-    models = dict(m.split("=", 1) for m in given)
-    if next(iter(models)) != TEACHER:
-        return f"Error: the first --model must be named {TEACHER!r}"
+        error = "give --model NAME=DIR (teacher first) and --work, or --render JSON"
+    elif args.work is None:
+        error = "give --work (stage outputs), or --render JSON"
+    elif bad := [m for m in given if "=" not in m or not all(m.split("=", 1))]:
+        error = f"--model {bad[0]!r}: give NAME=DIR (or NAME=HUB_ID)"
+    else:
+        models = dict(m.split("=", 1) for m in given)
+        if next(iter(models)) != TEACHER:
+            error = f"the first --model must be named {TEACHER!r}"
+    if error:
+        print(f"Error: {error}", file=sys.stderr)
+        return None
     return models
 
 
@@ -151,6 +158,16 @@ def render_only(args: argparse.Namespace, write_report) -> int | None:
     return 0
 
 
+def measure_and_publish(args: argparse.Namespace, models: dict[str, str], measure, command: str, write_report) -> int:
+    """Quiet logs, offline Hub, `measure()` the rows, then `publish` what it measured; the exit status."""
+    from mlminilm import logging as mlog
+
+    mlog.setup(quiet=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    publish(measure(), args, models, command, write_report)
+    return 0
+
+
 def publish(doc: dict, args: argparse.Namespace, models: dict[str, str], command: str, write_report) -> None:
     """Record the rows, the note and the command that reruns the run (`command`: the script, with {rows} where
     the --model options go) in `doc`, write the report and, with --json, every figure."""
@@ -173,22 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     rendered = render_only(args, lambda doc, out: write(doc, out, doc["command"]))
     if rendered is not None:
         return rendered
-    if args.work is None:
-        print("Error: give --model NAME=DIR (teacher first) and --work, or --render JSON", file=sys.stderr)
-        return 2
-    models = named_models(args.model)
-    if isinstance(models, str):
-        print(models, file=sys.stderr)
+    models = named_models(args)
+    if models is None:
         return 2
     tasks = tuple(t.strip() for t in args.tasks.split(","))
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=True)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    doc = run(models, args.work, args.smoke, tasks)
     command = "python benchmarks/retention_finetuned.py {rows}" + (" --smoke" if args.smoke else "")
-    publish(doc, args, models, command, lambda d, out: write(d, out, d["command"]))
-    return 0
+    return measure_and_publish(
+        args,
+        models,
+        lambda: run(models, args.work, args.smoke, tasks),
+        command,
+        lambda d, out: write(d, out, d["command"]),
+    )
 
 
 if __name__ == "__main__":

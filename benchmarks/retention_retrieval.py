@@ -13,7 +13,6 @@ other model by PyTorch in fp32. A rerun with the same --work skips finished stag
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,8 +23,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from retention import STAGE_SECONDS, TEACHER, stage, stage_path  # noqa: E402
 from retention_finetuned import (  # noqa: E402
     add_report_arguments,
+    measure_and_publish,
     named_models,
-    publish,
     remember_models,
     render_only,
     shown,
@@ -216,20 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"Error: --tasks {unknown[0]!r}: choose from {', '.join(TASKS)}", file=sys.stderr)
         return 2
-    if args.work is None:
-        print("Error: give --work (stage outputs), or --render JSON", file=sys.stderr)
+    models = named_models(args)
+    if models is None:
         return 2
-    models = named_models(args.model)
-    if isinstance(models, str):
-        print(models, file=sys.stderr)
-        return 2
-    from mlminilm import logging as mlog
-
-    mlog.setup(quiet=True)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    doc = run(models, args.work, tasks)
-    publish(doc, args, models, "python benchmarks/retention_retrieval.py {rows}", write)
-    return 0
+    command = "python benchmarks/retention_retrieval.py {rows}"
+    return measure_and_publish(args, models, lambda: run(models, args.work, tasks), command, write)
 
 
 if __name__ == "__main__":
