@@ -83,6 +83,9 @@ def named_models(args: argparse.Namespace) -> dict[str, str] | None:
         models = dict(m.split("=", 1) for m in given)
         if next(iter(models)) != TEACHER:
             error = f"the first --model must be named {TEACHER!r}"
+        # a path that is not there would be taken for a hub id, and found missing only when its row's turn came
+        elif missing := [(n, m) for n, m in models.items() if m.startswith(("/", ".", "~")) and not Path(m).exists()]:
+            error = f"--model {missing[0][0]}={missing[0][1]}: no such directory"
     if error:
         print(f"Error: {error}", file=sys.stderr)
         return None
@@ -152,7 +155,11 @@ def render_only(args: argparse.Namespace, write_report) -> int | None:
     if not args.render.is_file():
         print(f"Error: --render {args.render}: no such file (a --json of an earlier run)", file=sys.stderr)
         return 1
-    doc = json.loads(args.render.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(args.render.read_text(encoding="utf-8"))
+    except ValueError as exc:  # not JSON, or not UTF-8
+        print(f"Error: --render {args.render}: not a --json of an earlier run ({exc})", file=sys.stderr)
+        return 1
     doc["note"] = args.note if args.note is not None else doc.get("note")
     write_report(doc, args.out)
     return 0
@@ -164,7 +171,14 @@ def measure_and_publish(args: argparse.Namespace, models: dict[str, str], measur
 
     mlog.setup(quiet=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    publish(measure(), args, models, command, write_report)
+    from mlminilm.errors import MlminilmError
+
+    try:
+        doc = measure()
+    except MlminilmError as exc:  # a model or data problem found when its stage came: one line, as the CLI gives
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    publish(doc, args, models, command, write_report)
     return 0
 
 

@@ -111,10 +111,13 @@ def test_an_export_directory_is_read_by_its_own_runtime(tmp_path):
         (["--model", "teacher=t"], "give --work"),
         (["--work", "W", "--model", "teacher=t", "--tasks", "mlqa"], "--tasks 'mlqa'"),
         (["--render", "nope.json"], "no such file"),
+        (["--render", "bad.json"], "not a --json of an earlier run"),
+        (["--work", "W", "--model", "teacher=t", "--model", "s=/nowhere/student"], "s=/nowhere/student: no such"),
     ],
 )
 def test_bad_arguments_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     assert rr.main([*argv, "--out", "r.md"]) in (1, 2)
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -204,3 +207,17 @@ def test_the_fine_tuned_report_reads_back_stages_of_tasks_not_asked_for(tmp_path
     doc = rf.run({**models, "new": str(tmp_path / "t")}, work, smoke=True, tasks=("mlqa",))
     assert calls == [("mlqa", "teacher"), ("mlqa", "new")]
     assert doc["results"]["teacher"]["finetuned"]["x"] == "teacher" and "finetuned" not in doc["results"]["new"]
+
+
+def test_a_problem_found_by_a_stage_is_one_line_and_no_report(tmp_path, capsys, monkeypatch):
+    from mlminilm.errors import ConfigError
+
+    def broken(*args):
+        raise ConfigError("could not load model config 'x'")
+
+    monkeypatch.setattr(rr, "run", broken)
+    (tmp_path / "t").mkdir()
+    argv = ["--work", str(tmp_path / "W"), "--model", f"teacher={tmp_path / 't'}", "--out", str(tmp_path / "r.md")]
+    assert rr.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "Error: could not load model config 'x'" and not (tmp_path / "r.md").exists()
