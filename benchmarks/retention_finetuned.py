@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,13 +27,14 @@ from retention import CPU, SMOKE, STAGE_SECONDS, TEACHER, log, stage, stage_path
 from retention_measures import xnli_data  # noqa: E402
 
 
-def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...]) -> dict:
+def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...], qa: dict | None = None) -> dict:
+    """Measure the rows; `qa`: QaProtocol fields that replace the budget's (a longer QA protocol)."""
     from retention_report import _git
 
     from mlminilm.models.loading import resolve_model
 
     b = SMOKE if smoke else CPU
-    xnli_ft, qa_ft = b.xnli_ft, b.qa_ft
+    xnli_ft, qa_ft = b.xnli_ft, replace(b.qa_ft, **(qa or {}))
     work.mkdir(parents=True, exist_ok=True)
     settings = {"xnli_ft": xnli_ft.__dict__, "qa_ft": qa_ft.__dict__, "xnli_every": b.xnli_every}
     recorded = work / "settings.json"
@@ -200,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     add_report_arguments(parser)
     parser.add_argument("--tasks", default="xnli,mlqa", help="xnli, mlqa or both (comma-separated)")
     parser.add_argument("--smoke", action="store_true", help="a sliver of everything: checks the pipeline only")
+    parser.add_argument("--qa-epochs", type=float, default=None, help="MLQA protocol: epochs of English QA (1)")
+    parser.add_argument("--qa-lr", type=float, default=None, help="MLQA protocol: its learning rate (1e-4)")
     args = parser.parse_args(argv)
     rendered = render_only(args, lambda doc, out: write(doc, out, doc["command"]))
     if rendered is not None:
@@ -208,11 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     if models is None:
         return 2
     tasks = tuple(t.strip() for t in args.tasks.split(","))
-    command = "python benchmarks/retention_finetuned.py {rows}" + (" --smoke" if args.smoke else "")
+    qa = {k: v for k, v in (("epochs", args.qa_epochs), ("lr", args.qa_lr)) if v is not None}
+    if bad := [f"--qa-{k}" for k, v in qa.items() if not v > 0]:
+        print(f"Error: {bad[0]} must be above 0", file=sys.stderr)
+        return 2
+    flags = "".join(f" --qa-{k} {v:g}" for k, v in qa.items())
+    command = "python benchmarks/retention_finetuned.py {rows}" + flags + (" --smoke" if args.smoke else "")
     return measure_and_publish(
         args,
         models,
-        lambda: run(models, args.work, args.smoke, tasks),
+        lambda: run(models, args.work, args.smoke, tasks, qa),
         command,
         lambda d, out: write(d, out, d["command"]),
     )

@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """The retrieval half of the retention benchmark on models you name: MLQA question -> passage retrieval on every
-context x question language pair of MLQA dev, and Tatoeba on 14 and 30 languages, the first model as the teacher.
+context x question language pair of MLQA dev, Tatoeba on 14 and 30 languages, and the XNLI frozen-encoder probe
+(the sentence vectors kept as they are: does what passages taught still carry a task?), the first model as the
+teacher.
 
     python benchmarks/retention_retrieval.py --model teacher=multilingual-e5-small \\
         --model "first-6 untrained=CUT_DIR" --model "recipe=STUDENT_DIR" --model "recipe int8=EXPORT_DIR" \\
         --work W --out docs/RETENTION_RETRIEVAL.md
 
 A directory made by `mlminilm export` is evaluated by the runtime its export.json names (onnx or openvino); every
-other model by PyTorch in fp32. A rerun with the same --work skips finished stages; rows may be added later.
+other model by PyTorch in fp32 (the probe, which embeds with PyTorch, skips an export). A rerun with the same --work
+skips finished stages; rows may be added later.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from retention import STAGE_SECONDS, TEACHER, stage, stage_path  # noqa: E402
+from retention import CPU, STAGE_SECONDS, TEACHER, stage, stage_path  # noqa: E402
 from retention_finetuned import (  # noqa: E402
     add_report_arguments,
     measure_and_publish,
@@ -29,9 +32,16 @@ from retention_finetuned import (  # noqa: E402
     render_only,
     shown,
 )
-from retention_measures import MORE, SHARED, retrieval_report, tatoeba_report  # noqa: E402
+from retention_measures import (  # noqa: E402
+    MORE,
+    SHARED,
+    frozen_probe,
+    retrieval_report,
+    tatoeba_report,
+    xnli_data,
+)
 
-TASKS = ("retrieval", "tatoeba", "tatoeba-more")
+TASKS = ("retrieval", "tatoeba", "tatoeba-more", "probe")
 METRIC = "ndcg_at_10"
 
 
@@ -50,6 +60,13 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
     from mlminilm.models.loading import resolve_model
 
     remember_models(work, models)
+    xdata: list = []  # the XNLI split, made once and only when a probe stage needs it
+
+    def xnli():
+        if not xdata:  # the retention benchmark's CPU split: its train / selection pairs, every 5th dev group
+            xdata.append(xnli_data(work, CPU.xnli_every, CPU.train_every))
+        return xdata[0]
+
     results: dict[str, dict] = {}
     for name, source in models.items():
         backend = backend_of(source)
@@ -70,10 +87,15 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
                 for task, folder in (("tatoeba", SHARED / "tatoeba"), ("tatoeba-more", SHARED / MORE))
             },
         }
+        if backend == "torch":
+            measures["probe"] = (f"xnli probe {name}", lambda: frozen_probe(model, xnli(), "fp32"))
         for task, (stage_name, measure) in measures.items():
             if task in tasks or stage_path(work, stage_name).exists():
                 row[task] = stage(work, stage_name, measure)
-    return {"results": results, "git": _git(), "stage_seconds": dict(STAGE_SECONDS)}
+    doc = {"results": results, "git": _git(), "stage_seconds": dict(STAGE_SECONDS)}
+    if any("probe" in row for row in results.values()):
+        doc["dev_groups"] = xnli().dev_groups.tolist()  # the bootstrap's clusters
+    return doc
 
 
 # ----------------------------------------------------------------------------------------------- the report
@@ -178,6 +200,22 @@ def other_skills(res: dict, names: list[str]) -> list[str]:
     ] + _table(["model", "runtime", "Tatoeba 14", "Tatoeba 30", "parameters", "on disk"], rows)
 
 
+def probe_section(doc: dict) -> list[str]:
+    """The XNLI frozen-encoder probe of the rows that have one, as docs/RETENTION.md shows it."""
+    from retention_report import xnli_section
+
+    if not any("probe" in row for row in doc["results"].values()):
+        return []
+    return xnli_section(doc, "probe", "XNLI zero-shot, frozen-encoder probe") + [
+        "",
+        "The probe of benchmarks/retention.py (docs/RETENTION.md): multinomial logistic regression on "
+        "[u, v, |u-v|, u*v] of the frozen sentence vectors, trained on XNLI test-en's English pairs (L2 chosen on "
+        "its selection pairs), zero-shot on every 5th premise group of XNLI dev in 15 languages; fp32; 95 % "
+        "cluster-bootstrap intervals over premise groups; retention chance-corrected, (s - 33.3) / (t - 33.3). "
+        "An export row has none (the probe embeds with PyTorch).",
+    ]
+
+
 def write(doc: dict, path: Path) -> None:
     from retention_report import _table, machine
 
@@ -196,6 +234,7 @@ def write(doc: dict, path: Path) -> None:
     if any("retrieval" in res[n] for n in names):
         lines += retrieval_tables(res, names, baseline)
     lines += other_skills(res, names)
+    lines += probe_section(doc)
     lines += ["", "## Time per stage", ""]
     lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
     path.parent.mkdir(parents=True, exist_ok=True)

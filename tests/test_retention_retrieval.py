@@ -221,3 +221,72 @@ def test_a_problem_found_by_a_stage_is_one_line_and_no_report(tmp_path, capsys, 
     assert rr.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err == "Error: could not load model config 'x'" and not (tmp_path / "r.md").exists()
+
+
+def test_the_probe_runs_on_pytorch_rows_only_and_is_read_back(tmp_path, monkeypatch):
+    """--tasks probe: the XNLI frozen probe of each PyTorch row (an export has none: the probe embeds with
+    PyTorch), the split made once, its premise groups kept for the bootstrap; a rerun reads the stages back."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    calls, splits = [], []
+    data = SimpleNamespace(dev_groups=np.array([0, 1]))
+    monkeypatch.setattr(rr, "xnli_data", lambda *a: splits.append(a) or data)
+    monkeypatch.setattr(rr, "frozen_probe", lambda model, d, precision: calls.append((model, precision)) or {"p": 1})
+    (tmp_path / "t").mkdir()
+    (tmp_path / "x" / "openvino").mkdir(parents=True)
+    (tmp_path / "x" / "openvino" / "export.json").write_text("{}", encoding="utf-8")
+    models = {"teacher": str(tmp_path / "t"), "int8": str(tmp_path / "x")}
+    doc = rr.run(models, tmp_path / "work", ("probe",))
+    assert calls == [(str(tmp_path / "t"), "fp32")] and len(splits) == 1
+    assert doc["dev_groups"] == [0, 1] and "probe" not in doc["results"]["int8"]
+    calls.clear()
+    again = rr.run(models, tmp_path / "work", ("probe",))
+    assert calls == [] and again["results"]["teacher"]["probe"]["p"] == 1
+
+
+def test_the_probe_table_holds_hand_worked_retention(tmp_path):
+    """Teacher 3 of 4 right (75 %), student 2 of 4 (50 %): 67 % of the teacher's accuracy, chance-corrected
+    (50 - 33.3) / (75 - 33.3) = 40 %."""
+    doc = _doc(tmp_path)
+    doc["dev_groups"] = [0, 1, 2, 3]
+    doc["results"]["teacher"]["probe"] = {"correct": {"en": [1, 1, 1, 0]}, "l2": 0.1, "selection_accuracy": 70.0}
+    doc["results"]["first-6 untrained"]["probe"] = {
+        "correct": {"en": [1, 1, 0, 0]},
+        "l2": 1.0,
+        "selection_accuracy": 50.0,
+    }
+    rr.write(doc, tmp_path / "r.md")
+    probe = (tmp_path / "r.md").read_text(encoding="utf-8").split("frozen-encoder probe: accuracy")[1]
+    row = _row(probe, "first-6 untrained")
+    assert row[2] == "50.0" and row[3].startswith("**50.0**") and row[4] == "67 %" and row[5].startswith("40 %")
+    assert "| student |" not in probe.split("## Time")[0]  # the export row has no probe
+    assert "An export row has none" in probe
+
+
+def test_a_longer_qa_protocol_is_its_own_work(tmp_path, capsys, monkeypatch):
+    """retention_finetuned.py --qa-epochs / --qa-lr: a --work keeps one protocol (stages of another are refused),
+    and a value that is not above 0 is one line, nothing written."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import retention_finetuned as rf
+
+    data = SimpleNamespace(dev_groups=np.array([0]), dev={"en": [1]}, train=[1], selection=[1])
+    monkeypatch.setattr(rf, "xnli_data", lambda *a: data)
+    monkeypatch.setattr(rf, "qa_data", lambda *a: {})
+    seen = []
+    monkeypatch.setattr(rf, "finetuned_mlqa", lambda work, name, model, p: seen.append(p) or {})
+    (tmp_path / "t").mkdir()
+    models, work = {"teacher": str(tmp_path / "t")}, tmp_path / "work"
+    doc = rf.run(models, work, smoke=True, tasks=("mlqa",), qa={"epochs": 3.0})
+    assert seen[0].epochs == 3.0 and doc["budget"]["qa_ft"]["epochs"] == 3.0
+    with pytest.raises(SystemExit, match="holds stages of other settings"):
+        rf.run(models, work, smoke=True, tasks=("mlqa",))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()  # the stage logs above
+    assert rf.main(["--work", "W", "--model", "teacher=t", "--qa-lr", "0", "--out", "r.md"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "Error: --qa-lr must be above 0" and not (tmp_path / "r.md").exists()
+    assert not (tmp_path / "W").exists()
