@@ -290,3 +290,26 @@ def test_a_longer_qa_protocol_is_its_own_work(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err == "Error: --qa-lr must be above 0" and not (tmp_path / "r.md").exists()
     assert not (tmp_path / "W").exists()
+
+
+def test_a_report_without_xnli_rows_names_no_xnli_protocol(tmp_path, monkeypatch):
+    import retention_finetuned as rf
+    import retention_report
+
+    doc = {
+        "models": {"teacher": "t"},
+        "results": {"teacher": {"model": "t"}},
+        "budget": {"xnli_ft": {"epochs": 3, "lr": 1e-4, "batch": 32, "freeze_embeddings": True, "precision": "auto"}},
+        "train_pairs": 4500,
+        "selection_pairs": 510,
+        "dev_pairs": 498,
+        "dev_groups": [0],
+        "git": "abc",
+        "stage_seconds": {},
+    }
+    rf.write(doc, tmp_path / "r.md", "python benchmarks/retention_finetuned.py --tasks mlqa")
+    assert "- XNLI: `finetune --task xnli`" not in (tmp_path / "r.md").read_text(encoding="utf-8")
+    doc["results"]["teacher"]["finetuned"] = {"correct": {"en": [1, 0]}}
+    monkeypatch.setattr(retention_report, "xnli_section", lambda *a: [])  # its table: tested on its own
+    rf.write(doc, tmp_path / "r.md", "python benchmarks/retention_finetuned.py")
+    assert "- XNLI: `finetune --task xnli` on XNLI test-en's 4,500" in (tmp_path / "r.md").read_text(encoding="utf-8")
