@@ -16,6 +16,12 @@ CHANCE = 100 / 3
 RESAMPLES = 1000
 
 
+# The frozen-encoder probe (retention_measures.frozen_probe), as both retention reports describe it
+PROBE_METHOD = (
+    "multinomial logistic regression on [u, v, |u-v|, u*v] of the sentence vectors, L2 chosen on the selection pairs"
+)
+
+
 def machine() -> str:
     try:
         name = next(
@@ -200,8 +206,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"chance-corrected: (s - 33.3) / (t - 33.3).",
         "  - frozen-encoder probe "
         f"({'every row' if not b.get('no_probe') else 'every row but ' + ', '.join(b['no_probe'])}): "
-        "multinomial logistic regression on [u, v, |u-v|, u*v] of the "
-        f"sentence vectors, L2 chosen on the selection pairs; deterministic",
+        f"{PROBE_METHOD}; deterministic",
         f"  - fine-tuned (rows: {', '.join(b['finetuned'])}): `finetune --task xnli`, {b['xnli_ft']['epochs']} "
         f"epochs, batch {b['xnli_ft']['batch']}, lr {b['xnli_ft']['lr']}, warmup 10 %, word embeddings "
         f"{'frozen' if b['xnli_ft']['freeze_embeddings'] else 'trained'}, precision {b['xnli_ft']['precision']}, "

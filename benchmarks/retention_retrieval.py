@@ -16,6 +16,7 @@ skips finished stages; rows may be added later.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -60,12 +61,9 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
     from mlminilm.models.loading import resolve_model
 
     remember_models(work, models)
-    xdata: list = []  # the XNLI split, made once and only when a probe stage needs it
-
-    def xnli():
-        if not xdata:  # the retention benchmark's CPU split: its train / selection pairs, every 5th dev group
-            xdata.append(xnli_data(work, CPU.xnli_every, CPU.train_every))
-        return xdata[0]
+    # the XNLI split (the retention benchmark's CPU one: its train / selection pairs, every 5th dev group), made
+    # once and only when a probe stage needs it
+    xnli = functools.cache(lambda: xnli_data(work, CPU.xnli_every, CPU.train_every))
 
     results: dict[str, dict] = {}
     for name, source in models.items():
@@ -202,15 +200,14 @@ def other_skills(res: dict, names: list[str]) -> list[str]:
 
 def probe_section(doc: dict) -> list[str]:
     """The XNLI frozen-encoder probe of the rows that have one, as docs/RETENTION.md shows it."""
-    from retention_report import xnli_section
+    from retention_report import PROBE_METHOD, xnli_section
 
     if not any("probe" in row for row in doc["results"].values()):
         return []
     return xnli_section(doc, "probe", "XNLI zero-shot, frozen-encoder probe") + [
         "",
-        "The probe of benchmarks/retention.py (docs/RETENTION.md): multinomial logistic regression on "
-        "[u, v, |u-v|, u*v] of the frozen sentence vectors, trained on XNLI test-en's English pairs (L2 chosen on "
-        "its selection pairs), zero-shot on every 5th premise group of XNLI dev in 15 languages; fp32; 95 % "
+        f"The probe of benchmarks/retention.py (docs/RETENTION.md): {PROBE_METHOD}, trained on XNLI test-en's "
+        "English pairs, zero-shot on every 5th premise group of XNLI dev in 15 languages; fp32; 95 % "
         "cluster-bootstrap intervals over premise groups; retention chance-corrected, (s - 33.3) / (t - 33.3). "
         "An export row has none (the probe embeds with PyTorch).",
     ]
