@@ -159,6 +159,64 @@ def test_sampler_batches_match_the_draw(tmp_path, tiny_sentencepiece_dir):
     assert a.passage_targets[:, 0].tolist() == [float(len(pairs.passages[i])) for i in picked]
 
 
+def test_nearest_against_a_float64_loop():
+    from mlminilm.corpus.passages import nearest
+
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(9, 4)).astype(np.float32) * rng.uniform(0.5, 3, size=(9, 1)).astype(np.float32)
+    got = nearest(vectors, 3)
+    for i in range(9):
+        sims = []
+        for j in range(9):
+            if j != i:
+                dot = sum(float(a) * float(b) for a, b in zip(vectors[i], vectors[j]))
+                norms = math.sqrt(sum(float(a) ** 2 for a in vectors[i])) * math.sqrt(
+                    sum(float(b) ** 2 for b in vectors[j])
+                )
+                sims.append((-dot / norms, j))
+        assert got[i].tolist() == [j for _, j in sorted(sims)[:3]]
+    # ties keep index order; k larger than the others gives all the others
+    same = np.ones((4, 2))
+    assert nearest(same, 9).tolist() == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+
+
+def test_grouped_draw_fills_batches_with_each_anchors_neighbours(tmp_path):
+    from mlminilm.corpus.passages import STREAM, PassageDraw, nearest
+
+    pairs = _pairs(tmp_path)
+    plain = PassageDraw(pairs, seed=3)
+    # Two far-apart families per language: a passage's nearest are the passages of its own family.
+    neighbours = {}
+    for lang in plain.langs:
+        n = len(plain.passage_groups(lang))
+        family = np.arange(n) % 2
+        vectors = np.stack([family * 10.0 + 1.0, (1 - family) * 10.0 + 1.0, np.arange(n) * 0.01], axis=1)
+        neighbours[lang] = nearest(vectors, 3)
+    draw = PassageDraw(pairs, seed=3, neighbours=neighbours)
+    assert draw.passage_groups("ar") == sorted(set(p for p, g in zip(pairs.passages, pairs.langs) if g == "ar"))
+    for step in range(30):
+        lang, picked = draw.indices(step, 0, 8)
+        assert (lang, picked) == PassageDraw(pairs, 3, neighbours).indices(step, 0, 8)  # stateless still
+        assert lang == plain.indices(step, 0, 8)[0]  # the language draw is unchanged
+        passages = [pairs.passages[i] for i in picked]
+        assert len(set(passages)) == len(passages) == (3 if lang == "ar" else 8)
+        groups = plain.passage_groups(lang)
+        index = [groups.index(p) for p in passages]
+        # By hand: the draw's own stream gives the language, then the order anchors are taken in; each anchor
+        # not in yet brings those of its 3 nearest not in yet.
+        rng = np.random.default_rng([3, STREAM, step, 0])
+        rng.choice(len(plain.langs), p=plain.probabilities)
+        expected = []
+        for anchor in rng.permutation(len(groups)).tolist():
+            if anchor not in expected:
+                expected += [g for g in [anchor, *neighbours[lang][anchor].tolist()] if g not in expected]
+        assert index == expected[: len(index)]
+        if lang != "ar":  # the first anchor and its 3 nearest: one family
+            assert len({g % 2 for g in index[:4]}) == 1 and index[1:4] == neighbours[lang][index[0]].tolist()
+    questions, passages = draw.drawn_texts(0, 4, 8, 2)
+    assert len(questions) == len(passages) and set(passages) <= set(pairs.passages)
+
+
 # ------------------------------------------------------------------------------------------ runs
 
 
@@ -224,6 +282,36 @@ def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teach
     assert all("parallel" not in r for r in steps)
 
 
+def test_passage_neighbours_run_embeds_every_passage_first(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    from mlminilm.distillation import targets
+
+    qp, _ = _inputs(tmp_path)
+    embedded: list[list[str]] = []
+    real = targets.prepare
+
+    def spy(root, teacher, tokenizer, texts, *a, **k):
+        embedded.append(list(texts))
+        return real(root, teacher, tokenizer, texts, *a, **k)
+
+    monkeypatch.setattr(targets, "prepare", spy)
+    args = [
+        *_base(st_teacher, tmp_path / "run"),
+        "--passages",
+        str(qp),
+        "--passage-neighbours",
+        "2",
+        "--max-steps",
+        "2",
+    ]
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert code == 0, err
+    everything = {line.split("\t")[1] for f in qp.iterdir() for line in f.read_text(encoding="utf-8").splitlines()}
+    assert set(embedded[0]) == everything  # the passages first, all of them: the draw is grouped by them
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["passage_neighbours"] == 2
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in steps if r.get("passage_scores", -1) >= 0]) == 2
+
+
 def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
     qp, par = _inputs(tmp_path)
     out = tmp_path / "out"
@@ -234,6 +322,10 @@ def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: 
         assert not out.exists()
 
     refused(tmp_path / "nowhere", "does not exist")
+    assert_error(
+        run_main(monkeypatch, capsys, *base, "--passage-neighbours", "3"), "--passage-neighbours needs --passages"
+    )
+    assert not out.exists()
     (tmp_path / "notab").mkdir()
     (tmp_path / "notab" / "de.tsv").write_text("a question without its passage\nanother one\n", encoding="utf-8")
     refused(tmp_path / "notab", "no question-passage pairs", "2 line(s) had no tab")

@@ -236,6 +236,14 @@ class DistillConfig(TrainConfig):
     passage_max_length: int = option(
         256, min=2, resume=FIXED, help="Passages are cut to this many tokens (questions: --parallel-max-length)."
     )
+    passage_neighbours: int = option(
+        0,
+        min=0,
+        resume=FIXED,
+        help="With --passages: build each micro-batch of groups of passages the teacher finds alike, a passage drawn "
+        "at random followed by this many of its nearest (cosine of the teacher's passage embeddings, same language), "
+        "so that the score term ranks among hard candidates; 0 draws every passage at random.",
+    )
     freeze_layers: int = option(
         0,
         min=0,
@@ -311,6 +319,8 @@ class DistillConfig(TrainConfig):
                 "--relation-loss-weight 0 with both output terms off leaves nothing to train: keep a term, or "
                 "give --parallel FILE or --passages FILE"
             )
+        if self.passage_neighbours and self.passages is None:
+            p.append("--passage-neighbours needs --passages FILE (it groups the passages of each micro-batch)")
         if self.target_cache is not None and not str(self.target_cache).strip():
             p.append("--target-cache '' names no directory: give a directory of its own, or leave it out")
         if self.probe_langs and self.probe_tatoeba is None:

@@ -153,11 +153,26 @@ class PassageBatch:
         return PassageBatch(*moved, self.lang, *targets)
 
 
-class PassageDraw:
-    """The stateless draw of question-passage pairs: which pairs micro-batch `slot` of `step` holds."""
+def nearest(vectors: np.ndarray, k: int) -> np.ndarray:
+    """[n, min(k, n-1)]: each row's k nearest other rows by cosine similarity, nearest first (ties: the lower
+    index first)."""
+    v = np.asarray(vectors, dtype=np.float64)
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    sims = v @ v.T
+    np.fill_diagonal(sims, -np.inf)
+    order = np.argsort(-sims, axis=1, kind="stable")  # stable: equal similarities keep index order
+    return order[:, : min(k, len(v) - 1)]
 
-    def __init__(self, pairs: PassagePairs, seed: int):
-        self.pairs, self.seed = pairs, seed
+
+class PassageDraw:
+    """The stateless draw of question-passage pairs: which pairs micro-batch `slot` of `step` holds.
+
+    With `neighbours` (per language, [groups, k] of mlminilm.corpus.passages.nearest over the teacher's passage
+    embeddings, in the order of `passage_groups`), a micro-batch is made of groups: a passage drawn at random, then
+    those of its k nearest not in the batch yet, until the batch is full (--passage-neighbours)."""
+
+    def __init__(self, pairs: PassagePairs, seed: int, neighbours: dict[str, np.ndarray] | None = None):
+        self.pairs, self.seed, self.neighbours = pairs, seed, neighbours
         self.langs = sorted(set(pairs.langs))
         # Per language, its distinct passages, each with the indices of the pairs that have it.
         groups: dict[str, dict[str, list[int]]] = {lang: {} for lang in self.langs}
@@ -174,8 +189,16 @@ class PassageDraw:
         rng = np.random.default_rng([self.seed, STREAM, step, slot])
         lang = self.langs[int(rng.choice(len(self.langs), p=self.probabilities))]
         groups = self.groups[lang]
-        picked = rng.choice(len(groups), size=min(batch, len(groups)), replace=False)
+        size = min(batch, len(groups))
+        if self.neighbours is None:
+            picked = rng.choice(len(groups), size=size, replace=False)
+        else:
+            picked = _grouped(rng.permutation(len(groups)), self.neighbours[lang], size)
         return lang, [groups[g][int(rng.integers(len(groups[g])))] for g in picked]
+
+    def passage_groups(self, lang: str) -> list[str]:
+        """The distinct passages of `lang` in the order the draw numbers them (the rows `neighbours` expects)."""
+        return [self.pairs.passages[members[0]] for members in self.groups[lang]]
 
     def drawn_texts(self, start: int, steps: int, batch: int, slots: int) -> tuple[list[str], list[str]]:
         """Every question and every passage steps [start, steps) draw over `slots` (accumulation x processes)
@@ -186,6 +209,23 @@ class PassageDraw:
                 found.update(self.indices(step, slot, batch)[1])
         order = sorted(found)
         return [self.pairs.questions[i] for i in order], [self.pairs.passages[i] for i in order]
+
+
+def _grouped(anchors: np.ndarray, neighbours: np.ndarray, size: int) -> list[int]:
+    """`size` distinct groups: each anchor in turn that is not in yet, followed by those of its neighbours not in
+    yet."""
+    picked: list[int] = []
+    seen: set[int] = set()
+    for anchor in anchors:
+        if int(anchor) in seen:
+            continue
+        for g in (int(anchor), *(int(n) for n in neighbours[anchor])):
+            if len(picked) == size:
+                return picked
+            if g not in seen:
+                seen.add(g)
+                picked.append(g)
+    return picked
 
 
 class PassageSampler:

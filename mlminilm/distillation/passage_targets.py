@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlminilm import logging as mlog
-from mlminilm.corpus.passages import PassageDraw, PassageSampler, check_same_passages, passages_record
+from mlminilm.corpus.passages import PassageDraw, PassageSampler, check_same_passages, nearest, passages_record
 from mlminilm.distillation import targets
 
 log = mlog.get("mlminilm.distill")  # the command's own logger
@@ -45,27 +45,37 @@ def log_passages(plan) -> None:
 def passage_sampler(plan, rt, teacher, batch, start: int, root: Path, advice: str) -> PassageSampler:
     """The passages' per-micro-batch draw, with the teacher's embedding of every question (its prompt, cut at
     --parallel-max-length) and every passage (its prompt, cut at --passage-max-length) that steps [start,
-    max_steps) draw on any process: two tables of the cache (the fingerprint holds the prompt and the length)."""
+    max_steps) draw on any process: two tables of the cache (the fingerprint holds the prompt and the length).
+    With --passage-neighbours every passage is embedded first: the draw groups passages by those embeddings."""
     cfg = plan.cfg
-    draw = PassageDraw(plan.passages, cfg.seed)
-    questions, passages = draw.drawn_texts(start, cfg.max_steps, batch.micro_batch, batch.grad_accum * rt.world)
     lengths = (cfg.parallel_max_length, cfg.passage_max_length)
-    tables = tuple(
-        targets.prepare(
+
+    def table(texts: list[str], side: int):
+        return targets.prepare(
             root,
             teacher,
             plan.tokenizer,
             texts,
             plan.head.modes,
             plan.head.normalize,
-            prefix=prompt,
-            max_length=length,
+            prefix=plan.prompts[side],
+            max_length=lengths[side],
             device=rt.device,
             rank=rt.rank,
             world=rt.world,
             barrier=rt.barrier,
             advice=advice,
         )
-        for texts, prompt, length in zip((questions, passages), plan.prompts, lengths)
-    )
+
+    draw = PassageDraw(plan.passages, cfg.seed)
+    passage_table = None
+    if cfg.passage_neighbours:
+        passage_table = table(sorted(set(plan.passages.passages)), 1)
+        neighbours = {
+            lang: nearest(passage_table(draw.passage_groups(lang)).float().numpy(), cfg.passage_neighbours)
+            for lang in draw.langs
+        }
+        draw = PassageDraw(plan.passages, cfg.seed, neighbours)
+    questions, passages = draw.drawn_texts(start, cfg.max_steps, batch.micro_batch, batch.grad_accum * rt.world)
+    tables = (table(questions, 0), passage_table or table(passages, 1))
     return PassageSampler(draw, plan.tokenizer, prompts=plan.prompts, lengths=lengths, tables=tables)
