@@ -166,6 +166,7 @@ DISTILL_RUN = {
     "passage_loss_weight",
     "passage_temperature",
     "passage_max_length",
+    "passage_neighbours",
     "freeze_layers",
 }
 FINETUNE_RUN = {
