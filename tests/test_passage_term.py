@@ -159,7 +159,7 @@ def test_sampler_batches_match_the_draw(tmp_path, tiny_sentencepiece_dir):
     assert a.passage_targets[:, 0].tolist() == [float(len(pairs.passages[i])) for i in picked]
 
 
-def test_nearest_against_a_float64_loop():
+def test_nearest_against_a_float64_loop(monkeypatch):
     from mlminilm.corpus.passages import nearest
 
     rng = np.random.default_rng(5)
@@ -177,6 +177,10 @@ def test_nearest_against_a_float64_loop():
         assert got[i].tolist() == [j for _, j in sorted(sims)[:3]]
     # ties keep index order; k larger than the others gives all the others
     same = np.ones((4, 2))
+    assert nearest(same, 9).tolist() == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+    # held a block of rows at a time: the same as all at once
+    monkeypatch.setattr("mlminilm.corpus.passages.NEAREST_ROWS", 2)
+    assert nearest(vectors, 3).tolist() == got.tolist()
     assert nearest(same, 9).tolist() == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
 
 

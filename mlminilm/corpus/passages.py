@@ -153,15 +153,22 @@ class PassageBatch:
         return PassageBatch(*moved, self.lang, *targets)
 
 
+NEAREST_ROWS = 1024  # rows of the similarity matrix held at once: a language's n x n matrix need not fit in memory
+
+
 def nearest(vectors: np.ndarray, k: int) -> np.ndarray:
     """[n, min(k, n-1)]: each row's k nearest other rows by cosine similarity, nearest first (ties: the lower
     index first)."""
     v = np.asarray(vectors, dtype=np.float64)
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    sims = v @ v.T
-    np.fill_diagonal(sims, -np.inf)
-    order = np.argsort(-sims, axis=1, kind="stable")  # stable: equal similarities keep index order
-    return order[:, : min(k, len(v) - 1)]
+    k = min(k, len(v) - 1)
+    found = np.empty((len(v), k), dtype=np.int64)
+    for start in range(0, len(v), NEAREST_ROWS):
+        sims = v[start : start + NEAREST_ROWS] @ v.T
+        rows = np.arange(len(sims))
+        sims[rows, start + rows] = -np.inf  # a row is not its own neighbour
+        found[start : start + len(sims)] = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # stable: ties by index
+    return found
 
 
 class PassageDraw:

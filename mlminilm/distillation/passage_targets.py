@@ -77,5 +77,5 @@ def passage_sampler(plan, rt, teacher, batch, start: int, root: Path, advice: st
         }
         draw = PassageDraw(plan.passages, cfg.seed, neighbours)
     questions, passages = draw.drawn_texts(start, cfg.max_steps, batch.micro_batch, batch.grad_accum * rt.world)
-    tables = (table(questions, 0), passage_table or table(passages, 1))
+    tables = (table(questions, 0), table(passages, 1) if passage_table is None else passage_table)
     return PassageSampler(draw, plan.tokenizer, prompts=plan.prompts, lengths=lengths, tables=tables)
