@@ -97,6 +97,7 @@ def test_a_part_outside_the_table_has_no_weight():
         "contrastive",
         "passage_embedding",
         "passage_scores",
+        "passage_hidden",
         "attention",
         "value",
         "qq",

@@ -167,6 +167,7 @@ DISTILL_RUN = {
     "passage_temperature",
     "passage_max_length",
     "passage_neighbours",
+    "passage_hidden_weight",
     "freeze_layers",
 }
 FINETUNE_RUN = {

@@ -92,6 +92,53 @@ def test_passage_kl_is_the_average_of_both_directions():
     assert both == pytest.approx(_kl_loop(tq.tolist(), tp.tolist(), sq.tolist(), sp.tolist(), 0.3), rel=1e-4)
 
 
+def _hidden_cosine_loop(teacher, student, mask):
+    """1 - cos of each real token's states, averaged over a passage's tokens then over passages, in float64."""
+    per_passage = []
+    for t_rows, s_rows, m_row in zip(teacher.tolist(), student.tolist(), mask.tolist()):
+        distances = []
+        for t, s, real in zip(t_rows, s_rows, m_row):
+            if real:
+                dot = sum(a * b for a, b in zip(t, s))
+                distances.append(1 - dot / math.sqrt(sum(a * a for a in t) * sum(b * b for b in s)))
+        per_passage.append(sum(distances) / len(distances))
+    return sum(per_passage) / len(per_passage)
+
+
+def test_passage_hidden_term_against_a_float64_loop(st_teacher, tmp_path):  # noqa: F811
+    """The term compares the student's last hidden states of the passages with the teacher's, run on the same
+    micro-batch: against a float64 loop over the two models' own outputs (padding left out), and 0 for a student
+    that is the teacher."""
+    from mlminilm.config import DistillConfig
+    from mlminilm.corpus.passages import PassageBatch
+    from mlminilm.distillation import objective
+    from mlminilm.models.loading import load_config, load_teacher
+    from mlminilm.models.student import build_student, student_config
+
+    teacher, layer = load_teacher(str(st_teacher), -1, torch.float32, torch.device("cpu"))
+    kw = dict(out=tmp_path / "x", teacher=str(st_teacher), layers=2, hidden=32, heads=4, intermediate=64)
+    kw.update(relation_loss_weight=0.0, hidden_loss_weight=0.0, embedding_loss_weight=0.0, passages=tmp_path)
+    cfg = DistillConfig(**kw, passage_embedding_weight=0.0, passage_loss_weight=0.0, passage_hidden_weight=2.0)
+    student = build_student(student_config(load_config(str(st_teacher)), cfg.shape, 0.0), 0).eval()
+    g = torch.Generator().manual_seed(0)
+    q_ids, p_ids = torch.randint(5, 150, (3, 6), generator=g), torch.randint(5, 150, (3, 11), generator=g)
+    p_mask = torch.ones_like(p_ids)
+    p_mask[1, 7:], p_mask[2, 3:] = 0, 0  # padded passages: their pads must not count
+    targets = torch.zeros(3, 32)
+    batch = PassageBatch(q_ids, torch.ones_like(q_ids), p_ids, p_mask, "de", targets, targets)
+    parts = objective.distill_terms(teacher, layer, objective.StudentQKV(student), None, None, cfg, passages=batch)
+    assert set(parts) == {"passage_hidden"}
+    with torch.no_grad():
+        t_states = teacher(input_ids=p_ids, attention_mask=p_mask).last_hidden_state.double()
+        s_states = student(input_ids=p_ids, attention_mask=p_mask).last_hidden_state.double()
+    assert float(parts["passage_hidden"].detach()) == pytest.approx(
+        _hidden_cosine_loop(t_states, s_states, p_mask), rel=1e-4
+    )
+    assert float(parts["passage_hidden"].detach()) > 0.01
+    same = objective.distill_terms(teacher, layer, objective.StudentQKV(teacher), None, None, cfg, passages=batch)
+    assert float(same["passage_hidden"]) == pytest.approx(0.0, abs=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ the draw
 
 
@@ -284,6 +331,23 @@ def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teach
         ["passage_embedding", "passage_scores"]
     ] * 2
     assert all("parallel" not in r for r in steps)
+
+
+def test_passage_hidden_run_logs_the_term_and_says_it(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+    qp, _ = _inputs(tmp_path)
+    args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp), "--passage-hidden-weight", "0.5"]
+    code, _, err = run_main(monkeypatch, capsys, *args, "--max-steps", "2")
+    assert code == 0, err
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["config"]["passage_hidden_weight"] == 0.5
+    assert "0.5 x passage last hidden states (cosine" in record["objective"]
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "loss" in r]
+    assert len(steps) == 2
+    for r in steps:  # the total is the weighted sum, the new term at its weight
+        assert r["passage_hidden"] > 0
+        want = r["passage_embedding"] + r["passage_scores"] + 0.5 * r["passage_hidden"]
+        assert r["loss"] == pytest.approx(want, rel=1e-4)
 
 
 def test_passage_neighbours_run_embeds_every_passage_first(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811

@@ -227,6 +227,13 @@ class DistillConfig(TrainConfig):
         help="Weight of KL(teacher || student) of the in-batch question -> passage and passage -> question score "
         "distributions (with --passages).",
     )
+    passage_hidden_weight: float = option(
+        0.0,
+        check="non-negative",
+        resume=FIXED,
+        help="Weight of a term on the passages' last hidden states per real token (--hidden-distance) against the "
+        "teacher's, which runs on each passage micro-batch (with --passages); 0 = off.",
+    )
     passage_temperature: float = option(
         0.02,
         check="positive",

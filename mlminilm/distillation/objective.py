@@ -11,7 +11,7 @@ from torch import nn
 from mlminilm.config import DistillConfig
 from mlminilm.distillation.capture import layer_qkv, qkv_and_output
 from mlminilm.distillation.losses import sentence_embedding
-from mlminilm.distillation.terms import StepTensors, compute_terms, reads_output
+from mlminilm.distillation.terms import StepTensors, compute_terms, reads_output, teacher_reads_passages
 from mlminilm.models.layers import base_model
 
 
@@ -88,7 +88,7 @@ def distill_terms(
     device = device.device.type
     outputs = reads_output(cfg)
     with torch.no_grad(), torch.autocast(device, enabled=False):
-        t_qkv = t_out = t_pairs = None
+        t_qkv = t_out = t_pairs = t_passage_hidden = None
         if input_ids is None:
             pass
         elif outputs:
@@ -101,6 +101,8 @@ def distill_terms(
                 if pairs.targets is not None
                 else teacher_embedding(teacher, pairs.source_ids, pairs.source_mask, head)
             )
+        if passages is not None and teacher_reads_passages(cfg):  # token states are too many to cache
+            t_passage_hidden = last_hidden(teacher, passages.passage_ids, passages.passage_mask)
     s_pairs = s_passages = None
     pair_ids, pair_mask = (pairs.both_ids, pairs.both_mask) if pairs is not None else (None, None)
     if passages is not None:
@@ -111,7 +113,9 @@ def distill_terms(
     else:
         found = student_forward(input_ids, mask)
     s_qkv, s_out = (found if outputs else (found, None)) if input_ids is not None else (None, None)
-    step = StepTensors(cfg, head, mask, t_qkv, s_qkv, t_out, s_out, pairs, t_pairs, s_pairs, passages, s_passages)
+    step = StepTensors(
+        cfg, head, mask, t_qkv, s_qkv, t_out, s_out, pairs, t_pairs, s_pairs, passages, s_passages, t_passage_hidden
+    )
     return compute_terms(
         step, running_text=input_ids is not None, pairs=pairs is not None, passages=passages is not None
     )

@@ -60,6 +60,7 @@ class StepTensors:
     s_pairs: torch.Tensor | None = None
     passages: object = None  # corpus.passages.PassageBatch
     s_passages: tuple | None = None
+    t_passage_hidden: torch.Tensor | None = None  # the teacher's last hidden states of the passages (if a term reads)
     shared: dict = field(default_factory=dict)
 
     def once(self, key: str, make: Callable[[], object]):
@@ -172,6 +173,11 @@ def _passage_embedding(t: StepTensors) -> torch.Tensor:
     return embedding_mse(t.passages.question_targets, questions) + embedding_mse(t.passages.passage_targets, passages)
 
 
+def _passage_hidden(t: StepTensors) -> torch.Tensor:
+    distance = hidden_cosine if t.cfg.hidden_distance == "cosine" else hidden_mse
+    return distance(t.t_passage_hidden, t.s_passages[1], t.passages.passage_mask)
+
+
 def _passage_scores(t: StepTensors) -> torch.Tensor:
     questions, passages = passage_embeddings(t)
     batch = t.passages
@@ -221,6 +227,10 @@ def _passage_embedding_words(cfg, w: Words) -> str:
     )
 
 
+def _passage_hidden_words(cfg, w: Words) -> str:
+    return f"{cfg.passage_hidden_weight:g} x passage last hidden states ({cfg.hidden_distance}, per real token)"
+
+
 def _passage_score_words(cfg, w: Words) -> str:
     return (
         f"{cfg.passage_loss_weight:g} x KL(teacher || student) of the in-batch question -> passage scores (both "
@@ -251,6 +261,8 @@ TERMS: dict[str, LossTerm] = {
         ),
         # --passages: the teacher's in-batch question -> passage score distributions (KL, both directions)
         LossTerm("passage_scores", "passage_loss_weight", PASSAGES, _passage_scores, _passage_score_words),
+        # --passages: the passages' last hidden states against the teacher's, run on the same micro-batch
+        LossTerm("passage_hidden", "passage_hidden_weight", PASSAGES, _passage_hidden, _passage_hidden_words),
         # MiniLM v1: attention distributions and value relations of the distilled layer
         LossTerm("attention", "relation_loss_weight", CAPTURE, _relation("attention"), _relation_words, applies=_v1),
         LossTerm("value", "relation_loss_weight", CAPTURE, _relation("value"), _relation_words, applies=_v1),
@@ -298,6 +310,11 @@ def reads_output(cfg) -> bool:
 def reads_pairs(cfg) -> bool:
     """Whether a term on reads the parallel pairs (the MSE term or the contrastive one)."""
     return bool(terms_on(cfg, (PAIRS,)))
+
+
+def teacher_reads_passages(cfg) -> bool:
+    """Whether a term on needs the teacher's last hidden states of the passages (run live, not cached)."""
+    return weight_of(TERMS["passage_hidden"], cfg) > 0
 
 
 def reads_passages(cfg) -> bool:
