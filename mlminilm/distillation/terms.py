@@ -124,9 +124,13 @@ def _relation(name: str) -> Callable[[StepTensors], torch.Tensor]:
     return lambda t: _relations(t)[name]
 
 
+def _hidden_distance(cfg) -> Callable[..., torch.Tensor]:
+    """The hidden-state terms' distance (--hidden-distance), for the running text's and the passages' tokens."""
+    return hidden_cosine if cfg.hidden_distance == "cosine" else hidden_mse
+
+
 def _hidden(t: StepTensors) -> torch.Tensor:
-    distance = hidden_cosine if t.cfg.hidden_distance == "cosine" else hidden_mse
-    return distance(t.t_out, t.s_out, t.mask)
+    return _hidden_distance(t.cfg)(t.t_out, t.s_out, t.mask)
 
 
 def _embedding(t: StepTensors) -> torch.Tensor:
@@ -174,8 +178,7 @@ def _passage_embedding(t: StepTensors) -> torch.Tensor:
 
 
 def _passage_hidden(t: StepTensors) -> torch.Tensor:
-    distance = hidden_cosine if t.cfg.hidden_distance == "cosine" else hidden_mse
-    return distance(t.t_passage_hidden, t.s_passages[1], t.passages.passage_mask)
+    return _hidden_distance(t.cfg)(t.t_passage_hidden, t.s_passages[1], t.passages.passage_mask)
 
 
 def _passage_scores(t: StepTensors) -> torch.Tensor:
