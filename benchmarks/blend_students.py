@@ -20,7 +20,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 WEIGHTS = "model.safetensors"
@@ -110,17 +109,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from safetensors.torch import save_file
 
+    from mlminilm.io.staging import disk_errors, staged
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
-    try:  # built aside and renamed: an interrupted blend leaves no half-written student
-        shutil.copytree(args.students[0], staging / "student")
-        save_file(tensors, str(staging / "student" / WEIGHTS), metadata={"format": "pt"})
-        record = {"students": [str(s) for s in args.students]}
-        record.update({"base": str(args.base), "scale": args.scale} if args.base else {"weights": weights})
-        (staging / "student" / "blend.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        (staging / "student").rename(args.out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with staged(args.out) as tmp:  # built aside and put in place whole: an interrupted blend leaves nothing
+            shutil.copytree(args.students[0], tmp)
+            with disk_errors(tmp):
+                save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+            record = {"students": [str(s) for s in args.students]}
+            record.update({"base": str(args.base), "scale": args.scale} if args.base else {"weights": weights})
+            (tmp / "blend.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"Error: writing {args.out} failed: {exc}", file=sys.stderr)
+        return 1
     how = f"{args.base} + {args.scale} x task vectors" if args.base else f"weights {weights}"
     print(f"{args.out}: {len(tensors)} tensors blended from {n} students ({how})")
     return 0
