@@ -13,8 +13,8 @@ Rows (all 6x384 students have the teacher's widths and vocabulary):
   cut in half;
 - init-only of each other rule (`every`: every second layer; `first-last`: the bottom five and the last);
 - students of each objective kept (MiniLM v1, MiniLMv2, each with and without the output terms), all from the
-  same start and on the same running text (benchmarks/running_text.py: XNLI test sentences, MLQA and TyDiQA
-  contexts, never an evaluated split);
+  same start and on the same running text (benchmarks/running_text.py: XNLI test sentences and TyDiQA dev
+  contexts, never an evaluated split: no MLQA text, which the retrieval and QA rows evaluate);
 - the vocabulary-trimmed teacher and the trimmed best student (`trim` on the distillation text).
 Every row: parameters, size on disk, sentences/s (median of repeats), Tatoeba (14 languages, every pair, both
 directions, the model's own embedding: last layer, mean pooling, "query: "), and XNLI under the protocol of

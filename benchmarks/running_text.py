@@ -7,8 +7,11 @@ Writes OUT_DIR/<lang>.txt, one sentence or paragraph per line, for the 15 XNLI l
 - XNLI `test-XX.tsv`: the distinct premises and hypotheses (the retention benchmark evaluates XNLI on the `dev`
   files, which share no sentence with `test`; the English fine-tuning set is drawn from `test-en`, so English
   distillation text overlaps it: the student sees those sentences unlabelled, as a pretraining corpus would);
-- MLQA dev contexts (en de es ar hi vi zh; MLQA is not evaluated by the retention benchmark);
 - TyDiQA-GoldP dev contexts (ar ru sw; the answers are not available offline anyway).
+
+MLQA's contexts are left out: the retention benchmark evaluates MLQA (passage retrieval, and QA after English
+fine-tuning), so no student distils on them and no trimmed vocabulary is counted on them.
+
 wikiann and UD in ../shared/data/corpus are word-split fragments (`prepare` warns about them), not running text.
 """
 
@@ -35,9 +38,6 @@ def running_text(lang: str, shared: Path = SHARED) -> list[str]:
     if xnli.is_file():
         for row in xnli.read_text(encoding="utf-8").splitlines():
             lines += row.split("\t")[:2]
-    mlqa = shared / "mlqa" / "dev" / f"dev-context-{lang}-question-{lang}.json"
-    if mlqa.is_file():
-        lines += _contexts(mlqa)
     tydi = shared / "tydiqa" / f"tydiqa.goldp.{lang}.dev.json"
     if tydi.is_file() and lang != "en":
         lines += _contexts(tydi)
