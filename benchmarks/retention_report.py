@@ -313,6 +313,13 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+# Said under the retrieval and the MLQA tables: what the rows read before MLQA evaluated them.
+NO_MLQA_TEXT = (
+    "No row read MLQA text before its evaluation: the recipe reads only the parallel text, the distillation text "
+    "(benchmarks/running_text.py) leaves MLQA out, and the trimmed rows' vocabulary is counted on that text."
+)
+
+
 def retrieval_section(res: dict, names: list[str]) -> list[str]:
     """MLQA question -> passage retrieval over every context x question pair of MLQA dev: nDCG@10 per language
     (monolingual), the monolingual and cross-lingual averages, and each row's share of the teacher per language
@@ -324,8 +331,7 @@ def retrieval_section(res: dict, names: list[str]) -> list[str]:
         return []
     return retrieval_tables(res, rows, BASELINE if BASELINE in rows else None) + [
         "",
-        "No row read MLQA text before its evaluation: the recipe reads only the parallel text, the distillation text "
-        "(benchmarks/running_text.py) leaves MLQA out, and the trimmed rows' vocabulary is counted on that text.",
+        NO_MLQA_TEXT,
     ]
 
 
@@ -398,10 +404,7 @@ def mlqa_section(doc: dict) -> list[str]:
     lines += mlqa_table(res, rows, TEACHER, BASELINE if BASELINE in rows else None)
     lines += [""] + [f"- {x}" for x in mlqa_notes(res, rows, doc["budget"]["qa_ft"], doc["qa_questions"])]
     lines.append(f"- {PAPER_MLQA}")
-    lines.append(
-        "- No row read MLQA text before its evaluation: the distillation text (benchmarks/running_text.py) and the "
-        "trimmed rows' counting text leave it out; the recipe reads only the parallel text."
-    )
+    lines.append(f"- {NO_MLQA_TEXT}")
     return lines
 
 
