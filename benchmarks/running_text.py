@@ -90,7 +90,12 @@ def main() -> int:
     if not (SHARED / "xnli").is_dir():
         print(f"Error: {SHARED} not found", file=sys.stderr)
         return 1
-    print(json.dumps(write_parallel(args.out) if args.parallel else write_corpus(args.out, args.max_lines)))
+    try:
+        counts = write_parallel(args.out) if args.parallel else write_corpus(args.out, args.max_lines)
+    except OSError as exc:
+        print(f"Error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(counts))
     return 0
 
 

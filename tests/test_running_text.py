@@ -51,3 +51,13 @@ def test_real_text_shares_no_line_with_mlqa_dev(lang, shared_data):
     lines = running_text.running_text(lang, shared_data)
     assert len(lines) > 1000  # XNLI test alone gives thousands of distinct sentences
     assert not contexts & set(lines)
+
+
+def test_an_output_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setattr(running_text, "SHARED", _shared(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["running_text.py", str(blocker / "out")])
+    assert running_text.main() == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: cannot write") and "Not a directory" in err[0]
