@@ -21,15 +21,16 @@ demo: venv
 	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER)) $(if $(PRECISION),--precision $(PRECISION))
 
 # Lint and format first (ruff, configured in pyproject.toml): seconds, and a failure names the file and line.
+# The 20 slowest tests are printed at the end of every run (CI's log shows where the time goes).
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 test-all: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --runslow
+	$(BIN)/python -m pytest -q --runslow --durations=20
 
 # docs/CLI.md from the option declarations (tests/test_cli_reference.py fails when it is stale).
 cli-reference: venv
