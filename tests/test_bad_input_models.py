@@ -207,3 +207,62 @@ def test_a_vocabulary_larger_than_the_embedding_rows_is_refused(
         "50 embedding rows",
     )
     assert not out.exists()
+
+
+# ------------------------------------------ tokenizer files named outside the model directory (issue 53, item 7)
+
+
+def _with_tokenizer_config(model: Path, to: Path, **values) -> Path:
+    """A copy of `model` whose tokenizer_config.json also holds `values`."""
+    shutil.copytree(model, to)
+    config = to / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text(encoding="utf-8")), **values}), encoding="utf-8")
+    return to
+
+
+def test_tokenizer_files_named_outside_the_model_directory_are_refused(
+    wp_teacher, wp_data, xnli_model, task_files, tiny_corpus_dir, tmp_path, monkeypatch, capsys
+):
+    """tokenizer_config.json's `tokenizer_file` (`vocab_file`, `merges_file`, ...) is opened as given by the
+    transformers the project supports (4.x lets it win over the folder's own file): one that is absolute, climbs
+    out with `..` or leaves through a symlink is refused in one line by every command, before anything is written;
+    a plain name inside the folder, null, and the `special_tokens_map_file` record (never opened) load as before."""
+    other = tmp_path / "models" / "tok"
+    shutil.copytree(wp_teacher, other)  # a whole tokenizer beside the model: what the paths make transformers read
+    out = tmp_path / "out"
+    cases = [
+        ("tokenizer_file", "../tok/tokenizer.json", "leads outside"),
+        ("vocab_file", str(other / "vocab.txt"), "is absolute"),
+        ("merges_file", "sub/../../tok/merges.txt", "leads outside"),
+        ("spm_file", "linked.model", "leads outside"),
+    ]
+    for n, (key, value, why) in enumerate(cases):
+        teacher = _with_tokenizer_config(wp_teacher, tmp_path / "models" / f"teacher{n}", **{key: value})
+        (teacher / "linked.model").symlink_to(other / "vocab.txt")
+        named = (f"{teacher / 'tokenizer_config.json'}: {key!r}: path {value!r} {why}", f"remove {key!r}")
+        assert_error(run_main(monkeypatch, capsys, *one_step_distill_args(teacher, wp_data, out)), *named)
+        assert_error(
+            run_main(monkeypatch, capsys, "trim", "--model", str(teacher), "--data", str(wp_data), "--out", str(out)),
+            *named,
+        )
+        assert not out.exists()
+    teacher = tmp_path / "models" / "teacher0"
+    named = f"{teacher / 'tokenizer_config.json'}: 'tokenizer_file': path '../tok/tokenizer.json' leads outside"
+    prepare = ("prepare", "--teacher", str(teacher), "--out", str(out), "--input", str(tiny_corpus_dir))
+    assert_error(run_main(monkeypatch, capsys, *prepare), named)
+    assert_error(run_main(monkeypatch, capsys, "export", "--model", str(teacher), "--out", str(out)), named)
+    classifier = _with_tokenizer_config(xnli_model, tmp_path / "models" / "classifier", tokenizer_file="/etc/passwd")
+    evaluate = ("eval-xnli", "--data", str(task_files["xnli"]), "--out", str(out))
+    assert_error(run_main(monkeypatch, capsys, *evaluate, "--model", str(classifier)), "'/etc/passwd' is absolute")
+    assert not out.exists()
+
+    # A name inside the folder, null, and a record of where another machine saved the tokenizer: as before.
+    fine = _with_tokenizer_config(
+        xnli_model,
+        tmp_path / "models" / "fine",
+        tokenizer_file="tokenizer.json",
+        vocab_file=None,
+        special_tokens_map_file="/home/someone/.cache/special_tokens_map.json",
+    )
+    code, _, stderr = run_main(monkeypatch, capsys, *evaluate, "--model", str(fine))
+    assert code == 0, stderr

@@ -335,6 +335,47 @@ def test_cli_errors(encoder, tmp_path, monkeypatch, capsys):
     assert not out.exists() or not any(out.iterdir())
 
 
+# Every kind of whitespace str.split() splits on (a TREC run line is split so), and an empty id.
+BAD_IDS = ("q 1", "q\t1", "q1\nq9 Q0 c1 1 9.0 forged", "q\r1", "q\u00a01", "q\u20281", "q\x1c1", "q\u30001", "")
+
+
+def test_ids_that_would_break_the_trec_run_file_are_refused(encoder, tmp_path, monkeypatch, capsys):
+    """predictions/<key>.trec is read by splitting each line at whitespace: a question, query or document id that
+    holds any (or is empty) is refused in one line naming it and its file, before any model runs or --out is
+    written; a plain id next to it is fine (test_cli_report_known_answer)."""
+    from mlminilm.evaluation import retrieval
+
+    def no_model_work(*args, **kwargs):
+        raise AssertionError("the model ran on data whose ids are refused")
+
+    monkeypatch.setattr(retrieval, "_embed_all", no_model_work)
+    model, out = ("--model", str(encoder)), tmp_path / "out"
+    for n, bad in enumerate(BAD_IDS):
+        qa = write_squad(tmp_path / f"squad{n}" / "dev-context-en-question-en.json", [(A, [("q0", A), (bad, B)])])
+        line = assert_error(_run(monkeypatch, capsys, *model, "--data", str(qa), "--out", str(out)), str(qa))
+        assert f"question id {bad!r} {'is empty' if not bad else 'holds whitespace'} in {qa}" in line
+        assert "predictions/en.trec" in line and not out.exists()
+    # BEIR: a judged query's id and a document's id (JSON escapes a line break), each named with its own file.
+    beir = write_beir(tmp_path / "beir" / "en")
+    queries = (beir / "queries.jsonl").read_text(encoding="utf-8").replace('"qa"', '"q a"')
+    (beir / "queries.jsonl").write_text(queries, encoding="utf-8")
+    corpus = (beir / "corpus.jsonl").read_text(encoding="utf-8")
+    (beir / "corpus.jsonl").write_text(corpus.replace('"d3"', '"d\\n3"').replace('"d2"', '"d 2 "'), encoding="utf-8")
+    (beir / "qrels" / "test.tsv").write_text("q a\td1\t1\nqb\td1\t1\n", encoding="utf-8")
+    beir_args = ("--data", str(beir.parent), "--split", "test", "--out", str(out))
+    line = assert_error(_run(monkeypatch, capsys, *model, *beir_args))
+    assert f"query id 'q a' holds whitespace in {beir / 'queries.jsonl'}" in line
+    assert f"document id 'd 2 ' holds whitespace (and 1 more) in {beir / 'corpus.jsonl'}" in line
+    assert not out.exists()
+    # An unjudged query is not in the run file: its id is not refused.
+    (beir / "corpus.jsonl").write_text(corpus, encoding="utf-8")
+    (beir / "qrels" / "test.tsv").write_text("qb\td1\t1\n", encoding="utf-8")
+    monkeypatch.undo()
+    code, _, stderr = _run(monkeypatch, capsys, *model, *beir_args)
+    assert code == 0, stderr
+    assert [line.split()[0] for line in (out / "predictions" / "en.trec").read_text().splitlines()] == ["qb"] * 3
+
+
 def test_compare_two_retrieval_reports(encoder, tmp_path, monkeypatch, capsys):
     data = write_mlqa(tmp_path / "mlqa")
     for name, prompt in (("plain", ""), ("prompted", "query: ")):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mlminilm.config.retrieval import lang_pair
@@ -20,6 +21,9 @@ from mlminilm.tasks.retrieval import (
 )
 from mlminilm.tasks.squad import QAFile, qa_file_info
 
+# What str.split() splits on (Unicode whitespace, the ASCII separators \x1c-\x1f included): the TREC run file's
+# fields are separated by whitespace, so an id holding any of it is read as other fields (or other lines).
+_WHITESPACE = re.compile(r"\s")
 BEIR_LAYOUT = "BEIR layout: corpus.jsonl, queries.jsonl and qrels/<split>.tsv, each optionally .gz"
 ONE_LANG = "--lang names the language of one --data file or BEIR folder; for a directory use --langs"
 
@@ -38,7 +42,8 @@ def find_retrieval_sets(
                 "German passages and English questions)"
             )
         context, question = lang_pair(lang)
-        sets = {f"{context}-{question}" if context != question else context: read_beir(path, split, context, question)}
+        found = checked_ids(read_beir(path, split, context, question))
+        sets = {found.key: found}
         return "beir", sets, accept_codes({context, question})
     if looks_like_beir(path):  # corpus.jsonl, queries.jsonl or qrels/ there, but not all of them as files
         raise DataError(f"--data {path} is not a whole BEIR folder: {'; '.join(beir_problems(path))} ({BEIR_LAYOUT})")
@@ -57,13 +62,38 @@ def find_retrieval_sets(
     problems: list[str] = []
     for info in files.values():
         try:
-            found = from_squad(info)
+            found = checked_ids(from_squad(info))
             sets[found.key] = found
         except MlminilmError as exc:
             problems.append(str(exc))
     if problems:
         raise DataError("; ".join(problems))
     return benchmark, sets, []
+
+
+def checked_ids(rset: RetrievalSet) -> RetrievalSet:
+    """`rset`, once its query and document ids are fit for predictions/<key>.trec: a TREC run line is six fields
+    separated by whitespace (trec_eval, pytrec_eval), so an id that is empty or holds whitespace (a space, a tab, a
+    line break, any character str.split() splits on) would shift the fields or add lines. A DataError naming the
+    first such id of each side and its file otherwise, before any model runs."""
+    if rset.layout == "beir":
+        sides = (("query", rset.query_ids, rset.files["queries"]), ("document", rset.doc_ids, rset.files["corpus"]))
+    else:  # SQuAD format: the questions' ids (document ids are c<N>, made here)
+        sides = (("question", rset.query_ids, rset.files["qa"]), ("passage", rset.doc_ids, rset.files["qa"]))
+    problems = []
+    for what, ids, file in sides:
+        bad = [i for i in ids if not i or _WHITESPACE.search(i)]
+        if bad:
+            first = bad[0] if len(bad[0]) <= 40 else bad[0][:40] + "..."
+            more = f" (and {len(bad) - 1:,} more)" if len(bad) > 1 else ""
+            problems.append(f"{what} id {first!r} {'is empty' if not first else 'holds whitespace'}{more} in {file}")
+    if problems:
+        raise DataError(
+            f"{'; '.join(problems)}: the TREC run file (predictions/{rset.key}.trec) separates its fields with "
+            "whitespace, so an id must be non-empty and hold no whitespace (a space, a tab, a line break); "
+            "rename them in the data"
+        )
+    return rset
 
 
 def _mlqa_folder(path: Path, split: str) -> Path | None:
@@ -112,7 +142,7 @@ def _beir_folders(
             problems.append(f"{folder} is not a whole BEIR folder: {'; '.join(beir_problems(folder))}")
             continue
         try:
-            found = read_beir(folder, split, context, question)
+            found = checked_ids(read_beir(folder, split, context, question))
             sets[found.key] = found
             codes |= {context, question}
         except MlminilmError as exc:

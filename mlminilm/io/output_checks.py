@@ -12,8 +12,9 @@ from typing import Iterable, Mapping
 from mlminilm.errors import CheckpointError, ConfigError
 
 # Names mlminilm's own writers use for temporaries inside an output (`.tmp-<what>-<pid>`, `.<file>.tmp-<pid>`) and
-# the previous run an unfinished --overwrite set aside: never the user's, so never "foreign".
-_OWN_HIDDEN = re.compile(r"^\.(?:tmp-.+-\d+|.+\.tmp-\d+|previous-run|old-.+-\d+)$")
+# the previous run an unfinished --overwrite set aside, and the lock of a model card's --update-card (left by a
+# process killed while it held it): never the user's, so never "foreign".
+_OWN_HIDDEN = re.compile(r"^\.(?:tmp-.+-\d+|.+\.tmp-\d+|previous-run|old-.+-\d+|README\.md\.lock)$")
 
 
 def _local(path) -> Path | None:

