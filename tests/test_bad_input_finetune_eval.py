@@ -99,3 +99,22 @@ def test_eval_bad_input(xnli_model, task_files, tmp_path, monkeypatch, capsys):
         "use de for deu",
     )
     assert not out.exists()
+
+
+def test_nli_json_lines_python_cannot_parse_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys):
+    """Issue 53: finetune --task xnli --train a MultiNLI .jsonl with a line nested 100,000 deep (RecursionError) or a
+    5,000-digit number (ValueError) was a traceback; a null premise became the sentence "None"."""
+    good = '{"gold_label": "neutral", "sentence1": "a b", "sentence2": "c d"}\n'
+    out = tmp_path / "ft"
+    for n, (line, needle) in enumerate(
+        (
+            ('{"sentence1": ' + "[" * 100_000, ":2: not a JSON line (nested more than 100 levels deep)"),
+            ('{"gold_label": "neutral", "sentence1": ' + "1" * 5000 + "}", ":2: not a JSON line (an integer of 5,000"),
+            ('{"gold_label": "neutral", "sentence1": null, "sentence2": "c"}', ":2: sentence1 should be text"),
+        )
+    ):
+        train = tmp_path / f"train{n}.jsonl"
+        train.write_text(good + line + "\n", encoding="utf-8")
+        command = ("finetune", "--model", str(wp_teacher), "--train", str(train), "--out", str(out))
+        assert_error(run_main(monkeypatch, capsys, *command), f"{train.name}{needle}")
+    assert not out.exists()

@@ -121,3 +121,35 @@ def test_offline_fails_fast_and_says_so(tiny_corpus_dir, tmp_path, monkeypatch, 
         "HF_HUB_OFFLINE=1",
     )
     assert not out.exists()
+
+
+def test_json_lines_python_cannot_parse_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys):
+    """Issue 53: a JSON line nested 100,000 deep (RecursionError) or holding a 5,000-digit number (ValueError) was a
+    traceback, found at the check (first line) or in the middle of the run (a later line): one line, no output."""
+    out = tmp_path / "out"
+    good = '{"text": "Der Hund läuft jeden Morgen durch den Park."}\n'
+    for n, (lines, needle) in enumerate(
+        (
+            (['{"text": ' + "[" * 100_000], "de.jsonl:1: not a JSON line (nested more than 100 levels deep)"),
+            ([good] * 50 + ['{"text": "x", "id": ' + "1" * 5000 + "}"], "de.jsonl:51: not a JSON line (an integer of"),
+            ([good, '{"text": "\\udfff"}'], "de.jsonl:2: not a JSON line (a \\u escape of a lone UTF-16 surrogate"),
+        )
+    ):
+        corpus = tmp_path / f"corpus{n}"
+        corpus.mkdir()
+        (corpus / "de.jsonl").write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
+        code = run_main(
+            monkeypatch,
+            capsys,
+            "prepare",
+            "--teacher",
+            str(wp_teacher),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--input",
+            str(corpus),
+        )
+        assert_error(code, str(corpus / needle))
+        assert not out.exists() and not list(tmp_path.glob(".tmp-*"))

@@ -289,3 +289,141 @@ def test_qa_training_data_without_any_answer_is_refused(qa_model, tmp_path, monk
     finetune = ("finetune", "--task", "qa", "--model", str(qa_model), "--train", str(path), *QA_LENGTHS)
     assert_error(run_main(monkeypatch, capsys, *finetune, "--out", str(out)), "no training question has an answer")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ fixed (issue 53)
+
+
+def test_beir_files_python_cannot_parse_are_one_line(encoder, tmp_path, monkeypatch, capsys):
+    """JSON nested 100,000 deep was a RecursionError traceback, an id of 5,000 digits a ValueError one, a qrels
+    score of inf or of 400 digits an OverflowError one; `_id: 1e400` became the id "inf" and `nan` a score."""
+    many = "1" * 400
+    cases = [
+        ("corpus.jsonl", '{"_id": "d1", "text": "a", "x": ' + "[" * 100_000 + "\n", "nested more than 100 levels"),
+        ("queries.jsonl", '{"_id": ' + "1" * 5000 + ', "text": "a"}\n', "an integer of 5,000 digits"),
+        ("corpus.jsonl", '{"_id": 1e400, "text": "a"}\n', "the number 1e400 is too large for a float"),
+        ("queries.jsonl", '{"_id": "qa", "text": NaN}\n', "NaN is not a number JSON allows"),
+        ("qrels/test.tsv", "qa\td1\tinf\n", "line 1: score 'inf' is not a finite number"),
+        ("qrels/test.tsv", "qa\td1\t1\nqb\td2\t-nan\n", "line 2: score '-nan' is not a finite number"),
+        ("qrels/test.tsv", f"qa\td1\t{many}\n", f"score {many[:20]!r}... (400 characters) is not a finite number"),
+        (
+            "qrels/test.tsv",
+            "qa\td1\t3e9\n",
+            "score '3e9' is not a finite number between -2,147,483,647 and 2,147,483,647;",
+        ),
+    ]
+    out = tmp_path / "out"
+    for n, (name, content, needle) in enumerate(cases):
+        folder = write_beir(tmp_path / f"b{n}")
+        (folder / name).write_text(content, encoding="utf-8")
+        where = f"{folder / name}: line 1 is not JSON (" if name.endswith(".jsonl") else f"{folder / name}: line "
+        line = assert_error(retrieval(monkeypatch, capsys, encoder, *beir_args(folder, "--out", str(out))), needle)
+        assert line.startswith(f"Error: {where}") and len(line) < 300, line
+    assert not out.exists()
+    folder = write_beir(tmp_path / "graded", "qa\td1\t1.0\nqb\td2\t2\nqb\td1\t0\n")  # "1.0" is 1, as BEIR reads it
+    code, stdout, stderr = retrieval(monkeypatch, capsys, encoder, *beir_args(folder, "--json"))
+    assert code == 0 and json.loads(stdout)["languages"]["en"]["examples"] == 2, stderr
+
+
+def squad_variants(good: Path) -> dict[str, tuple[str, str]]:
+    """Text of `good` (a SQuAD file written by `answered`) spoiled each way a QA reader met with a traceback or a
+    wrong value, and the words of its error."""
+    text = good.read_text(encoding="utf-8")
+    start = '"answer_start": 4'
+    assert start in text
+    return {
+        "deep": (text.replace('"title": "t"', '"title": ' + "[" * 100_000), "not JSON (nested more than 100 levels"),
+        "digits": (text.replace(start, '"answer_start": ' + "4" * 5000), "not JSON (an integer of 5,000 digits"),
+        "infinity": (text.replace(start, '"answer_start": Infinity'), "not JSON (Infinity is not a number JSON"),
+        "surrogate": (text.replace('"q1"', '"\\ud800"'), "not JSON (a \\u escape of a lone UTF-16 surrogate"),
+        "bool": (text.replace(start, '"answer_start": true'), "answer_start should be an integer, found a boolean"),
+    }
+
+
+def test_qa_files_python_cannot_parse_are_one_line_from_every_reader(encoder, qa_model, tmp_path, monkeypatch, capsys):
+    """eval-retrieval, eval-mlqa and finetune --task qa (--train and --dev) on a SQuAD file nested 100,000 deep
+    (RecursionError), with a 5,000-digit answer_start (ValueError): tracebacks. `answer_start: true` was read as 1
+    (and matched the answer at offset 1); Infinity and a lone surrogate got past the reader."""
+    good = answered(tmp_path / "good.json", [(A, [("q1", A)]), (B, [("q2", B)])])
+    variants = squad_variants(good)
+    # "xcat sat ...": true read as 1 pointed right at the answer "cat", and the file was taken as it stood.
+    bool_one = good.read_text(encoding="utf-8").replace('"the cat', '"xcat')
+    variants["bool at 1"] = (bool_one.replace('"answer_start": 4', '"answer_start": true'), "found a boolean")
+    out = tmp_path / "out"
+    for name, (content, needle) in variants.items():
+        path = tmp_path / name / MLQA_NAME
+        path.parent.mkdir()
+        path.write_text(content, encoding="utf-8")
+        for command in qa_commands(encoder, qa_model, path):
+            assert_error(run_main(monkeypatch, capsys, *command, "--out", str(out)), f"{path}: ", needle)
+        finetune = ("finetune", "--task", "qa", "--model", str(qa_model), "--train", str(good), *QA_LENGTHS)
+        assert_error(run_main(monkeypatch, capsys, *finetune, "--dev", str(path), "--out", str(out)), needle)
+    assert not out.exists()
+
+
+def test_prediction_files_python_cannot_parse_are_one_line(tmp_path, monkeypatch, capsys):
+    """eval-mlqa --predictions: a file nested 100,000 deep or with a 5,000-digit number was a traceback."""
+    data = answered(tmp_path / "data" / MLQA_NAME, [(A, [("q1", A)]), (B, [("q2", B)])])
+    out = tmp_path / "out"
+    for name, text, needle in (
+        ("deep", '{"q1": ' + "[" * 100_000, "not JSON (nested more than 100 levels deep)"),
+        ("digits", '{"q1": "cat", "q2": ' + "1" * 5000 + "}", "not JSON (an integer of 5,000 digits"),
+        ("bytes", None, "not JSON (not UTF-8 text: invalid start byte at byte 8)"),
+    ):
+        predictions = tmp_path / name
+        predictions.mkdir()
+        if text is None:
+            (predictions / MLQA_NAME).write_bytes(b'{"q1": "\xff"}')
+        else:
+            (predictions / MLQA_NAME).write_text(text, encoding="utf-8")
+        command = ("eval-mlqa", "--data", str(data), "--predictions", str(predictions), "--out", str(out))
+        assert_error(run_main(monkeypatch, capsys, *command), f"{predictions / MLQA_NAME}: {needle}")
+    assert not out.exists()
+
+
+def test_gxlt_on_one_mlqa_file_reports_its_one_pair(qa_model, tmp_path, monkeypatch, capsys):
+    """--gxlt with --data one MLQA file ended in KeyError: 'en-en' after the whole evaluation: the file was keyed
+    "en" and the matrix read "en-en". Now it is the matrix of its one pair; a file that is no MLQA file (no pair of
+    languages in its name) is refused before any model work, as a directory of them is."""
+    data = answered(tmp_path / "data" / MLQA_NAME, [(A, [("q1", A)]), (B, [("q2", B)])])
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    # q1 right ("cat", the second word of A); q2 wrong ("over" for "fell"): EM and F1 are 50.
+    (predictions / MLQA_NAME).write_text(json.dumps({"q1": "cat", "q2": "over"}), encoding="utf-8")
+    out = tmp_path / "scored"
+    command = ("eval-mlqa", "--data", str(data), "--gxlt", "--out", str(out))
+    code, _, stderr = run_main(monkeypatch, capsys, *command, "--predictions", str(predictions))
+    assert code == 0, stderr
+    doc = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert list(doc["languages"]) == ["en-en"]
+    assert doc["gxlt"] == {"contexts": ["en"], "questions": ["en"], "exact_match": [[50.0]], "f1": [[50.0]]}
+    assert doc["average"]["exact_match"] == 50.0 and "G-XLT" in (out / "metrics.md").read_text(encoding="utf-8")
+    # With a model, and a file of two languages: the same shape.
+    cross = shutil.copy(data, tmp_path / "data" / "dev-context-de-question-en.json")
+    out = tmp_path / "run"
+    code, _, stderr = run_main(
+        monkeypatch,
+        capsys,
+        "eval-mlqa",
+        "--model",
+        str(qa_model),
+        "--data",
+        str(cross),
+        "--gxlt",
+        "--out",
+        str(out),
+        *QA_LENGTHS,
+    )
+    assert code == 0, stderr
+    doc = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert list(doc["languages"]) == ["de-en"] and doc["gxlt"]["contexts"] == ["de"]
+    assert doc["gxlt"]["f1"] == [[doc["languages"]["de-en"]["f1"]]]
+    # Not an MLQA file: one line, before the model is loaded, nothing written.
+    xquad = shutil.copy(data, tmp_path / "data" / "xquad.en.json")
+    out = tmp_path / "refused"
+    for extra in (("--model", str(tmp_path / "no-model")), ("--predictions", str(predictions))):
+        assert_error(
+            run_main(monkeypatch, capsys, "eval-mlqa", "--data", str(xquad), "--gxlt", "--out", str(out), *extra),
+            f"--gxlt needs MLQA files (named like dev-context-de-question-en.json); not {xquad}",
+        )
+    assert not out.exists()

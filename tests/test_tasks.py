@@ -132,6 +132,23 @@ def test_gzipped_tsv_reads_like_the_plain_file(tmp_path):
         ),
         ("bad.jsonl", '{"gold_label": "neutral", "sentence1": "A"}\n', r"bad\.jsonl:1: missing sentence2"),
         ("bad.jsonl", '{"gold_label": "yes", "sentence1": "A", "sentence2": "B"}\n', r"bad\.jsonl:1: label 'yes'"),
+        # Issue 53: a RecursionError and a ValueError traceback; null read as the premise "None", 2 as a label "2".
+        (
+            "bad.jsonl",
+            '{"gold_label": "neutral", "sentence1": "A", "sentence2": "B"}\n{"sentence1": ' + "[" * 100_000 + "\n",
+            r"bad\.jsonl:2: not a JSON line \(nested more than 100 levels deep\)$",
+        ),
+        (
+            "bad.jsonl",
+            '{"gold_label": "neutral", "sentence1": "A", "sentence2": ' + "7" * 5000 + "}\n",
+            r"bad\.jsonl:1: not a JSON line \(an integer of 5,000 digits, over the 4,300 allowed\)$",
+        ),
+        (
+            "bad.jsonl",
+            '{"gold_label": "neutral", "sentence1": null, "sentence2": "B", "language": 3}\n',
+            r"bad\.jsonl:1: sentence1, language should be text \(a JSON string\)$",
+        ),
+        ("bad.jsonl", '{"gold_label": 2, "sentence1": "A", "sentence2": "B"}\n', r"bad\.jsonl:1: gold_label should"),
         ("empty.tsv", "\n\n", r"empty\.tsv: empty file"),
         (
             "nogold.jsonl",
@@ -317,6 +334,19 @@ def test_duplicate_ids_are_allowed_only_when_asked(tmp_path):
 def test_read_squad_rejects_invalid_json(tmp_path):
     with pytest.raises(DataError, match=r"bad\.json: not JSON .*line 1"):
         read_squad(_write(tmp_path / "bad.json", "{"))
+
+
+def test_read_squad_refuses_a_bool_answer_start(tmp_path):
+    """Issue 53: `true` is a Python int, so `answer_start: true` was read as 1 (and matched "aris" at offset 1)."""
+    path = _write(tmp_path / "bool.json", json.dumps(_squad([_qa("q1", "aris", True)])))
+    with pytest.raises(DataError, match=r"qas\[0\]\.answers\[0\]\.answer_start should be an integer, found a boolean$"):
+        read_squad(path, strict=False)
+    path = _write(tmp_path / "none.json", json.dumps(_squad([_qa("q1", "Paris", None)])))
+    with pytest.raises(DataError, match=r"answer_start should be an integer, found null$"):
+        read_squad(path)
+    assert read_squad(_write(tmp_path / "ok.json", json.dumps(_squad([_qa("q1", "aris", 1)])))).examples[0].answers == [
+        {"text": "aris", "answer_start": 1}
+    ]
 
 
 def test_qa_file_info_reads_languages_from_names():

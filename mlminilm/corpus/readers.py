@@ -6,7 +6,6 @@ A document is one non-blank line of a `.txt` file, or the text field of one JSON
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from mlminilm import langs
 from mlminilm.errors import DataError
+from mlminilm.io import user_json
 
 SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz")
 HUB_PREFIX = "hf:"
@@ -58,10 +58,7 @@ class FileSource:
 
 
 def _json_text(line: str, text_field: str, path: Path, number: int) -> str:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+    row = user_json.loads(line, path, line=number)
     text = row.get(text_field) if isinstance(row, dict) else None
     if not isinstance(text, str):
         raise DataError(

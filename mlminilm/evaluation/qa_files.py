@@ -3,11 +3,11 @@ prediction file answering each data file (`prediction_name`, `read_predictions`,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 from mlminilm.errors import ConfigError, DataError, MlminilmError
+from mlminilm.io import user_json
 from mlminilm.tasks.squad import QAFile, find_mlqa_files, find_tydiqa_files, find_xquad_files, qa_file_info
 
 
@@ -19,12 +19,13 @@ def find_qa_files(
     path = Path(data)
     if path.is_file():
         info = qa_file_info(path, lang)
-        key = (
-            info.context_lang
-            if info.context_lang == info.question_lang
-            else f"{info.context_lang}-{info.question_lang}"
-        )
-        return _benchmark_of(path.name), {key: info}
+        benchmark = _benchmark_of(path.name)
+        if gxlt and benchmark != "mlqa":
+            raise ConfigError(f"--gxlt needs MLQA files (named like dev-context-de-question-en.json); not {path}")
+        # G-XLT keys every file "C-Q", "en-en" too, as its matrix reads them: one file is a matrix of one pair.
+        pair = gxlt or info.context_lang != info.question_lang
+        key = f"{info.context_lang}-{info.question_lang}" if pair else info.context_lang
+        return benchmark, {key: info}
     if lang is not None:
         raise ConfigError("--lang names the language of a single --data file; for a directory use --langs")
     if not path.is_dir():
@@ -70,10 +71,7 @@ def read_predictions(path: Path) -> dict[str, str]:
     """An official-format prediction file: one JSON object {question_id: answer_text}."""
     if not path.is_file():
         raise DataError(f"{path}: no such prediction file")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: not a JSON prediction file ({exc})") from None
+    obj = user_json.load(path)
     if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
         raise DataError(
             f"{path}: not an official prediction file: expected one JSON object {{question_id: answer_text}}"

@@ -13,11 +13,12 @@ Two sources, one shape (`RetrievalSet`):
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlminilm.errors import DataError
+from mlminilm.io import user_json
 from mlminilm.tasks.squad import QAFile, read_squad
 from mlminilm.tasks.textfile import read_text
 
@@ -145,15 +146,15 @@ def _jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: line {n} is not JSON ({exc.msg})") from None
+            obj = user_json.loads(line, path, line=n)
+        except user_json.JsonError as exc:
+            raise DataError(f"{path}: line {n} is not JSON ({exc.reason})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}: line {n} is not a JSON object")
         row = {}
         for key in fields:
             value = obj.get(key, None if key in ("_id", "text") else "")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key == "_id":
+            if (user_json.is_integer(value) or isinstance(value, float)) and key == "_id":
                 value = str(value)  # some BEIR sets write numeric ids
             if value is None or not isinstance(value, str):
                 raise DataError(f"{path}: line {n} has no string {key!r} (BEIR layout: _id, title, text)")
@@ -190,14 +191,30 @@ def _qrels(path: Path) -> list[tuple[str, str, int]]:
             raise DataError(
                 f"{path}: line {n} has {len(cells)} tab-separated fields; expected query-id, corpus-id, score"
             )
-        try:
-            score = int(float(cells[2]))
-        except ValueError:
-            raise DataError(f"{path}: line {n}: score {cells[2]!r} is not a number") from None
-        rows.append((cells[0].strip(), cells[1].strip(), score))
+        rows.append((cells[0].strip(), cells[1].strip(), _score(cells[2], path, n)))
     if not rows:
         raise DataError(f"{path}: no relevance judgements")
     return rows
+
+
+# trec_eval holds a relevance judgement in a C int.
+MAX_QRELS_SCORE = 2**31 - 1
+
+
+def _score(cell: str, path: Path, n: int) -> int:
+    """A qrels score as BEIR reads it (`int(float(cell))`: "1.0" is 1), refused unless a finite number in a C
+    int's range (`inf`, `nan` or 400 digits would make every nDCG nan, or fail the conversion)."""
+    shown = repr(cell) if len(cell) <= 20 else f"{cell[:20]!r}... ({len(cell):,} characters)"
+    try:
+        value = float(cell)
+    except ValueError:
+        raise DataError(f"{path}: line {n}: score {shown} is not a number") from None
+    if not math.isfinite(value) or abs(value) > MAX_QRELS_SCORE:
+        raise DataError(
+            f"{path}: line {n}: score {shown} is not a finite number between -{MAX_QRELS_SCORE:,} and "
+            f"{MAX_QRELS_SCORE:,}; a score is a graded relevance (0 not relevant, 1 or more relevant)"
+        )
+    return int(value)
 
 
 def read_beir(folder: Path, split: str, context_lang: str, question_lang: str) -> RetrievalSet:

@@ -13,7 +13,6 @@ needs no ids, so read training files with `unique_ids=False`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mlminilm.errors import DataError
+from mlminilm.io import user_json
 from mlminilm.langs import MLQA_NEEDS, benchmark_languages, validate_codes
 from mlminilm.tasks.textfile import read_text
 
@@ -81,11 +81,7 @@ def read_squad(path: str | Path, strict: bool = True, unique_ids: bool = True) -
     it for training data); otherwise it is kept and counted in `mismatched_answers`. A question id seen twice
     raises when `unique_ids` (needed for scoring); otherwise duplicates are counted in `duplicate_ids`."""
     path = Path(path)
-    text = read_text(path)
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    raw = user_json.loads(read_text(path), path)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise DataError(f"{path}: not SQuAD JSON: missing top-level 'data' (a list of articles)")
     data = SquadData(path=path, raw=raw)
@@ -117,12 +113,16 @@ def read_squad(path: str | Path, strict: bool = True, unique_ids: bool = True) -
     return data
 
 
+# JSON's names for the types a SQuAD file holds (a bool is a Python int, but not an integer in JSON).
+_KINDS = {str: "a string", int: "an integer", list: "a list", dict: "an object", bool: "a boolean", float: "a number"}
+
+
 def _require(node: Any, key: str, kind: type, path: Path, where: str) -> Any:
     if not isinstance(node, dict) or key not in node:
         raise DataError(f"{path}: not SQuAD format: {where} has no '{key}'")
     value = node[key]
-    if not isinstance(value, kind):
-        raise DataError(f"{path}: {where}.{key} should be a {kind.__name__}, found {type(value).__name__}")
+    if not isinstance(value, kind) or (kind is int and not user_json.is_integer(value)):  # true is no answer_start
+        raise DataError(f"{path}: {where}.{key} should be {_KINDS[kind]}, found {_KINDS.get(type(value), 'null')}")
     return value
 
 

@@ -16,7 +16,6 @@ means contradiction.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlminilm.errors import DataError
+from mlminilm.io import user_json
 from mlminilm.langs import accept_codes, benchmark_languages
 from mlminilm.tasks.textfile import read_text
 
@@ -179,23 +179,23 @@ def _header_tsv_rows(path: Path, lines: list[str], header: tuple[str, ...]) -> I
 
 
 def _jsonl_rows(path: Path, lines: list[str]) -> Iterable[_Row]:
-    for where, line in _numbered_lines(path, lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not a JSON object ({exc.msg})") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where, record = f"{path.name}:{number}", user_json.loads(line, path.name, line=number)
         if not isinstance(record, dict):
             raise DataError(f"{where}: expected a JSON object per line")
         missing = [key for key in ("gold_label", "sentence1", "sentence2") if key not in record]
         if missing:
             raise DataError(f"{where}: missing {', '.join(missing)}")
-        yield (
-            where,
-            str(record["sentence1"]),
-            str(record["sentence2"]),
-            str(record["gold_label"]),
-            record.get("language"),
-        )
+        # Text, not whatever str() makes of it: a null premise is no sentence "None", a label of 1 no class name.
+        wrong = [key for key in ("sentence1", "sentence2", "gold_label") if not isinstance(record[key], str)]
+        language = record.get("language")
+        if language is not None and not isinstance(language, str):
+            wrong.append("language")
+        if wrong:
+            raise DataError(f"{where}: {', '.join(wrong)} should be text (a JSON string)")
+        yield where, record["sentence1"], record["sentence2"], record["gold_label"], language
 
 
 def _to_examples(rows: Iterable[_Row], lang: str | None) -> tuple[list[NLIExample], Counter]:
