@@ -109,6 +109,7 @@ def validate(cfg: AssistConfig) -> tuple[DistillConfig, DistillConfig]:
     # The second stage's teacher (the assistant) does not exist yet: check the student against its shape.
     assistant_config = student_config(teacher_config, first.shape)
     distill.check_compatibility(second, assistant_config, data, tokenizer_identity(tokenizer))
+    _cache_entry(cfg, out)  # a --target-cache inside --out: never in an export or where a run is set aside
     clean_stale(out, prefix=tuple(f".tmp-{stage}-" for stage in STAGES))  # exports of a run that died
     if out.is_dir() and any(out.iterdir()) and not (cfg.resume or cfg.overwrite or _failed_stages(out)):
         raise CheckpointError(
@@ -134,13 +135,22 @@ def _any_checkpoint(out: Path) -> bool:
 LAYOUT = training.RunLayout(STAGE_DIRS, what="an assist run", leftovers=_failed_stages, checkpointed=_any_checkpoint)
 
 
+def _cache_entry(cfg: AssistConfig, out: Path) -> tuple[str, ...]:
+    """The entry of --out that holds a --target-cache placed inside it, which --overwrite keeps (as distill's);
+    in a stage's run directory it goes with that run. ConfigError in an export (the assistant is the second stage's
+    teacher) or in what --overwrite sets aside."""
+    from mlminilm.distillation.target_store import place_in_out
+
+    return place_in_out(cfg.target_cache, out, (*STAGES, training.PREVIOUS_RUN), ("assistant-run", "student-run"))
+
+
 def run(cfg: AssistConfig) -> AssistResult:
     first, second = validate(cfg)
     out = Path(cfg.out)
     inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba}
     # The claim every training command makes (training.claimed_output): with --overwrite the previous stages are
     # kept aside until the new run has finished, and put back if it fails before any stage's first checkpoint.
-    with training.claimed_output(out, cfg, LAYOUT, inputs):
+    with training.claimed_output(out, cfg, replace(LAYOUT, kept=_cache_entry(cfg, out)), inputs):
         return _run_stages(cfg, out, first, second)
 
 

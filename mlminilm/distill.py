@@ -46,6 +46,8 @@ ARTIFACTS = (
     "student",
     TARGET_CACHE,
 )
+# What --target-cache may not lie in, inside --out: the run's own entries (but TARGET_CACHE, the default place).
+OWN_ENTRIES = (*ARTIFACTS, training.PREVIOUS_RUN)
 # Options that define a run (declared with resume=FIXED or CHANGEABLE): --resume with any of these changed is
 # refused, but for the changeable ones (--lr, --warmup).
 RESUME_KEYS = resume_keys(DistillConfig)
@@ -231,11 +233,12 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         raise DataError(f"--data {cfg.data} holds no sequences; run `mlminilm prepare` on a non-empty corpus")
     head = plans.embedding_head(cfg, sentence)
     if cfg.target_cache is not None:
-        from mlminilm.distillation.target_store import refuse_place
+        from mlminilm.distillation.target_store import place_in_out, refuse_place
 
         inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--parallel": cfg.parallel}
         inputs.update({"--passages": cfg.passages, "--probe-tatoeba": cfg.probe_tatoeba})
         refuse_place(cfg.target_cache, inputs, cfg.out)  # before anything is written: never into an input
+        place_in_out(cfg.target_cache, cfg.out, OWN_ENTRIES, (TARGET_CACHE,))  # nor into the run's checkpoints ...
     pairs = read_parallel(cfg.parallel) if cfg.parallel is not None else None
     passages = read_passages(cfg.passages) if cfg.passages is not None else None
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
@@ -279,7 +282,11 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
         "--parallel": cfg.parallel,
         "--passages": cfg.passages,
     }
-    with training.claimed_output(out, cfg, ARTIFACTS, inputs):
+    from mlminilm.distillation.target_store import place_in_out
+
+    # A --target-cache inside --out is the run's own: --overwrite keeps it (docs/guides/reliability.md).
+    layout = training.RunLayout(ARTIFACTS, kept=place_in_out(cfg.target_cache, out, OWN_ENTRIES, (TARGET_CACHE,)))
+    with training.claimed_output(out, cfg, layout, inputs):
         if export_dir.parent != out:
             from mlminilm.io.stale import clean_stale
 

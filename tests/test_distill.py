@@ -146,6 +146,25 @@ def test_assist_runs_both_stages(wp_teacher, wp_data, tmp_path):
     assert again.stages["assistant"]["skipped"] and again.stages["student"]["skipped"]
 
 
+def test_assist_overwrite_keeps_a_target_cache_inside_out(wp_teacher, wp_data, tmp_path):
+    from conftest import sample_lines
+
+    from helpers import file_tree
+    from mlminilm import assist
+    from mlminilm.config import AssistConfig
+
+    pairs, out = tmp_path / "en-de.tsv", tmp_path / "ta"
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(sample_lines("en", 8), sample_lines("de", 8))))
+    base = config(wp_teacher, wp_data, out, parallel=pairs, target_cache=out / "cache").__dict__
+    cfg = AssistConfig(**{**base, "assistant_steps": 1, "student_steps": 1, "save_every": 1, "batch_size": 2})
+    assist.run(cfg)
+    filled = file_tree(out / "cache")  # the student stage's targets (the assistant's width is the student's)
+    assert any(name.endswith(".safetensors") for name in filled)
+    again = assist.run(replace(cfg, overwrite=True))
+    assert again.stages["student"]["steps"] == 1 and file_tree(out / "cache") == filled
+    assert sorted(p.name for p in out.iterdir()) == ["assistant", "assistant-run", "cache", "student", "student-run"]
+
+
 def test_assist_refuses_when_the_rule_does_not_apply(wp_teacher, wp_data, tmp_path):
     proc = cli(
         "assist",

@@ -5,6 +5,7 @@ stale temporaries cleaned."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import distill_config, prepare_data, run_killed_after_checkpoint, run_main, two_step_distill_args
+from helpers import (
+    assert_error,
+    distill_config,
+    file_tree,
+    prepare_data,
+    run_killed_after_checkpoint,
+    run_main,
+    two_step_distill_args,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -87,11 +96,11 @@ def test_resume_of_a_finished_run_prints_its_summary(wp_teacher, wp_data, tmp_pa
 # ---------------------------------------------------------------------------- damaged checkpoints and records
 
 
-def _cut_run(teacher, data, out, monkeypatch):
-    """A run killed right after its step-2 checkpoint (max 4 steps)."""
+def _cut_run(teacher, data, out, monkeypatch, **kw):
+    """A run killed right after its step-2 checkpoint (max 4 steps; `kw`: other fields)."""
     from mlminilm import distill
 
-    cfg = distill_config(teacher, data, out, max_steps=4)
+    cfg = distill_config(teacher, data, out, max_steps=4, **kw)
     run_killed_after_checkpoint(monkeypatch, 2, distill.run, cfg)
     return cfg
 
@@ -219,3 +228,96 @@ def test_stale_temporaries_are_cleaned_and_live_ones_kept(wp_teacher, wp_data, t
     distill.run(replace(cfg, resume=True))
     assert not any(p.exists() for p in stale) and not (run / f".run.json.tmp-{pid}").exists()
     assert live.exists()
+
+
+# ----------------------------------------------------------------- the teacher and --data the run started on
+
+RESUME_ARGS = (
+    "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "4",
+    "--batch-size", "4", "--save-every", "2", "--log-every", "1", "--lr", "1e-3", "--warmup", "0",
+)  # fmt: skip
+
+
+def _resume(monkeypatch, capsys, teacher, data, out, *extra):
+    """`distill --resume` of a `_cut_run` run on the command line (its options, `extra` added)."""
+    args = ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *RESUME_ARGS]
+    return run_main(monkeypatch, capsys, *args, "--resume", *extra)
+
+
+def _same_shape_other_weights(teacher: Path, into: Path) -> None:
+    """Write into `into`'s model.safetensors the weights of `teacher` shifted: another teacher of the same shape."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(teacher / "model.safetensors")
+    torch.manual_seed(7)
+    save_file({k: v + 0.05 * torch.randn_like(v) for k, v in tensors.items()}, into / "model.safetensors")
+
+
+def test_resume_refuses_another_teacher_at_the_same_path(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
+    from mlminilm.distillation.targets import module_digest
+    from mlminilm.models.loading import load_teacher
+
+    teacher, out = tmp_path / "teacher", tmp_path / "run"
+    shutil.copytree(wp_teacher, teacher)
+    _cut_run(teacher, wp_data, out, monkeypatch, precision="fp32")
+    recorded = json.loads((out / "run.json").read_text())["teacher_weights"]
+    loaded, _ = load_teacher(str(teacher), 3, torch.float32, torch.device("cpu"))  # the distilled (last) layer
+    assert recorded == {"digest": module_digest(loaded), "dtype": "float32"}
+    original = (teacher / "model.safetensors").read_bytes()
+    _same_shape_other_weights(wp_teacher, teacher)
+    before = file_tree(out)
+    # Refused in one line, whatever the precision it resumes in, with a changed --lr too: nothing written.
+    for extra in (("--precision", "fp32"), ("--precision", "bf16", "--lr", "5e-4")):
+        line = assert_error(
+            _resume(monkeypatch, capsys, teacher, wp_data, out, *extra),
+            f"teacher {teacher} is not the one the run in {out} started with",
+            f"in float32 was {recorded['digest'][:12]}",
+            "--overwrite",
+        )
+        assert file_tree(out) == before, line
+    # The teacher put back: the run resumes, in another precision too (compared in the recorded dtype).
+    (teacher / "model.safetensors").write_bytes(original)
+    code, _, err = _resume(monkeypatch, capsys, teacher, wp_data, out, "--precision", "bf16")
+    assert code == 0, err
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
+
+
+def test_resume_refuses_data_prepared_again_at_the_same_path(
+    wp_teacher, wp_data, tiny_corpus_dir, tmp_path, monkeypatch, capsys
+):
+    data, out = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(wp_data, data)
+    _cut_run(wp_teacher, data, out, monkeypatch)
+    recorded = json.loads((out / "run.json").read_text())["prepared_data"]
+    manifest = json.loads((data / "manifest.json").read_text())
+    shards = [s for lang in manifest["languages"].values() for s in lang["shards"]]
+    assert recorded["shards"] == len(shards) and recorded["sequences"] == sum(s["sequences"] for s in shards)
+    # `prepare` again into the same folder, on a corpus one line shorter in each language.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for text in tiny_corpus_dir.glob("*.txt"):
+        (corpus / text.name).write_text("".join(text.read_text().splitlines(True)[1:]))
+    shutil.rmtree(data)
+    prepare_data(wp_teacher, corpus, data)
+    before = file_tree(out)
+    assert_error(
+        _resume(monkeypatch, capsys, wp_teacher, data, out),
+        f"--data {data} changed since the run in {out} started",
+        "resume with the data as it was",
+    )
+    assert file_tree(out) == before
+
+
+def test_resume_of_a_record_without_digests_says_so_and_records_them(
+    wp_teacher, wp_data, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "run"
+    _cut_run(wp_teacher, wp_data, out, monkeypatch)
+    record = json.loads((out / "run.json").read_text())
+    digests = {k: record.pop(k) for k in ("teacher_weights", "prepared_data")}
+    (out / "run.json").write_text(json.dumps(record))  # as an older mlminilm wrote it
+    code, _, err = _resume(monkeypatch, capsys, wp_teacher, wp_data, out)
+    assert code == 0, err
+    assert "records no digest of the teacher and --data (written by an older mlminilm)" in err
+    after = json.loads((out / "run.json").read_text())
+    assert {k: after[k] for k in digests} == digests and after["config"] == record["config"]

@@ -177,6 +177,44 @@ def test_the_cache_never_lands_in_an_input_or_nowhere(st_teacher, st_data, tmp_p
     assert not (tmp_path / "run").exists()
 
 
+def test_a_cache_inside_out_is_the_runs_own_and_overwrite_keeps_it(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+    from helpers import file_tree
+    from mlminilm.distillation import targets
+
+    digests = []
+    real = targets.module_digest
+    monkeypatch.setattr(targets, "module_digest", lambda module: digests.append(real(module)) or digests[-1])
+    run = tmp_path / "run"
+    cache = run / "cache"
+    code, _, err = _distill(monkeypatch, capsys, st_teacher, st_data, tmp_path, "--target-cache", str(cache))
+    assert code == 0 and " 0 from the cache" in err, err
+    filled = file_tree(cache)
+    assert any(name.endswith(".safetensors") for name in filled)
+    # The teacher is hashed once: the digest run.json records is the one the cache is keyed by.
+    (facts,) = [json.loads(data) for name, data in filled.items() if name.endswith("fingerprint.json")]
+    assert digests == [facts["teacher"]] == [json.loads((run / "run.json").read_text())["teacher_weights"]["digest"]]
+    # The same command with --overwrite: the run starts over, its cache kept and read, nothing computed again.
+    code, _, err = _distill(
+        monkeypatch, capsys, st_teacher, st_data, tmp_path, "--target-cache", str(cache), "--overwrite"
+    )
+    assert code == 0 and " 0 computed" in err, err
+    assert file_tree(cache) == filled
+    assert sorted(p.name for p in run.iterdir()) == ["cache", "checkpoints", "metrics.jsonl", "run.json", "student"]
+    # Inside what the run itself writes (or sets aside), a cache is refused before anything is written.
+    before = file_tree(run)
+    for place, needle in (
+        (run / "checkpoints" / "c", "lies inside checkpoints"),
+        (run / "student", "is student"),
+        (run / ".previous-run" / "c", "lies inside .previous-run"),
+    ):
+        line = assert_error(
+            _distill(monkeypatch, capsys, st_teacher, st_data, tmp_path, "--target-cache", str(place), "--overwrite"),
+            needle,
+            f"which the run writes in --out {run}",
+        )
+        assert file_tree(run) == before, line
+
+
 def test_a_full_disk_while_writing_a_part_is_one_line_and_leaves_nothing(
     st_teacher,  # noqa: F811
     st_data,  # noqa: F811

@@ -42,11 +42,14 @@ def log_passages(plan) -> None:
     )
 
 
-def passage_sampler(plan, rt, teacher, batch, start: int, root: Path, advice: str) -> PassageSampler:
+def passage_sampler(
+    plan, rt, teacher, batch, start: int, root: Path, advice: str, teacher_digest: str | None = None
+) -> PassageSampler:
     """The passages' per-micro-batch draw, with the teacher's embedding of every question (its prompt, cut at
     --parallel-max-length) and every passage (its prompt, cut at --passage-max-length) that steps [start,
     max_steps) draw on any process: two tables of the cache (the fingerprint holds the prompt and the length).
-    With --passage-neighbours every passage is embedded first: the draw groups passages by those embeddings."""
+    With --passage-neighbours every passage is embedded first: the draw groups passages by those embeddings.
+    `teacher_digest`: the teacher's targets.module_digest when the run has it (else each table computes it)."""
     cfg = plan.cfg
     lengths = (cfg.parallel_max_length, cfg.passage_max_length)
 
@@ -65,6 +68,8 @@ def passage_sampler(plan, rt, teacher, batch, start: int, root: Path, advice: st
             world=rt.world,
             barrier=rt.barrier,
             advice=advice,
+            teacher_digest=teacher_digest,
+            what=("questions", "passages")[side],
         )
 
     draw = PassageDraw(plan.passages, cfg.seed)

@@ -22,7 +22,7 @@ from mlminilm.config import DistillConfig
 from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
 from mlminilm.corpus.parallel import ParallelSampler, check_same_pairs, drawn_sources, pairs_record
 from mlminilm.corpus.sampling import BatchSampler
-from mlminilm.distillation import passage_targets
+from mlminilm.distillation import passage_targets, run_inputs
 from mlminilm.distillation.batch import resolve_batch
 from mlminilm.distillation.objective import StudentQKV
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
@@ -99,17 +99,21 @@ class DistillRun:
         self.batch: BatchPlan | None = None
         self.state: training.TrainingState | None = None
         self.compiled = False  # whether the step runs compiled (--compile, decided with the device)
+        self.teacher_digest: str | None = None  # targets.module_digest of the loaded teacher, computed once
+        self.resumed: tuple[dict, dict] | None = None  # --resume: the recorded run, and the options it changes
 
     def execute(self) -> DistillResult:
         """Load, train, export (or export the initialised student with --max-steps 0)."""
         self._check_resume()
         self._load_models()
+        self._check_teacher()
         if self.cfg.max_steps == 0:
             return self._export_initialised()
         return self._train()
 
     def _check_resume(self) -> None:
-        """The run record begun; with --resume, the pairs and the options checked against the recorded run."""
+        """The run record begun; with --resume, the data, the pairs and the options checked against the recorded
+        run (nothing written: the teacher is checked once loaded, `_check_teacher`)."""
         plan, cfg, rt = self.plan, self.cfg, self.rt
         self.record = training.run_record(
             cfg,
@@ -117,6 +121,7 @@ class DistillRun:
             {
                 "teacher_model_type": plan.teacher_config.model_type,
                 "data_manifest": plan.data.manifest.get("tokenizer"),
+                run_inputs.DATA_KEY: run_inputs.data_record(plan.data),
             },
         )
         if plan.pairs is not None:
@@ -125,12 +130,32 @@ class DistillRun:
         if cfg.resume:
             training.check_same_run_everywhere(self.out, rt, training.RUN_RECORD)
             old = (training.read_run_record(self.out) or (None, {}))[1]
+            run_inputs.check_same_data(old, self.record, self.out)
             # Exact resume is promised for the pairs the run started on only: checked before the options' check may
             # record a change (another --parallel path is that check's to name).
             if plan.pairs is not None and old.get("config", {}).get("parallel") == self.record["config"]["parallel"]:
                 check_same_pairs(old.get("parallel_pairs"), self.record["parallel_pairs"], cfg.parallel, self.out)
             passage_targets.check_resume(old, self.record, plan, self.out)
-            training.check_resume_compatible(self.out, self.record, self.resume_keys, write=rt.is_main)
+            self.resumed = old, training.check_resume_compatible(self.out, self.record, self.resume_keys, write=False)
+
+    def _check_teacher(self) -> None:
+        """With --resume, the loaded teacher checked against the recorded run's (run_inputs), then what the resume
+        changes written to the run record (main process): a refused resume writes nothing."""
+        if self.resumed is None:
+            return
+        old, changes = self.resumed
+        cfg, rt = self.cfg, self.rt
+
+        def digest_in(dtype: str) -> str:
+            from mlminilm.distillation.targets import module_digest
+
+            layer = -1 if trains_output(cfg) else cfg.teacher_layer
+            return module_digest(self.load_teacher(cfg.teacher, layer, getattr(torch, dtype), torch.device("cpu"))[0])
+
+        run_inputs.check_same_teacher(old, self.record, self.out, digest_in)
+        added = run_inputs.unrecorded(old, self.record, self.out) if old else {}
+        if rt.is_main:
+            training.record_resume(self.out, changes, added)
 
     def _load_models(self) -> None:
         """The teacher in the compute dtype, the student built (seeded) and initialised, frozen where no term
@@ -140,6 +165,10 @@ class DistillRun:
         # layer, or whole when an output term needs its last hidden states.
         whole = trains_output(cfg)
         self.teacher, _ = self.load_teacher(cfg.teacher, -1 if whole else cfg.teacher_layer, rt.dtype, rt.device)
+        from mlminilm.distillation.targets import module_digest
+
+        self.teacher_digest = module_digest(self.teacher)  # the run record's and the target cache's, hashed once
+        self.record[run_inputs.TEACHER_KEY] = run_inputs.teacher_record(self.teacher_digest, rt.dtype)
         s_config = student_config(plan.teacher_config, cfg.shape, cfg.dropout)
         student = build_student(s_config, cfg.seed)
         if plan.init_layers is not None:
@@ -217,7 +246,7 @@ class DistillRun:
             self.pairs = self._pairs_sampler(self.state.start_step)
         if plan.passages is not None:
             self.passages = passage_targets.passage_sampler(
-                plan, rt, self.teacher, self.batch, self.state.start_step, *self._target_cache()
+                plan, rt, self.teacher, self.batch, self.state.start_step, *self._target_cache(), self.teacher_digest
             )
         return run_cfg
 
@@ -347,6 +376,7 @@ class DistillRun:
             world=rt.world,
             barrier=rt.barrier,
             advice=advice,
+            teacher_digest=self.teacher_digest,
         )
         return ParallelSampler(
             plan.pairs,

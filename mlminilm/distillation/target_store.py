@@ -90,6 +90,30 @@ def refuse_place(cache: str | Path, inputs: dict, out: str | Path) -> None:
             )
 
 
+def place_in_out(
+    cache: str | Path | None, out: str | Path, outputs: tuple[str, ...], replaced: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The entry of --out that holds the cache, when `cache` (--target-cache) lies inside `out`: it is the run's own
+    (an --overwrite keeps it: its parts prove their teacher and text, and recomputing them costs teacher time);
+    () when the cache lies elsewhere or in one of `replaced` (the cache's default place, a stage's run directory:
+    entries --overwrite replaces whole). ConfigError when it lies in another of the run's `outputs` (its record,
+    log, checkpoints, export ...), which the run rewrites or --overwrite sets aside."""
+    if cache is None:
+        return ()
+    target, root = (Path(os.path.realpath(os.path.expanduser(str(p)))) for p in (cache, out))
+    if root not in target.parents:
+        return ()
+    name = target.relative_to(root).parts[0]
+    if name in replaced:
+        return ()
+    if name in outputs:
+        raise ConfigError(
+            f"--target-cache {cache} {'is' if target.parent == root else 'lies inside'} {name}, which the run "
+            f"writes in --out {out}; give the cache a directory of its own (such as {Path(out) / 'cache'})"
+        )
+    return (name,)
+
+
 class TargetStore:
     """One fingerprint's vectors: what is on disk, checked, and what this run adds. `advice` says, in an error,
     how to give the run another cache (which option places it)."""

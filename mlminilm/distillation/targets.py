@@ -142,11 +142,15 @@ def prepare(
     world: int = 1,
     barrier=lambda: None,
     advice: str = "give --target-cache a writable directory of its own",
+    teacher_digest: str | None = None,
+    what: str = "source sentences",
 ) -> TargetTable:
     """The table of the teacher's embeddings of `texts` under `root`. What the store lacks is computed while rank 0
     holds the fingerprint's folder (another run filling it is waited for; the main process logs, with progress).
     Under DDP every rank computes and writes its share of it (`fill`) and all meet at `barrier` before reading the
-    whole table. `advice`: how an error says to move the cache.
+    whole table. `advice`: how an error says to move the cache. `teacher_digest`: `module_digest(teacher)` when
+    the caller has it (the run computes it once, for its record), else computed here. `what`: what `texts` are,
+    for the log (the parallel pairs' source sentences, the passages' questions or passages).
 
     Why rank 0 holds the lock for all the ranks, and they write into the folder it holds, rather than each writing
     temporaries for rank 0 to move in: the lock keeps other runs out, and the ranks of this run only add parts
@@ -154,7 +158,8 @@ def prepare(
     so a rank that dies leaves only finished parts and its temporary (cleaned by the next holder), and nothing has
     to be handed from rank to rank."""
     width = teacher.config.hidden_size * len(modes)  # pooling concatenates one vector per mode
-    facts = fingerprint(module_digest(teacher), modes, normalize, prefix, max_length, width=width)
+    digest = teacher_digest if teacher_digest is not None else module_digest(teacher)
+    facts = fingerprint(digest, modes, normalize, prefix, max_length, width=width)
     store = TargetStore(root, facts, advice, rank=rank, world=world)
     embed = functools.partial(
         embed_sources,
@@ -170,7 +175,7 @@ def prepare(
         t0 = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
-            log.info("teacher targets: %d of %d sentences embedded (%.0f s)", done, total, time.perf_counter() - t0)
+            log.info("teacher targets: %d of %d %s embedded (%.0f s)", done, total, what, time.perf_counter() - t0)
 
         def waiting(holder: str) -> None:
             log.info("teacher-target cache %s is being filled by another run%s: waiting for it", store.dir, holder)
@@ -185,8 +190,9 @@ def prepare(
             barrier()  # every rank's parts are written before the lock is given back
         distinct = len(set(texts))
         log.info(
-            "teacher targets for %s distinct source sentences: %s from the cache, %s computed, in %s",
+            "teacher targets for %s distinct %s: %s from the cache, %s computed, in %s",
             f"{distinct:,}",
+            what,
             f"{distinct - computed:,}",
             f"{computed:,}",
             store.dir,

@@ -39,6 +39,7 @@ from mlminilm.training.run_dir import (
     failed_run_leftovers,
     prepare_output_dir,
     read_run_record,
+    record_resume,
     run_record,
 )
 from mlminilm.training.runtime import Runtime, cpu_has_native_bf16, setup_runtime, teardown_runtime
@@ -69,6 +70,7 @@ __all__ = [
     "make_optimizer",
     "prepare_output_dir",
     "read_run_record",
+    "record_resume",
     "resume_point",
     "run_record",
     "save_checkpoint",

@@ -42,13 +42,15 @@ class RunLayout:
     writes (`artifacts`: all that --overwrite may replace), its run record, how the refusal names a run of it, and
     how to tell a run that died before its first checkpoint (`leftovers`: nothing in it to resume) from one that
     saved one (`checkpointed`). The defaults are a single run's (distill, finetune); assist's runs its stages in
-    sub-directories."""
+    sub-directories. `kept`: entries of the run's own that --overwrite leaves in place (not refused as another's,
+    not set aside): a teacher-target cache the user placed inside --out, which proves its own contents."""
 
     artifacts: tuple[str, ...]
     record_file: str = RUN_RECORD
     what: str = "a run of this command"
     leftovers: Callable[[Path], bool] | None = None  # None: failed_run_leftovers(out, record_file)
     checkpointed: Callable[[Path], bool] | None = None  # None: whether out/checkpoints/ holds one
+    kept: tuple[str, ...] = ()
 
     def died_early(self, out: Path) -> bool:
         return self.leftovers(out) if self.leftovers else failed_run_leftovers(out, self.record_file)
@@ -124,7 +126,7 @@ def prepare_output_dir(
             "--overwrite to start over"
         )
     if cfg.overwrite:
-        check_replaceable(out, layout.artifacts, layout.what)
+        check_replaceable(out, layout.artifacts + layout.kept, layout.what)
     if failed and not cfg.overwrite:
         log.warning("%s holds only the record of a run that saved no checkpoint: starting over", out)
     if not set_aside or not (cfg.overwrite or failed):
@@ -309,13 +311,25 @@ def check_resume_compatible(
             ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in changes.items()),
             Path(out) / record_file,
         )
-    if write and changes:
-        updated = dict(old_record)
-        updated["config"] = {**old, **{k: b for k, (a, b) in changes.items()}}
-        if changes:
-            updated["resumes"] = [
-                *old_record.get("resumes", []),
-                {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes},
-            ]
-        write_json_atomic(path, updated)
+    if write:
+        record_resume(out, changes, record_file=record_file)
     return changes
+
+
+def record_resume(out: Path, changes: dict, added: dict | None = None, record_file: str = RUN_RECORD) -> None:
+    """A --resume's entry in the run record in `out`: the changed options (`changes`, option -> [old, new], as
+    check_resume_compatible found them) into its "config" and "resumes", and `added`, entries an older record
+    lacks (kept as they are where present). Written only when something changes (the main process calls it)."""
+    found = read_run_record(out, record_file)
+    if found is None or not (changes or added):
+        return
+    path, old_record = found
+    updated = {**old_record, **{k: v for k, v in (added or {}).items() if k not in old_record}}
+    if changes:
+        updated["config"] = {**old_record.get("config", {}), **{k: b for k, (a, b) in changes.items()}}
+        updated["resumes"] = [
+            *old_record.get("resumes", []),
+            {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes},
+        ]
+    if updated != old_record:
+        write_json_atomic(path, updated)
