@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 TEACHER ?=
 PRECISION ?=
 
-.PHONY: venv demo test test-all bench gpu-check cli-reference clean
+.PHONY: venv demo test test-slow test-all bench gpu-check cli-reference clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q --durations=20
+
+# The slow tests alone (real teachers, the README's commands as printed): what `make test` skips; CI runs both.
+test-slow: venv
+	$(BIN)/python -m pytest -q --runslow -m slow --durations=20
 
 test-all: venv
 	$(BIN)/ruff check .
