@@ -179,11 +179,24 @@ def _as_options(values: dict, command, given_args: list[str], path, replay: bool
             continue  # the command line's value wins; None: the option's own default
         words += _words(param, value)
     if unknown:
-        known = ", ".join(sorted(next(o for o in p.opts if o.startswith("--"))[2:] for p in params))
-        raise ConfigError(
-            f"--config {path}: unknown option(s) {', '.join(sorted(unknown))}; the options of this command are: {known}"
-        )
+        names = sorted(next(o for o in p.opts if o.startswith("--"))[2:] for p in params)
+        raise ConfigError(f"--config {path}: {_unknown_keys(sorted(unknown), names)}")
     return words
+
+
+def _unknown_keys(unknown: list[str], names: list[str]) -> str:
+    """What to say of the file's keys `unknown`: the closest option names to each (difflib, as the command line's
+    "Possible options"), or every option of the command when none is close to any of them."""
+    import difflib
+
+    close = {key: difflib.get_close_matches(key.replace("_", "-"), names, n=3, cutoff=0.6) for key in unknown}
+    if any(close.values()):
+        said = [
+            f"{key} (did you mean {' or '.join(near)}?)" if near else f"{key} (no option is close: see --help)"
+            for key, near in close.items()
+        ]
+        return f"unknown option(s) {', '.join(said)}"
+    return f"unknown option(s) {', '.join(unknown)}; the options of this command are: {', '.join(names)}"
 
 
 def _words(param, value) -> list[str]:

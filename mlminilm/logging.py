@@ -109,10 +109,12 @@ class _NullProgress:
 
 
 @contextlib.contextmanager
-def progress(unit: str = "it"):
+def progress(unit: str = "it", window_s: float = 30.0):
     """A rich progress bar on stderr with rate and ETA; a no-op when stderr is not a terminal.
 
-    Tasks take a `rate` field (text) that the caller keeps up to date, e.g. "12,345 tok/s".
+    Tasks take a `rate` field (text) that the caller keeps up to date, e.g. "12,345 tok/s". The ETA is the
+    remaining work at the speed of the last `window_s` seconds (rich keeps at most 1000 `advance` samples): it
+    shows once two updates fall within the window, so work whose updates come further apart needs a longer one.
     """
     if not progress_enabled():
         yield _NullProgress()
@@ -127,6 +129,7 @@ def progress(unit: str = "it"):
         TimeRemainingColumn(),
         console=stderr_console,
         transient=True,
+        speed_estimate_period=window_s,
     )
     with bar:
         yield bar

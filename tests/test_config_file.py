@@ -87,11 +87,28 @@ def test_a_run_record_replays_its_run(wp_teacher, wp_data, tmp_path, monkeypatch
     )
 
 
+def test_a_misspelt_key_gets_the_closest_option_names(tmp_path, monkeypatch, capsys):
+    """Issue 55, item 8: `max-step` (or `max_step`) in a config file names `max-steps`, as the command line's
+    "Possible options" does, instead of listing all ~60 options; only when no option is close are they listed."""
+    config = tmp_path / "c.toml"
+    for key in ("max-step", "max_step"):
+        config.write_text(f"{key} = 10\n")
+        error = assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)), "unknown option(s)")
+        assert error.endswith(f"unknown option(s) {key} (did you mean max-steps?)"), error
+    config.write_text("warmpu = 10\n")
+    error = assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)))
+    assert "warmpu (did you mean warmup?)" in error
+    config.write_text("zzzz = 1\n")
+    error = assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)))
+    listed = error.split("the options of this command are: ")[1].split(", ")
+    assert "unknown option(s) zzzz;" in error and "max-steps" in listed and "teacher" in listed and len(listed) > 40
+
+
 def test_bad_config_files_are_one_line(wp_teacher, tmp_path, monkeypatch, capsys):
     config = tmp_path / "c.toml"
     config.write_text('max-steps = 3\nlayerz = 2\nfoo = "x"\n')
     error = assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(config)), "unknown option(s)")
-    assert "foo, layerz" in error and "max-steps" in error.split("are:")[1]
+    assert "foo (no option is close: see --help), layerz (did you mean layers?)" in error and "are:" not in error
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert_error(run_main(monkeypatch, capsys, "distill", "--config", str(bad)), "not readable JSON")

@@ -133,6 +133,24 @@ def test_tiny_file_converts_to_a_bert_directory(tmp_path, monkeypatch):
     assert resolve(str(tmp_path / "tiny.bin")) == str(out)  # the second call reads the cache
 
 
+def test_the_default_cache_is_where_the_guide_says(tmp_path, monkeypatch):
+    """Issue 55, item 8: docs/guides/distill.md said ~/.cache/mlminilm/models/teachers/; the code converts into
+    ~/.cache/mlminilm/teachers/ (and XDG_CACHE_HOME's mlminilm/teachers/ when set)."""
+    from helpers import REPO
+    from mlminilm.models.teachers import resolve
+
+    monkeypatch.delenv("MLMINILM_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    write_tiny_e5(tmp_path / "tiny.bin")
+    assert Path(resolve(str(tmp_path / "tiny.bin"))).parent == tmp_path / "home" / ".cache" / "mlminilm" / "teachers"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert Path(resolve(str(tmp_path / "tiny.bin"))).parent == tmp_path / "xdg" / "mlminilm" / "teachers"
+    guide = " ".join((REPO / "docs" / "guides" / "distill.md").read_text(encoding="utf-8").split())
+    assert "~/.cache/mlminilm/teachers/" in guide and "mlminilm/models/teachers" not in guide
+    assert "`teachers/<file name without .bin>-<16 hex digits of its sha256>/` under `$MLMINILM_CACHE`" in guide
+
+
 @pytest.mark.parametrize("cut", [6, 200, -100])
 def test_truncated_file_one_error_nothing_cached(tmp_path, cut, tiny_corpus_dir):
     full = tmp_path / "full.bin"

@@ -331,6 +331,10 @@ def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teach
         ["passage_embedding", "passage_scores"]
     ] * 2
     assert all("parallel" not in r for r in steps)
+    # The teacher-target lines say what they embedded (issue 55: both said "distinct source sentences").
+    said = [line for line in err.splitlines() if "teacher targets for" in line]
+    assert len(said) == 2 and "distinct questions:" in said[0] and "distinct passages:" in said[1], said
+    assert "source sentences" not in err
 
 
 def test_passage_hidden_run_logs_the_term_and_says_it(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811

@@ -370,6 +370,48 @@ def test_cli_report_known_answer(encoder, tmp_path, monkeypatch, capsys):
     assert "layer 3 of 3 (--layer)" in stdout and "prefix 'query: ' (--prefix)" in stdout
 
 
+def test_the_summary_line_says_the_precision(encoder, tmp_path, monkeypatch, capsys):
+    """Issue 55, item 6: on a CPU with native bf16, `--precision auto` runs the forward pass under bf16 autocast,
+    and the line under the table that says how the embeddings were made says so too (and how to get fp32)."""
+    data = tmp_path / "tatoeba"
+    lines = known_answer_lines("de")
+    write_pair(data, "deu", lines, lines)
+    monkeypatch.setattr("mlminilm.training.runtime.cpu_has_native_bf16", lambda: True)
+
+    def summary(*extra: str) -> tuple[str, dict]:
+        args = ("eval-tatoeba", "--model", str(encoder), "--data", str(data), "--device", "cpu", *extra)
+        code, stdout, stderr = run_main(monkeypatch, capsys, *args)
+        assert code == 0, stderr
+        code, as_json, stderr = run_main(monkeypatch, capsys, *args, "--json")
+        assert code == 0, stderr
+        return " ".join(stdout.split()), json.loads(as_json)  # rich wraps the notes at 80 columns here
+
+    text, doc = summary()  # --precision auto
+    assert doc["throughput"]["precision"] == "bfloat16" and doc["throughput"]["native_bf16"] is True
+    said = "max length 160; computed in bf16 (autocast on a CPU with native bf16; --precision fp32 for float32)"
+    assert said in text
+    text, doc = summary("--precision", "fp32")
+    assert doc["throughput"]["precision"] == "float32" and "max length 160; computed in fp32 " in text
+
+
+def test_precision_phrase_of_other_set_ups():
+    """The phrase for what the CLI test above cannot run: CUDA, a CPU without native bf16, an exported graph
+    (its backend line says its dtype) and scored predictions (no run, no throughput)."""
+    from mlminilm.report.tables import precision_phrase, summary_line
+
+    def doc(**tp) -> dict:
+        return {"summary": "embedding: x", "throughput": {"device": "cpu (x86_64, 2 threads)", **tp}}
+
+    assert precision_phrase(doc(precision="bfloat16", device="NVIDIA H100")) == "computed in bf16 (autocast)"
+    assert precision_phrase(doc(precision="float16", device="NVIDIA H100")) == "computed in fp16 (autocast)"
+    slow = precision_phrase(doc(precision="bfloat16", native_bf16=False))
+    assert slow == "computed in bf16 (autocast on a CPU without native bf16; --precision fp32 for float32)"
+    old = precision_phrase(doc(precision="bfloat16"))  # a report from before `native_bf16` was recorded
+    assert old == "computed in bf16 (autocast on the CPU; --precision fp32 for float32)"
+    assert precision_phrase(doc(precision="int8", backend="onnxruntime")) is None
+    assert summary_line({"summary": "embedding: x"}) == "embedding: x" and summary_line({}) is None
+
+
 def test_cli_every_language_of_the_folder(encoder, tmp_path, monkeypatch, capsys):
     """Hand-made Tatoeba files of languages outside the first 21 (jpn, ita, por, ast, kab: in langs/ since it holds
     LASER's 112) and of one no registered language has (qya, Quenya): all evaluated by default, each under its

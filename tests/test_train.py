@@ -109,3 +109,50 @@ def test_clipping_defaults_per_command():
         FinetuneConfig(model="m", train="t", out="o", max_grad_norm=-1.0)
     with pytest.raises(ConfigError, match="--max-grad-norm"):
         DistillConfig(teacher="t", out="o", max_grad_norm=float("nan"))
+
+
+def test_the_progress_bar_moves_every_step_with_an_eta_from_the_second(tmp_path, monkeypatch):
+    """Issue 55, item 7: the bar (a real rich Progress on a fake clock, steps a minute apart, log every 3 steps)
+    counts every step as it ends, and its ETA is known from the second step on: the speed of the steps after the
+    first (1 per 60 s) times what remains, also when steps come further apart than rich's default 30 s window."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from mlminilm import logging as mlog
+    from mlminilm.config import TrainConfig
+
+    clock, bars = [0.0], []
+
+    class OnTheFakeClock(Progress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, get_time=lambda: clock[0], **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(mlog, "progress_enabled", lambda: True)
+    monkeypatch.setattr(mlog, "stderr_console", Console(file=io.StringIO(), force_terminal=True))
+    monkeypatch.setattr(mlog, "Progress", OnTheFakeClock)
+    cfg = TrainConfig(
+        out=tmp_path, max_steps=6, save_every=6, log_every=3, lr=0.1, warmup=0, device="cpu", precision="fp32"
+    )
+    rt = training.setup_runtime("cpu", "fp32")
+    model = _Linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    seen = []  # (step, the bar's count, its ETA in s) as each step starts
+
+    def compute(step, micro):
+        task = bars[-1].tasks[-1]
+        seen.append((step, task.completed, task.time_remaining))
+        clock[0] += 60.0
+        return training.StepOutput(loss=(model.w * torch.tensor([1.0, 2.0])).sum(), tokens=1)
+
+    training.run_steps(
+        training.Steps(cfg, rt, model, model, optimizer, scheduler, compute),
+        training.Reporting(tmp_path, training.MetricsLog(tmp_path / "metrics.jsonl")),
+    )
+    assert [(step, completed) for step, completed, _ in seen] == [(s, s) for s in range(6)]
+    # ETA = the 6 - s steps left at 60 s each, from the second step's end on (one sample measures no speed).
+    assert [eta for *_, eta in seen] == [None, None, 240, 180, 120, 60]
+    assert bars[-1].tasks[-1].completed == 6 and bars[-1].tasks[-1].total == 6

