@@ -15,10 +15,12 @@ Examples:
   mlminilm eval-retrieval --model student/ --data xquad/ --passage-max-length 256 --update-card
   mlminilm eval-retrieval --model student/ --data beir/scifact --lang en --split test
   mlminilm eval-retrieval --model student-int8/ --data mlqa/ --backend openvino --out reports/retrieval-int8
+  mlminilm eval-retrieval --model multilingual-e5-small --query-model student-int8/ --data mlqa/ --update-card
 """
 
 ORDER = (
     "model",
+    "query_model",
     "data",
     "langs",
     "out",
@@ -35,6 +37,7 @@ ORDER = (
     "overwrite",
     "update_card",
     "backend",
+    "query_backend",
     "precision",
     "device",
 )

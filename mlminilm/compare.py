@@ -19,6 +19,9 @@ Tatoeba, lengths a fine-tuning run fixed (`settings`, one warning per difference
 precision and batch (a warning when they differ, as the speeds are then not like for like). A model can be
 compared whether the report ran it or scored its predictions (`eval-mlqa --predictions`): the scores are of the
 same questions with the same scorer.
+Retrieval by asymmetric search (`eval-retrieval --query-model`: the questions embedded by one model, the passages by
+another) is compared with symmetric reports of the same data, labelled: a warning and the comparison's `search` name
+each report's models, and `--baseline` finds such a report by its query model.
 
 Languages that only some reports have are left out, with a warning naming them; every average is then the
 unweighted mean over the compared languages (each evaluation's own average is that mean over its languages).
@@ -27,15 +30,21 @@ Reports with no language in common are refused.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlminilm import logging as mlog
-from mlminilm.compare_checks import compared_languages, refuse_different_data, refuse_different_protocol, warning_lines
+from mlminilm.compare_checks import (
+    compared_languages,
+    refuse_different_data,
+    refuse_different_protocol,
+    search_label,
+    warning_lines,
+)
 from mlminilm.config import CompareConfig
 from mlminilm.errors import ConfigError, DataError, Problems
+from mlminilm.io import user_json
 from mlminilm.version import __version__
 
 log = mlog.get(__name__)
@@ -43,11 +52,16 @@ log = mlog.get(__name__)
 REPORT_FILE = "metrics.json"
 KIND = "comparison"  # the `kind` of the document compare writes (an evaluation report has none)
 HEADLINE = ("f1", "xx_to_en", "ndcg_at_10", "accuracy")  # the table's metric by default: the first the reports have
+# The wall-clock and CPU-time speed ratios of two reports disagreeing by more than this factor: the wall clock
+# measured the machine (its other work) as well as the models, so the CPU-time ratio leads.
+SPEED_RATIOS_APART = 1.25
 PROTOCOL = (
     "comparison of evaluation reports of the same data and protocol, per language: each model's score; ratio = "
     "score / the baseline's; chance-corrected = (score - chance) / (baseline's - chance), chance = 100 / the "
     "number of classes (classification); average = unweighted mean over the compared languages, its ratios "
-    "those of the averages; speed = examples per second / the baseline's"
+    "those of the averages; speed = examples per second / the baseline's (wall clock), and on the CPU examples per "
+    "CPU second of the process / the baseline's (CPU time), which leads where the runs' loads differ or the two "
+    f"ratios disagree by more than {SPEED_RATIOS_APART:g}x"
 )
 
 
@@ -64,7 +78,8 @@ class Report:
         return self.file.resolve().parent
 
     def model(self) -> str | None:
-        return self.doc.get("model") or self.doc.get("predictions_from")
+        # asymmetric retrieval (eval-retrieval --query-model): the model under test embeds the questions
+        return self.doc.get("query_model") or self.doc.get("model") or self.doc.get("predictions_from")
 
 
 def run(cfg: CompareConfig) -> dict:
@@ -120,14 +135,11 @@ def load_report(arg: str | Path) -> Report:
     else:
         raise DataError(f"{arg}: no such report directory or file")
     try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        doc = user_json.load(file, finite=False)  # json.dumps writes NaN; report_problems names the field
+    except user_json.JsonError as exc:
         raise DataError(
-            f"{file} is damaged: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-            f"run the evaluation again to rewrite it"
+            f"{file} is damaged: not valid JSON ({exc.reason}); run the evaluation again to rewrite it"
         ) from None
-    except UnicodeDecodeError:
-        raise DataError(f"{file} is damaged: not UTF-8 text; run the evaluation again to rewrite it") from None
     if isinstance(doc, dict) and doc.get("kind") == KIND:
         raise DataError(
             f"{file} is a comparison written by `mlminilm compare`, not an evaluation report; give the "
@@ -292,6 +304,7 @@ def compare_documents(
         "protocol": PROTOCOL,
         "report_protocol": base.get("protocol"),
         "baseline": baseline,
+        **_search(docs),
         "metric": metric,
         "metrics": metrics,
         "chance": chance,
@@ -303,6 +316,21 @@ def compare_documents(
         "mlminilm": __version__,
     }
     return doc
+
+
+def _model_shown(doc: dict) -> str | None:
+    """The report's model as the comparison names it; an asymmetric search's names both of its models."""
+    if doc.get("search") == "asymmetric":
+        return f"{doc.get('query_model')} (questions) on the index of {doc.get('model')}"
+    return doc.get("model") or doc.get("predictions_from")
+
+
+def _search(docs: dict[str, dict]) -> dict:
+    """{"search": {report: its search}} where a retrieval report is asymmetric search (compare_checks.search_label),
+    else nothing: a comparison of symmetric reports is as it was."""
+    if not any(d.get("search") == "asymmetric" for d in docs.values()):
+        return {}
+    return {"search": {n: search_label(d) for n, d in docs.items()}}
 
 
 def _ratio(score: float, base: float) -> float | None:
@@ -336,21 +364,63 @@ def _report_record(doc: dict, base: dict, source: str | None) -> dict:
     base_tp = base.get("throughput") if isinstance(base.get("throughput"), dict) else None
     speed = tp.get("examples_per_s") if tp else None
     base_speed = base_tp.get("examples_per_s") if base_tp else None
+    wall = speed / base_speed if _number(speed) and _number(base_speed) and base_speed else None
+    per_cpu, base_per_cpu = _per_cpu_s(tp), _per_cpu_s(base_tp)
+    cpu = per_cpu / base_per_cpu if per_cpu and base_per_cpu else None
     params, base_params = _parameters(doc), _parameters(base)
     disk, base_disk = _size(doc, "disk_bytes"), _size(base, "disk_bytes")
     return {
         "source": source,
-        "model": doc.get("model") or doc.get("predictions_from"),
+        "model": _model_shown(doc),
         "summary": doc.get("summary"),
         "throughput": tp,
         "examples_per_s": speed,
-        "speed_ratio": speed / base_speed if _number(speed) and _number(base_speed) and base_speed else None,
+        "speed_ratio": wall,
+        "examples_per_cpu_s": per_cpu,
+        "cpu_speed_ratio": cpu,
+        "speed_shown": _speed_shown(tp, base_tp, wall, cpu),
         "parameters": params,
         "parameters_ratio": params / base_params if params is not None and base_params else None,
         "embedding_parameters": _size(doc, "embedding_parameters"),
         "disk_bytes": disk,
         "disk_ratio": disk / base_disk if disk is not None and base_disk else None,
     }
+
+
+def _per_cpu_s(tp: dict | None) -> float | None:
+    """Examples per second of the process's CPU time (every thread's), for a run on the CPU that recorded it
+    (mlminilm.evaluation.machine): what the model costs, whatever else the machine was doing. None on a GPU, where
+    the CPU time is the host's waiting, not the model's work."""
+    if not tp or not str(tp.get("device", "")).startswith("cpu"):
+        return None
+    per_s, elapsed, cpu = tp.get("examples_per_s"), tp.get("elapsed_s"), tp.get("cpu_s")
+    if not (_number(per_s) and _number(elapsed) and _number(cpu)) or cpu <= 0 or elapsed <= 0:
+        return None
+    return per_s * elapsed / cpu
+
+
+def _speed_shown(tp: dict | None, base_tp: dict | None, wall: float | None, cpu: float | None) -> dict | None:
+    """Which speed ratio leads (`by`: "wall clock" or "CPU time") and why: the CPU-time ratio when the two runs'
+    loads differ (compare_checks' rule, the one its warning uses) or the two ratios disagree by more than
+    SPEED_RATIOS_APART; else the wall clock's. None without a wall-clock ratio."""
+    if wall is None:
+        return None
+    if cpu is None or wall <= 0:
+        return {"by": "wall clock", "why": "no CPU time recorded for both runs on a CPU" if cpu is None else None}
+    from mlminilm.compare_checks import CPU_SHARE_APART, OTHER_LOAD_APART, _load
+
+    why = []
+    loads = [_load(t) for t in (tp, base_tp)]
+    if all(loads):
+        (other, share), (base_other, base_share) = loads
+        apart = abs(other - base_other) >= OTHER_LOAD_APART
+        if apart or (share is not None and base_share is not None and abs(share - base_share) >= CPU_SHARE_APART):
+            why.append("the two runs' loads differ")
+    if max(wall / cpu, cpu / wall) > SPEED_RATIOS_APART:
+        why.append(f"the wall-clock and CPU-time ratios disagree by more than {SPEED_RATIOS_APART:g}x")
+    if why:
+        return {"by": "CPU time", "why": " and ".join(why)}
+    return {"by": "wall clock", "why": None}
 
 
 # `from mlminilm import compare` may give this module: calling it runs the command (mlminilm.api).

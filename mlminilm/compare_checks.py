@@ -1,7 +1,8 @@
 """What `compare` (mlminilm.compare) checks before it compares evaluation reports: that they share their protocol
 (`SAME_PROTOCOL`), which languages every report has, and that they scored the same data (examples, skipped rows,
 data files), refusing them with a DataError otherwise; and the differences it only warns about (languages left out,
-data read from different places, each run's own settings, throughput set-ups). The rule itself is described in the
+data read from different places, each run's own settings, throughput set-ups, asymmetric retrieval search beside
+symmetric: `search_lines`). The rule itself is described in the
 docstring of mlminilm.compare."""
 
 from __future__ import annotations
@@ -154,7 +155,33 @@ def warning_lines(docs: dict[str, dict], dropped: dict[str, list[str]]) -> list[
             + "; ".join(f"{n}: {s}" for n, s in setups.items())
             + "): the speeds are not like for like"
         )
-    return lines + load_lines(docs)
+    return search_lines(docs) + lines + load_lines(docs)
+
+
+def search_label(doc: dict) -> str | None:
+    """How a retrieval report searched: symmetric (one model embeds questions and passages) or asymmetric
+    (`eval-retrieval --query-model`: the questions by one model, the passages, the index, by another); None for
+    other tasks."""
+    if doc.get("task") != "retrieval":
+        return None
+    if doc.get("search") == "asymmetric":
+        return f"asymmetric, questions by {doc.get('query_model')}, passages (the index) by {doc.get('model')}"
+    return f"symmetric, questions and passages by {doc.get('model')}"
+
+
+def search_lines(docs: dict[str, dict]) -> list[str]:
+    """A warning that labels each report's search where any is asymmetric: such a report is compared with the
+    others (the same questions, passages and scoring), never silently."""
+    if not any(d.get("search") == "asymmetric" for d in docs.values()):
+        return []
+    mixed = len({d.get("search") == "asymmetric" for d in docs.values()}) > 1
+    return [
+        ("symmetric and asymmetric search side by side (" if mixed else "asymmetric search (")
+        + "; ".join(f"{n}: {search_label(d)}" for n, d in docs.items())
+        + "): the same questions and passages, each report's embedded by the models it names; an asymmetric "
+        "report's size is its index model's and its speed that of all its texts (its query model's own: "
+        "`query_size`, `throughput.sides.query`)"
+    ]
 
 
 # Loads apart by this much (1-minute load average, less the run's own CPU use) or CPU shares (the CPU seconds a run

@@ -27,6 +27,7 @@ from mlminilm.config.options import COMMA, option
 
 RETRIEVAL_MAX_LENGTH = 512  # tokens per query and per passage, unless the model's positions are fewer (MTEB's)
 RETRIEVAL_BATCH_SIZE = 32  # passages are long: a batch of 32 x 512 tokens
+QUERY_BACKENDS = ("auto", *EVAL_BACKENDS)  # --query-backend: auto = the query model directory's own
 
 
 def lang_pair(text: str) -> tuple[str, str]:
@@ -53,7 +54,8 @@ class EvalRetrievalConfig(Config):
     Layer and pooling follow eval-tatoeba's rules (the model's sentence-transformers setup, else XTREME's layer
     and mean pooling). `query_prompt` / `passage_prompt` None: the model's own sentence-transformers prompts
     ("query"; "passage", else "document"), else none. Lengths None: RETRIEVAL_MAX_LENGTH, or the model's position
-    limit when smaller."""
+    limit when smaller. `query_model` (asymmetric search): the questions' encoder, with its own embedding (its layer,
+    pooling, query prompt and tokenizer) and backend (`query_backend`); the passages keep `model`'s."""
 
     model: str = option(
         "",
@@ -119,11 +121,27 @@ class EvalRetrievalConfig(Config):
     )
     batch_size: int = option(RETRIEVAL_BATCH_SIZE, min=1, help="Texts per forward pass (sorted by length).")
     overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
-    update_card: bool = option(False, help=UPDATE_CARD_HELP)
+    update_card: bool = option(
+        False,
+        help=UPDATE_CARD_HELP + " With --query-model: into the query model's README.md, naming --model as the index.",
+    )
     backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
     precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
     device: str = device_option()
     quiet: bool = quiet_option()
+    query_model: str | None = option(
+        None,
+        help="Asymmetric search: embed the questions with this encoder (directory or hub id; e.g. a student, "
+        "trimmed or int8) and the passages, the index, with --model. Each side has its own model's layer, pooling "
+        "(--layer / --pooling set both), prompt and tokenizer; the two must give vectors of one size. Default: "
+        "--model for both.",
+    )
+    query_backend: str = option(
+        "auto",
+        choices=QUERY_BACKENDS,
+        help="The backend of --query-model (--backend is --model's): auto = what its directory is (onnx or "
+        "openvino for a `mlminilm export` directory, else torch; --backend when it is --model).",
+    )
 
     def problems(self) -> list[str]:
         # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
@@ -133,6 +151,10 @@ class EvalRetrievalConfig(Config):
         if not self.data:
             p.append("--data is required (MLQA, XQuAD or TyDiQA-GoldP files, or a BEIR folder)")
         backend_problems(p, self.backend, self.precision, self.device)
+        if self.query_model == "":
+            p.append("--query-model is empty: give the encoder that embeds the questions, or leave it out")
+        if self.query_backend != "auto" and self.query_model is None:
+            p.append(f"--query-backend {self.query_backend} needs --query-model (--backend is --model's backend)")
         unknown_langs(p, self.langs, "--langs")
         if self.lang is not None:
             try:

@@ -14,9 +14,15 @@ from mlminilm.errors import ConfigError
 from mlminilm.runtimes.onnx_runtime import ExportRecord, OnnxModel, read_export, refuse_torch_on_export, require_onnx
 
 
-def check(backend: str, model: str, task: str) -> ExportRecord | None:
+def check(backend: str, model: str, task: str, flag: str = "--backend") -> ExportRecord | None:
     """Before any work: with onnx, the optional packages and `model`'s export record (of `task`); with torch, a
-    model directory that is an export without PyTorch weights is refused with the flag that reads it."""
+    model directory that is an export without PyTorch weights is refused with the flag that reads it. `flag`: the
+    option that chose `backend` (eval-retrieval's --query-backend), as the refusals name it."""
+    if flag != "--backend":
+        try:
+            return check(backend, model, task)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("--backend ", f"{flag} ")) from None
     if backend in ("onnx", "openvino"):
         if backend == "onnx":
             require_onnx("--backend onnx")
@@ -34,12 +40,13 @@ def check(backend: str, model: str, task: str) -> ExportRecord | None:
     return None
 
 
-def runtime(cfg):
+def runtime(cfg, backend: str | None = None):
     """The runtime of the run: --device and --precision for torch; the CPU in float32 for onnx (the graph computes
-    in its own dtype; the runtime only says where batches are built)."""
+    in its own dtype; the runtime only says where batches are built). `backend`: another than `cfg.backend` (the
+    query model's in eval-retrieval), under the same --device and --precision."""
     from mlminilm import training
 
-    if cfg.backend in ("onnx", "openvino"):
+    if (backend or cfg.backend) in ("onnx", "openvino"):
         return training.setup_runtime("cpu", "fp32")
     return training.setup_runtime(cfg.device, cfg.precision)
 

@@ -214,13 +214,13 @@ def encode(tokenizer, sentences: Sequence[str], prefix: str, max_length: int) ->
     return {k: list(v) for k, v in rows.items() if k in keys}, len(over)
 
 
-def check_graph_layer(export, spec: EmbeddingSpec, backend: str) -> None:
+def check_graph_layer(export, spec: EmbeddingSpec, backend: str, flag: str = "--backend") -> None:
     """An exported graph (`export`, None for PyTorch) outputs only the last layer's hidden states: a ConfigError
-    when `spec` pools another."""
+    when `spec` pools another. `flag`: the option that chose `backend`."""
     if export is not None and spec.layer != spec.num_layers:
         raise ConfigError(
-            f"--backend {backend}: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
-            f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use --backend torch"
+            f"{flag} {backend}: the graph outputs only the last layer's hidden states, not layer {spec.layer} of "
+            f"{spec.num_layers} ({spec.rules['layer']}): add --layer -1, or use {flag} torch"
         )
 
 

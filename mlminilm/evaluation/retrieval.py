@@ -6,6 +6,9 @@ under its passage prompt, each cut at its own maximum length. For each question 
 similarity (float32; equal scores to the lower corpus index) and scored as BEIR and MTEB score it
 (mlminilm.metrics.retrieval: nDCG@10 the main figure, MRR@10, recall@1/10/100). A text that occurs in several pairs
 (MLQA's passages of one language serve every question language) is embedded once.
+
+Asymmetric search (`--query-model`): the questions are embedded by another encoder than the passages (the index),
+each side with its own model's embedding and backend (mlminilm.evaluation.retrieval_models); the report names both.
 """
 
 from __future__ import annotations
@@ -21,22 +24,14 @@ from mlminilm import logging as mlog
 from mlminilm.config.retrieval import RETRIEVAL_MAX_LENGTH, EvalRetrievalConfig
 from mlminilm.errors import ConfigError, DataError, MlminilmError
 from mlminilm.evaluation import backends
+from mlminilm.evaluation import retrieval_models as models
 from mlminilm.evaluation.common import ReportDir, card_to_update, claims_report, throughput_record
-from mlminilm.evaluation.embeddings import (
-    EmbeddingSpec,
-    check_graph_layer,
-    embed,
-    encode,
-    load_embedder,
-    resolve_spec,
-    skipping_prompt,
-)
+from mlminilm.evaluation.embeddings import EmbeddingSpec, embed, encode, resolve_spec, skipping_prompt
 from mlminilm.evaluation.machine import Span
 from mlminilm.evaluation.retrieval_files import find_retrieval_sets
 from mlminilm.evaluation.tatoeba import normalize
 from mlminilm.langs import warn_unregistered
 from mlminilm.metrics.retrieval import DEPTH, METRICS, mean_scores
-from mlminilm.models.sentence_encoder import read_sentence_transformers
 from mlminilm.models.size import model_size
 from mlminilm.tasks.retrieval import RetrievalSet
 from mlminilm.version import __version__
@@ -58,6 +53,8 @@ PROTOCOL = (
     "BEIR / MTEB via pytrec_eval), MRR@10, recall@1/10/100 in %, mean over questions; average = unweighted mean "
     "over the language pairs"
 )
+# In the protocol of asymmetric search (`--query-model`), after "no fine-tuning".
+ASYMMETRIC = "asymmetric search with questions embedded by {query.name} and passages (the index) by {passage.name}"
 CORPUS_RULES = {
     "squad": "corpus = each file's distinct contexts (identical text = one document), each question's own context "
     "its one relevant document, as MTEB's MLQARetrieval",
@@ -66,9 +63,7 @@ CORPUS_RULES = {
 
 
 def _check(cfg: EvalRetrievalConfig):
-    """Everything cheap, all problems at once: the data (read whole), the model's config, the two embeddings."""
-    from mlminilm.models.loading import check_encoder_config, load_config, resolve_model
-
+    """Everything cheap, all problems at once: the data (read whole), the models' configs, the two embeddings."""
     problems: list[str] = []
     benchmark, sets, unregistered = "", {}, []
     try:
@@ -78,43 +73,41 @@ def _check(cfg: EvalRetrievalConfig):
     except MlminilmError as exc:
         problems.append(str(exc))
     data_ok = not problems
-    st = specs = export = None
+    encoders = specs = None
     try:
-        config = load_config(cfg.model)
-        check_encoder_config(config, cfg.model)
-        model_dir = resolve_model(cfg.model)
-        st = read_sentence_transformers(model_dir)
-        specs = _specs(cfg, model_dir, config, st)
-        export = backends.check(cfg.backend, model_dir, "feature-extraction")
-        check_graph_layer(export, specs["query"], cfg.backend)  # one layer for both sides
+        encoders = models.open_encoders(cfg)
+        specs = _specs(cfg, encoders)
+        models.check_exports(encoders, specs)  # an exported graph: its last layer only
+        models.check_pair(encoders, specs)  # asymmetric search: vectors of one size
     except MlminilmError as exc:
         problems.append(str(exc))
     if problems:
         raise (ConfigError if data_ok else DataError)("; ".join(problems))
-    return benchmark, sets, unregistered, st, specs, export
+    return benchmark, sets, unregistered, encoders, specs
 
 
-def _specs(cfg: EvalRetrievalConfig, model_dir: str, config, st) -> dict[str, EmbeddingSpec]:
-    """The query and passage embeddings: one layer and pooling, each side's prompt and length. A ConfigError with
-    every problem once, naming each side's own length option."""
+def _specs(cfg: EvalRetrievalConfig, encoders: dict[str, models.Encoder]) -> dict[str, EmbeddingSpec]:
+    """The query and passage embeddings: each side's model's layer and pooling (one model: one layer and pooling),
+    each side's prompt and length. A ConfigError with every problem once, naming each side's own length option."""
     problems: list[str] = []
     specs = {}
     for side, prompt, length in (
         ("query", cfg.query_prompt, cfg.query_max_length),
         ("passage", cfg.passage_prompt, cfg.passage_max_length),
     ):
+        enc = encoders[side]
         try:
             spec = resolve_spec(
-                model_dir,
-                config,
-                st,
+                enc.directory,
+                enc.config,
+                enc.st,
                 layer=cfg.layer,
                 pooling=cfg.pooling,
                 prefix=None,
                 max_length=length,
                 default_max_length=RETRIEVAL_MAX_LENGTH,
             )
-            specs[side] = _side_spec(spec, side, prompt, st)
+            specs[side] = _side_spec(spec, side, prompt, enc.st)
         except ConfigError as exc:
             for message in str(exc).replace("--max-length", f"--{side}-max-length").split("; "):
                 if message not in problems:
@@ -142,32 +135,33 @@ def _side_spec(spec: EmbeddingSpec, side: str, prompt: str | None, st) -> Embedd
 
 @claims_report("eval-retrieval")
 def run(cfg: EvalRetrievalConfig) -> dict:
-    """Evaluate `cfg.model` on every retrieval set of `cfg.data`; returns the metrics document (and writes the
-    report into `cfg.out` when given)."""
-    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect={"--model": cfg.model, "--data": cfg.data})
-    card = card_to_update(cfg)
-    benchmark, sets, unregistered, st, specs, export = _check(cfg)
+    """Evaluate `cfg.model` (with `cfg.query_model` embedding the questions: asymmetric search) on every retrieval
+    set of `cfg.data`; returns the metrics document (and writes the report into `cfg.out` when given)."""
+    inputs = {"--model": cfg.model, "--data": cfg.data}
+    if cfg.query_model is not None:
+        inputs["--query-model"] = cfg.query_model
+    report_dir = ReportDir.open(cfg.out, cfg.overwrite, protect=inputs)
+    card = card_to_update(cfg) if cfg.query_model is None or not cfg.update_card else _query_card(cfg)
+    benchmark, sets, unregistered, encoders, specs = _check(cfg)
     warn_unregistered(unregistered, "evaluated and reported under that code")
     _warn_about(sets)
-    rt = backends.runtime(cfg)
-    model, tokenizer = load_embedder(specs["query"], export, rt)  # one encoder for both sides
-    specs = {side: skipping_prompt(spec, tokenizer, st) for side, spec in specs.items()}
+    embedders, rts = models.load(encoders, specs, cfg)
+    specs = {side: skipping_prompt(spec, embedders[side][1], encoders[side].st) for side, spec in specs.items()}
     texts = {
         "query": list(dict.fromkeys(q for s in sets.values() for q in s.queries)),
         "passage": list(dict.fromkeys(d for s in sets.values() for d in s.corpus)),
     }
     total = sum(len(v) for v in texts.values())
     log.info(
-        "%s retrieval: %d language pairs, %s distinct questions and %s distinct passages; model %s on %s",
+        "%s retrieval: %d language pairs, %s distinct questions and %s distinct passages; %s",
         BENCHMARKS.get(benchmark, benchmark),
         len(sets),
         f"{len(texts['query']):,}",
         f"{len(texts['passage']):,}",
-        cfg.model,
-        backends.where(export, rt),
+        _where(encoders, rts),
     )
     t0, span = time.perf_counter(), Span()  # the span: CPU time and load beside the wall clock
-    vectors, cut = _embed_all(texts, model, tokenizer, specs, cfg.batch_size, rt, total)
+    vectors, cut, sides = _embed_all(texts, embedders, specs, cfg.batch_size, rts, total)
     languages, predictions = {}, {}
     # monolingual pairs first, then the cross-lingual ones, each in the data's order
     order = sorted(sets, key=lambda k: sets[k].context_lang != sets[k].question_lang)
@@ -192,11 +186,33 @@ def run(cfg: EvalRetrievalConfig) -> dict:
             specs["query"].max_length,
             specs["passage"].max_length,
         )
-    doc = _document(cfg, benchmark, sets, specs, languages, cut, unregistered)
-    doc["throughput"] = throughput_record(total, elapsed, rt, cfg.batch_size, span, texts=total)
-    backends.stamp(doc, export, rt)
-    doc["size"] = model_size(str(export.directory) if export is not None else specs["query"].weights)
+    doc = _document(cfg, benchmark, sets, specs, languages, cut, unregistered, encoders)
+    doc["throughput"] = throughput_record(total, elapsed, rts["passage"], cfg.batch_size, span, texts=total)
+    if models.asymmetric(encoders):
+        models.stamp(doc, encoders, specs, rts, sides)
+    else:
+        export = encoders["passage"].export
+        backends.stamp(doc, export, rts["passage"])
+        doc["size"] = model_size(str(export.directory) if export is not None else specs["query"].weights)
     return report_dir.publish(doc, _prediction_writer(sets, predictions), card)
+
+
+def _query_card(cfg: EvalRetrievalConfig):
+    """--update-card with --query-model: the query model's card (its results against --model's index)."""
+    from mlminilm.models.card_results import target
+
+    return target(cfg.query_model, flag="--query-model")
+
+
+def _where(encoders: dict[str, models.Encoder], rts: dict) -> str:
+    """Which model embeds what, where, for the log."""
+    query, index = encoders["query"], encoders["passage"]
+    if not models.asymmetric(encoders):
+        return f"model {index.name} on {backends.where(index.export, rts['passage'])}"
+    return (
+        f"questions by {query.name} on {backends.where(query.export, rts['query'])}, passages (the index) by "
+        f"{index.name} on {backends.where(index.export, rts['passage'])}"
+    )
 
 
 def _warn_about(sets: dict[str, RetrievalSet]) -> None:
@@ -222,17 +238,20 @@ def _warn_about(sets: dict[str, RetrievalSet]) -> None:
             )
 
 
-def _embed_all(texts, model, tokenizer, specs, batch_size: int, rt, total: int):
-    """Unit-length float32 vectors of every distinct question and passage, and how many of each side were cut."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    vectors, cut = {}, {}
+def _embed_all(texts, embedders, specs, batch_size: int, rts, total: int):
+    """Unit-length float32 vectors of every distinct question and passage, each side by its (model, tokenizer) in
+    `embedders`; how many of each side were cut; each side's (texts, seconds)."""
+    vectors, cut, sides = {}, {}, {}
     with mlog.counter("retrieval", total, "text") as advance:
         for side in ("query", "passage"):
-            spec = specs[side]
+            start = time.perf_counter()
+            spec, (model, tokenizer) = specs[side], embedders[side]
+            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
             rows, cut[side] = encode(tokenizer, texts[side], spec.prefix, spec.max_length)
-            raw = embed(model, rows, spec, batch_size=batch_size, rt=rt, pad_id=pad_id, on_batch=advance)
+            raw = embed(model, rows, spec, batch_size=batch_size, rt=rts[side], pad_id=pad_id, on_batch=advance)
             vectors[side] = normalize(raw)
-    return vectors, cut
+            sides[side] = (len(texts[side]), time.perf_counter() - start)
+    return vectors, cut, sides
 
 
 def rank(queries: np.ndarray, docs: np.ndarray, depth: int = DEPTH) -> np.ndarray:
@@ -280,12 +299,21 @@ def _side(spec: EmbeddingSpec) -> str:
     return f"prompt {prompt} ({spec.rules['prefix']}), max length {spec.max_length}"
 
 
-def _summary(specs: dict[str, EmbeddingSpec]) -> str:
-    """One line: the layer and pooling both sides share, then each side's prompt and length."""
+def _layer_pooling(s: EmbeddingSpec) -> str:
+    pooling = "+".join(s.pooling)
+    return f"layer {s.layer} of {s.num_layers} ({s.rules['layer']}), {pooling} pooling ({s.rules['pooling']})"
+
+
+def _summary(specs: dict[str, EmbeddingSpec], encoders: dict[str, models.Encoder]) -> str:
+    """One line: the layer and pooling both sides share, then each side's prompt and length; in asymmetric search
+    each side's model and backend, then its layer, pooling, prompt and length."""
     s = specs["query"]
-    return (
-        f"layer {s.layer} of {s.num_layers} ({s.rules['layer']}), {'+'.join(s.pooling)} pooling "
-        f"({s.rules['pooling']}); questions: {_side(s)}; passages: {_side(specs['passage'])}"
+    if not models.asymmetric(encoders):
+        return f"{_layer_pooling(s)}; questions: {_side(s)}; passages: {_side(specs['passage'])}"
+    return "; ".join(
+        f"{what} by {encoders[side].name} ({models.backend_text(encoders[side])}): {_layer_pooling(specs[side])}, "
+        f"{_side(specs[side])}"
+        for side, what in (("query", "questions"), ("passage", "passages (the index)"))
     )
 
 
@@ -299,25 +327,29 @@ def _mean(languages: dict[str, dict], keys: list[str]) -> dict | None:
     }
 
 
-def _document(cfg, benchmark, sets, specs, languages, cut, unregistered) -> dict:
+def _document(cfg, benchmark, sets, specs, languages, cut, unregistered, encoders) -> dict:
     layout = next(iter(sets.values())).layout
     mono = [k for k, s in languages.items() if s["context_lang"] == s["question_lang"]]
     cross = [k for k in languages if k not in mono]
     name = BENCHMARKS.get(benchmark, benchmark)
     average = _mean(languages, list(languages))
     average.pop("pairs")
+    summary = _summary(specs, encoders)
+    protocol = PROTOCOL.format(benchmark=name, corpus=CORPUS_RULES[layout], embedding=summary, similarity=SIMILARITY)
+    search = {}  # with --query-model: which model embeds the questions, and whether that is asymmetric search
+    if cfg.query_model is not None:
+        kind = "asymmetric" if models.asymmetric(encoders) else "symmetric"
+        search = {"query_model": cfg.query_model, "search": kind}
+        if kind == "asymmetric":
+            protocol = protocol.replace("no fine-tuning", f"no fine-tuning, {ASYMMETRIC.format(**encoders)}", 1)
     doc = {
         "task": "retrieval",
         "benchmark": benchmark,
         "split": cfg.split,
-        "protocol": PROTOCOL.format(
-            benchmark=name,
-            corpus=CORPUS_RULES[layout],
-            embedding=_summary(specs),
-            similarity=SIMILARITY,
-        ),
-        "summary": _summary(specs),
+        "protocol": protocol,
+        "summary": summary,
         "model": cfg.model,
+        **search,
         "embedding": {side: spec.record() for side, spec in specs.items()},
         "data": {"source": str(cfg.data), "files": {k: s.files for k, s in sets.items()}, "unregistered": unregistered},
         "metrics": list(METRICS),

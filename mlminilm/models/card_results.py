@@ -5,7 +5,9 @@ and EvalResult) and a short Markdown table, everything else in the card kept.
 - One EvalResult per language and metric, valued as the report (in %), its `source` naming mlminilm, the command and
   the protocol or scorer the report used, with a link to that protocol.
 - Merging: entries of other tasks, datasets, splits and languages stay; the report's (task, dataset, config, split)
-  entries replace those the card held, in place, so a re-run never duplicates.
+  entries replace those the card held, in place, so a re-run never duplicates. Asymmetric search (`eval-retrieval
+  --query-model`, written into the query model's card) names the index model in its dataset's name and config
+  (the Hub tells results apart by type, config and split): those results stand beside the model's symmetric ones.
 - Only the `model-index` block of the front matter is rewritten, so every other field stays byte for byte (checked by
   parsing the result; where the YAML's layout defeats that, the front matter is dumped again with the same values).
   In the body only mlminilm's own section changes, one per evaluation family, between
@@ -103,7 +105,7 @@ def eval_results(doc: dict) -> list:
             task_name=task_name,
             dataset_type=dataset_type,
             dataset_name=dataset_name,
-            dataset_config=_config(task, key, scores),
+            dataset_config=_config(task, key, scores) + _index_note(doc),
             dataset_split=split,
             metric_type=metric_type,
             metric_value=float(scores[report_key]),
@@ -118,6 +120,13 @@ def eval_results(doc: dict) -> list:
 
 
 def _dataset(doc: dict) -> tuple[str, str]:
+    dataset_type, name = _plain_dataset(doc)
+    if doc.get("search") == "asymmetric":  # eval-retrieval --query-model: this model's questions, another's index
+        name = f"{name[:-1]}; passages embedded by {doc['model']})"
+    return dataset_type, name
+
+
+def _plain_dataset(doc: dict) -> tuple[str, str]:
     if doc["task"] == "retrieval" and doc.get("benchmark") in DATASETS:  # the QA set, read for retrieval
         dataset_type, name = DATASETS[doc["benchmark"]]
         return dataset_type, f"{name} (question -> passage retrieval)"
@@ -129,6 +138,11 @@ def _dataset(doc: dict) -> tuple[str, str]:
     name = Path(str(doc["data"]["source"])).name  # one SQuAD-format file: named by itself
     stem = re.sub(r"\.json(\.gz)?$", "", name)
     return stem, f"{stem} (SQuAD format)"
+
+
+def _index_note(doc: dict) -> str:
+    """After the language of an asymmetric search's results (eval-retrieval --query-model): the index model."""
+    return f" (index: {doc['model']})" if doc.get("search") == "asymmetric" else ""
 
 
 def _config(task: str, key: str, scores: dict) -> str:
@@ -204,14 +218,14 @@ class CardFile:
     fields: dict | None = None
 
 
-def target(model: str) -> Path:
-    """The README.md `--update-card` writes for `model`, checked before any evaluation: a local directory one
-    can write in, whose card (if any) parses."""
+def target(model: str, flag: str = "--model") -> Path:
+    """The README.md `--update-card` writes for `model` (given as `flag`: eval-retrieval's --query-model), checked
+    before any evaluation: a local directory one can write in, whose card (if any) parses."""
     folder = Path(model)
     if not folder.is_dir():
         raise ConfigError(
-            f"--update-card writes the README.md of a local model directory; --model {model} is not one (a hub id?): "
-            f"download it first (e.g. `hf download {model} --local-dir DIR`) and evaluate --model DIR"
+            f"--update-card writes the README.md of a local model directory; {flag} {model} is not one (a hub id?): "
+            f"download it first (e.g. `hf download {model} --local-dir DIR`) and evaluate {flag} DIR"
         )
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"--update-card: cannot write in the model directory {folder} (permission denied)")

@@ -89,9 +89,13 @@ def _comparison_lines(doc: dict) -> list[str]:
         parts = [f"{name}: {r.get('model') or r.get('source') or 'model not recorded'}"]
         tp = r.get("throughput") or {}
         if r.get("examples_per_s") is not None:
+            lead = _cpu_time_lead(r) if name != base else None
             ratio = f" ({r['speed_ratio']:.2f}x)" if name != base and r.get("speed_ratio") is not None else ""
             load = (tp.get("load_average_1min") or {}).get("end")
             busy = f", load {load:g}, {tp['cpu_per_wall_s']:.2f} CPU s per s" if load is not None else ""
+            if lead:
+                parts.append(lead)
+                ratio = ""  # said in the lead, beside the CPU time's
             parts.append(
                 f"{r['examples_per_s']:,.1f} examples/s{ratio} on {tp.get('device')} "
                 f"({tp.get('precision')}, batch {tp.get('batch_size')}{busy})"
@@ -108,6 +112,18 @@ def _comparison_lines(doc: dict) -> list[str]:
             parts.append(r["summary"])
         lines.append("; ".join(parts))
     return lines
+
+
+def _cpu_time_lead(r: dict) -> str | None:
+    """`speed 1.81x by CPU time (...)`, when the comparison leads with the CPU-time ratio (mlminilm.compare's
+    `speed_shown`), else None (the wall-clock ratio follows the examples/s as before)."""
+    shown = r.get("speed_shown") or {}
+    if shown.get("by") != "CPU time" or r.get("cpu_speed_ratio") is None:
+        return None
+    return (
+        f"speed {r['cpu_speed_ratio']:.2f}x by CPU time per example (shown because {shown['why']}; "
+        f"wall clock {r['speed_ratio']:.2f}x, which measured the machine's other work too)"
+    )
 
 
 def comparison_notes(doc: dict) -> str:
