@@ -188,24 +188,14 @@ def finetuned_mlqa(work: Path, name: str, model_dir: str, p: QaProtocol) -> dict
 
 def question_scores(data_dir: Path, predictions_dir: Path) -> dict[str, dict]:
     """Per language: each question's EM and F1 (0/1 and 0..1, MLQA's official scorer, the context language's
-    rules) and the index of its article, from the predictions eval-mlqa wrote."""
-    from mlminilm.metrics.mlqa import score_prediction
+    rules) and the index of its article, from the predictions eval-mlqa wrote (the `retention` command's scoring,
+    mlminilm.retention.finetuned.question_scores)."""
+    from mlminilm.retention.finetuned import question_scores as scores_of
 
     out = {}
     for lang in MLQA_LANGS:
         name = f"dev-context-{lang}-question-{lang}.json"
-        doc = json.loads((data_dir / name).read_text(encoding="utf-8"))
-        predicted = json.loads((predictions_dir / name).read_text(encoding="utf-8"))
-        em, f1, article = [], [], []
-        for index, entry in enumerate(doc["data"]):
-            for paragraph in entry["paragraphs"]:
-                for qa in paragraph["qas"]:
-                    golds = [a["text"] for a in qa["answers"]]
-                    e, f = score_prediction(predicted.get(qa["id"], ""), golds, lang)
-                    em.append(e)
-                    f1.append(f)
-                    article.append(index)
-        out[lang] = {"em": em, "f1": f1, "article": article}
+        out[lang] = scores_of(data_dir / name, predictions_dir / name, lang)
     return out
 
 

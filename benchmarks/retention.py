@@ -288,7 +288,7 @@ def stage(work: Path, name: str, fn):
 
 
 def run(b: Budget, work: Path, teacher: str) -> dict:
-    from retention_report import _git
+    from retention_report import git_revision
 
     from mlminilm import distill
     from mlminilm.config import DistillConfig, PrepareConfig, TrimConfig
@@ -296,7 +296,7 @@ def run(b: Budget, work: Path, teacher: str) -> dict:
     from mlminilm.models.loading import load_config, resolve_model
     from mlminilm.vocab import trim
 
-    git = _git()  # the revision that measures (the report may be rendered later, by --render)
+    git = git_revision()  # the revision that measures (the report may be rendered later, by --render)
     work.mkdir(parents=True, exist_ok=True)
     recorded = work / "budget.json"
     current = json.loads(json.dumps({**b.__dict__, "teacher": teacher}, default=lambda o: o.__dict__))

@@ -29,7 +29,7 @@ from retention_measures import xnli_data  # noqa: E402
 
 def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...], qa: dict | None = None) -> dict:
     """Measure the rows; `qa`: QaProtocol fields that replace the budget's (a longer QA protocol)."""
-    from retention_report import _git
+    from retention_report import git_revision
 
     from mlminilm.models.loading import resolve_model
 
@@ -66,7 +66,7 @@ def run(models: dict[str, str], work: Path, smoke: bool, tasks: tuple[str, ...],
         "train_pairs": len(xdata.train),
         "selection_pairs": len(xdata.selection),
         "qa_questions": counts,
-        "git": _git(),
+        "git": git_revision(),
         "stage_seconds": dict(STAGE_SECONDS),
     }
 
@@ -114,7 +114,8 @@ def shown(source: str) -> str:
 
 
 def write(doc: dict, path: Path, command: str) -> None:
-    from retention_report import _table, machine, mlqa_section, xnli_section
+    from retention_report import machine, mlqa_section, xnli_section
+    from retention_tables import markdown_table
 
     x = doc["budget"]["xnli_ft"]
     lines = [
@@ -138,7 +139,7 @@ def write(doc: dict, path: Path, command: str) -> None:
     lines += xnli_section(doc, "finetuned", "XNLI zero-shot, fine-tuned on English")
     lines += mlqa_section(doc)
     lines += ["", "## Time per stage", ""]
-    lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
+    lines += markdown_table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -63,51 +63,12 @@ def xnli_data(work: Path, every: int, train_every: int = 1) -> XnliData:
 # ----------------------------------------------------------------------------------------------- embeddings
 
 
-class Embedder:
-    """A model's sentence vectors as eval-tatoeba makes them (its sentence-transformers setup: last layer, mean
-    pooling, "query: "), in float32 weights and the budget's precision."""
+def Embedder(model_dir: str, precision: str):  # noqa: N802 - the class it was; now the retention command's
+    """A model's sentence vectors as eval-tatoeba makes them, on the CPU in `precision`, batch 64
+    (mlminilm.retention.probe.Embedder: the one the `retention` command's probe uses)."""
+    from mlminilm.retention.probe import Embedder as Vectors
 
-    def __init__(self, model_dir: str, precision: str):
-        import dataclasses
-
-        import torch
-
-        from mlminilm import training
-        from mlminilm.config import TATOEBA_MAX_LENGTH
-        from mlminilm.evaluation.embeddings import prompt_length, resolve_spec, truncate_at
-        from mlminilm.models.loading import load_config, load_encoder, load_tokenizer
-        from mlminilm.models.sentence_encoder import read_sentence_transformers
-
-        st = read_sentence_transformers(model_dir)
-        spec = resolve_spec(
-            model_dir,
-            load_config(model_dir),
-            st,
-            layer=None,
-            pooling="auto",
-            prefix=None,
-            max_length=None,
-            default_max_length=TATOEBA_MAX_LENGTH,
-        )
-        self.tokenizer = load_tokenizer(spec.weights)
-        self.spec = dataclasses.replace(spec, skip_prompt_tokens=prompt_length(self.tokenizer, spec, st))
-        self.rt = training.setup_runtime("cpu", precision)
-        self.model = truncate_at(load_encoder(spec.weights, dtype=torch.float32), spec.layer).eval()
-
-    def __call__(self, sentences: list[str], batch_size: int = 64) -> np.ndarray:
-        from mlminilm.evaluation.embeddings import embed, encode
-
-        rows, _ = encode(self.tokenizer, sentences, self.spec.prefix, self.spec.max_length)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return embed(self.model, rows, self.spec, batch_size=batch_size, rt=self.rt, pad_id=pad)
-
-
-def pair_vectors(embedder: Embedder, rows: list[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Premise and hypothesis vectors of each row (each distinct sentence embedded once)."""
-    distinct = sorted({s for r in rows for s in r[:2]})
-    index = {s: i for i, s in enumerate(distinct)}
-    vectors = embedder(distinct)
-    return vectors[[index[r[0]] for r in rows]], vectors[[index[r[1]] for r in rows]]
+    return Vectors(model_dir, "cpu", precision, 64)
 
 
 def speed(embedder: Embedder, sentences: list[str], repeats: int) -> dict:
@@ -147,23 +108,15 @@ def size(model_dir: str) -> dict:
 
 
 def frozen_probe(model_dir: str, data: XnliData, precision: str) -> dict:
-    """The frozen-encoder probe: logistic regression on pair features, l2 chosen on the English selection set."""
-    from mlminilm.evaluation.nli_probe import pair_features, select_l2
+    """The frozen-encoder probe of the `retention` command (mlminilm.retention.probe.frozen_probe), its per-language
+    items as the correct flags this benchmark's stages keep."""
+    from mlminilm.retention.probe import frozen_probe as probe
 
-    embedder = Embedder(model_dir, precision)
-    feats = {}
-    for name, rows in (("train", data.train), ("selection", data.selection)):
-        feats[name] = (pair_features(*pair_vectors(embedder, rows)), np.array([r[2] for r in rows]))
-    chosen = select_l2(*feats["train"], *feats["selection"], grid=(1e-3, 1e-2, 1e-1, 1.0))
-    correct = {}
-    for lang, rows in data.dev.items():
-        X = pair_features(*pair_vectors(embedder, rows))
-        correct[lang] = chosen.probe.correct(X, np.array([r[2] for r in rows])).tolist()
+    result = probe(Embedder(model_dir, precision), data)
+    keep = ("l2", "selection_accuracy", "selection_by_l2")
     return {
-        "l2": chosen.l2,
-        "selection_accuracy": 100 * chosen.accuracy,
-        "selection_by_l2": {str(k): 100 * v for k, v in chosen.accuracies.items()},
-        "correct": correct,
+        **{k: result[k] for k in keep},
+        "correct": {lang: [c == "1" for c in v["items"]] for lang, v in result["languages"].items()},
     }
 
 

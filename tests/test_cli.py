@@ -22,6 +22,7 @@ CONFIG_OF = {
     "eval-retrieval": "EvalRetrievalConfig",
     "trim": "TrimConfig",
     "compare": "CompareConfig",
+    "retention": "RetentionConfig",
     "export": "ExportConfig",
 }
 

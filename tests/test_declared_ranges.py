@@ -32,6 +32,7 @@ COMMANDS = {
     "trim": (config.TrimConfig, {"model": "m", "out": "o", "data": "d"}, ["--model", "m", "--data", "d"]),
     "compare": (config.CompareConfig, {"reports": ("a", "b")}, ["a", "b"]),
     "export": (config.ExportConfig, {"model": "m", "out": "o"}, ["--model", "m"]),
+    "retention": (config.RetentionConfig, {"teacher": "t", "data": "d"}, ["--teacher", "t", "--data", "d"]),
 }
 # Values each named check refuses, on either side of what it takes.
 REFUSED_BY_CHECK = {

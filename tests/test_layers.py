@@ -39,6 +39,7 @@ LAYERS = (
             "mlminilm.demo",
             "mlminilm.compare",
             "mlminilm.compare_checks",
+            "mlminilm.retention",
             # the package itself: the public facade, `from mlminilm import distill, ...`
             ROOT,
         ),

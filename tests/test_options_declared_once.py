@@ -28,6 +28,7 @@ CONFIG_OF = {
     "eval-retrieval": config.EvalRetrievalConfig,
     "trim": config.TrimConfig,
     "compare": config.CompareConfig,
+    "retention": config.RetentionConfig,
     "export": config.ExportConfig,
 }
 ADAM = {"adam_beta1", "adam_beta2", "adam_eps"}

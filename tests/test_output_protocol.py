@@ -35,6 +35,7 @@ HOOKS = {
     "eval-mlqa": "mlminilm.report.write_reports",
     "eval-tatoeba": "mlminilm.report.write_reports",
     "compare": "mlminilm.report.write_comparison",
+    "retention": "mlminilm.retention.report.write_text_reports",
 }
 COMMANDS = list(HOOKS)
 # An export traces a graph (~10 s here): its full runs are slow tests, but the cases where it differed from the other
@@ -68,6 +69,7 @@ def inputs(encoder, tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory) -> di
         "encoder": str(encoder),
         "corpus": str(tiny_corpus_dir),
         "tatoeba": str(tatoeba),
+        "data": str(root),  # a ../shared/data layout: tatoeba/ in it
         "reports": reports,
         "xnli": str(write_xnli_dir(root / "xnli", ("en",), count=3)),
         "xnli_model": str(save_head_model(tiny_wordpiece_dir, root / "xnli-model", "xnli")),
@@ -88,6 +90,7 @@ def args(command: str, inputs: dict, out) -> list[str]:
             "eval-mlqa": ["--model", i["qa_model"], "--data", i["mlqa"], "--langs", "en"],
             "eval-tatoeba": ["--model", i["encoder"], "--data", i["tatoeba"]],
             "compare": i["reports"],
+            "retention": ["--teacher", i["encoder"], "--tasks", "tatoeba", "--data", i["data"], "--cut-layers", "1"],
         }[command],
         "--out",
         str(out),

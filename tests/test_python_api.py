@@ -25,6 +25,7 @@ EXPECTED = {
     "eval_retrieval": "EvalRetrievalConfig",
     "trim": "TrimConfig",
     "compare": "CompareConfig",
+    "retention": "RetentionConfig",
     "export": "ExportConfig",
 }
 

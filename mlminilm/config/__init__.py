@@ -74,6 +74,10 @@ from mlminilm.config.options import (  # noqa: F401
 from mlminilm.config.prepare import (  # noqa: F401
     PrepareConfig,
 )
+from mlminilm.config.retention import (  # noqa: F401
+    RETENTION_TASKS,
+    RetentionConfig,
+)
 from mlminilm.config.retrieval import (  # noqa: F401
     RETRIEVAL_BATCH_SIZE,
     RETRIEVAL_MAX_LENGTH,

@@ -6,8 +6,10 @@ level with its teacher keeps 1. Raw ratios (student / teacher) flatter weak mode
 Intervals come from a paired cluster bootstrap: XNLI rows of one premise are correlated (see
 `mlminilm.tasks.xnli_split`), so whole premise groups are resampled with replacement, and teacher and student
 are scored on the same resample, so the shared difficulty of a resample cancels in the ratio. Percentile
-intervals; accuracies in percent. Vectorised: per-group correct counts gathered by one [n, groups] index draw,
-`rng.integers(0, groups, size=(n, groups))`, which is also the exact draw a test can replay in a plain loop.
+intervals; accuracies in percent. A row may also carry a graded score in [0, 1] (a retrieval query's nDCG@10;
+with chance 0 the retention is the plain share student / teacher). Vectorised: per-group sums gathered by one
+[n, groups] index draw, `rng.integers(0, groups, size=(n, groups))`, which is also the exact draw a test can replay
+in a plain loop.
 """
 
 from __future__ import annotations
@@ -45,11 +47,19 @@ def _interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
+def _scores(values) -> np.ndarray:
+    """One score per row in [0, 1] as float64: a bool (correct or not) or a graded score (a query's nDCG@10)."""
+    scores = np.asarray(values, dtype=np.float64).reshape(-1)
+    if scores.size and (np.isnan(scores).any() or scores.min() < 0.0 or scores.max() > 1.0):
+        raise DataError("row scores must lie in [0, 1] (a bool per row, or a graded score such as nDCG@10)")
+    return scores
+
+
 class _Groups:
-    """Per-group correct counts (student, teacher) and sizes of one language: all a resample needs."""
+    """Per-group sums of the row scores (student, teacher) and sizes of one language: all a resample needs."""
 
     def __init__(self, correct_student, correct_teacher, groups):
-        student = np.asarray(correct_student, dtype=bool).reshape(-1)
+        student = _scores(correct_student)
         ids = np.asarray(groups).reshape(-1)
         if len(ids) != len(student) or (correct_teacher is not None and len(correct_teacher) != len(student)):
             raise DataError(
@@ -63,11 +73,10 @@ class _Groups:
         inverse = inverse.reshape(-1)
         self.count = int(inverse.max()) + 1
         self.size = np.bincount(inverse, minlength=self.count).astype(np.int64)
-        self.student = np.bincount(inverse, weights=student, minlength=self.count).astype(np.int64)
+        self.student = np.bincount(inverse, weights=student, minlength=self.count)
         self.teacher = None
         if correct_teacher is not None:
-            teacher = np.asarray(correct_teacher, dtype=bool).reshape(-1)
-            self.teacher = np.bincount(inverse, weights=teacher, minlength=self.count).astype(np.int64)
+            self.teacher = np.bincount(inverse, weights=_scores(correct_teacher), minlength=self.count)
 
     def accuracies(self, draws: np.ndarray | None):
         """Student and teacher accuracy (%) of each resample (rows of `draws`), or of the data when None."""
@@ -113,11 +122,11 @@ def bootstrap(
 ) -> dict:
     """Paired cluster-bootstrap percentile intervals for one language.
 
-    `correct_student`, `correct_teacher` (or None): one bool per row; `groups`: one id per row (any hashable
-    sortable ids, e.g. `premise_groups`). Returns {"accuracy": (lo, hi), "teacher_accuracy": (lo, hi),
-    "retention": (lo, hi), "point": {same keys: the estimate on the data}, "resamples", "level", "chance",
-    "retention_undefined"}; without a teacher only the accuracy keys. Draws: `default_rng(seed).integers(0, G,
-    size=(n, G))` over the G sorted distinct group ids."""
+    `correct_student`, `correct_teacher` (or None): one bool per row, or one score in [0, 1] (a query's nDCG@10);
+    `groups`: one id per row (any hashable sortable ids, e.g. `premise_groups`). Returns {"accuracy": (lo, hi),
+    "teacher_accuracy": (lo, hi), "retention": (lo, hi), "point": {same keys: the estimate on the data},
+    "resamples", "level", "chance", "retention_undefined"}; without a teacher only the accuracy keys. Draws:
+    `default_rng(seed).integers(0, G, size=(n, G))` over the G sorted distinct group ids."""
     _check(n, level)
     data = _Groups(correct_student, correct_teacher, groups)
     draws = np.random.default_rng(seed).integers(0, data.count, size=(n, data.count))
