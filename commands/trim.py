@@ -35,10 +35,20 @@ def main(cfg: TrimConfig, json_out: bool) -> None:
                 f"; held-out sentences tokenised as before: mean {100 * mean:.1f}%, lowest "
                 f"{100 * held_out[low]:.1f}% ({low})"
             )
+        languages = result.record["languages"]
+        small = [lang for lang, info in languages.items() if info.get("unseen", {}).get("small_corpus")]
+        fill = result.record["rules"]["added"].get("script_fill", 0)
+        note = (
+            f"; the counting corpus is small for {', '.join(small)} (text it does not hold tokenises differently"
+            + (f"; --script-fill kept {fill:,} more ids" if fill else "; no --script-fill")
+            + ")"
+            if small
+            else ""
+        )
         print(
             f"{result.out}: vocabulary {result.vocab_before:,} -> {result.vocab_after:,} ids, parameters "
-            f"{result.parameters_before:,} -> {result.parameters_after:,}, coverage {100 * result.coverage:.4f}% "
-            f"of {result.record['counts']['corpus_tokens']:,} corpus tokens{check}"
+            f"{result.parameters_before:,} -> {result.parameters_after:,}, coverage of the counting corpus "
+            f"{100 * result.coverage:.4f}% of its {result.record['counts']['corpus_tokens']:,} tokens{note}{check}"
         )
 
 

@@ -3,7 +3,7 @@
 The public Python API, one call per command (README "Python API"):
 
     from mlminilm import distill, DistillConfig
-    result = distill(DistillConfig(teacher="intfloat/multilingual-e5-small", data="data/", out="runs/s"))
+    result = distill(DistillConfig(teacher="multilingual-e5-small", data="data/", out="runs/s"))
 
 Names load on first use, so `import mlminilm` stays cheap (no torch) for the command line.
 """

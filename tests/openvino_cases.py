@@ -132,7 +132,9 @@ def test_openvino_card_names_openvino_and_its_snippet_runs(ov_exports, st_xlmr, 
     for name, (out, _) in ov_exports.items():
         card = (out / "README.md").read_text(encoding="utf-8")
         assert "OpenVINO IR" in card and "openvino/openvino_model.xml" in card and "- openvino" in card, name
-        assert "ONNX" not in card and "onnx/model.onnx" not in card and 'backend="openvino"' not in card, name
+        assert "ONNX" not in card and "onnx/model.onnx" not in card and "library_name" not in card, name
+        # sentence-transformers' backend="openvino" is named only to say what it needs (issue 55)
+        assert 'backend="openvino")` would load this directory too, but it needs optimum-intel' in card, name
         assert json.loads((out / "mlminilm.json").read_text())["title"].endswith(
             ", OpenVINO IR (" + ("int8)" if name == "int8" else "float32)")
         )
@@ -213,7 +215,39 @@ def test_openvino_refusals_before_any_work(st_xlmr, tmp_path, monkeypatch, capsy
     """--format openvino --quantize int8 with a --calibration folder that is not there: one line, nothing written."""
     out = tmp_path / "o"
     args = ("export", "--model", str(st_xlmr), "--out", str(out), "--format", "openvino", "--quantize", "int8")
-    refused(run_main(monkeypatch, capsys, *args, "--calibration", str(tmp_path / "absent")), out, "is not a folder")
+    absent = tmp_path / "absent"
+    refused(run_main(monkeypatch, capsys, *args, "--calibration", str(absent)), out, f"{absent} does not exist; give")
+
+
+def test_a_recipe_student_is_calibrated_on_its_parallel_pairs(st_xlmr, tmp_path, monkeypatch, capsys):
+    """Issue 55 item 2: a student whose mlminilm.json names the --parallel pairs it was distilled on (and no
+    prepared data) exports to OpenVINO int8 without --calibration, calibrated on those pairs (one log line says
+    so); once the pairs are gone, one Error line names them and shows --calibration, and nothing is written."""
+    import shutil
+
+    student = shutil.copytree(st_xlmr, tmp_path / "student")
+    pairs = tmp_path / "pairs" / "en-de.tsv"
+    pairs.parent.mkdir()
+    lines = zip(sample_lines("en", 20, seed=1), sample_lines("de", 20, seed=1))
+    pairs.write_text("".join(f"{a}\t{b}\n" for a, b in lines), encoding="utf-8")
+    record = {"title": "s", "data": "none (only the parallel / passage terms, no running text)", "parallel": str(pairs)}
+    (student / "mlminilm.json").write_text(json.dumps(record), encoding="utf-8")
+
+    def export(out: Path, *extra: str):
+        args = ("export", "--model", str(student), "--out", str(out), "--format", "openvino", "--quantize", "int8")
+        return run_main(monkeypatch, capsys, *args, *extra)
+
+    code, stdout, stderr = export(tmp_path / "ov8", "--calibration-sentences", "8", "--json")
+    assert code == 0, stderr
+    calibration = json.loads(stdout)["quantization"]["calibration"]
+    assert calibration["source"] == f"--parallel {pairs}" and calibration["kind"] == "parallel pairs"
+    assert calibration["languages"] == {"de": 8, "en": 8}
+    said = [line for line in stderr.splitlines() if "calibration text:" in line]
+    assert len(said) == 1 and str(pairs) in said[0] and "was distilled on" in said[0], stderr
+    shutil.rmtree(pairs.parent)
+    error = refused(export(tmp_path / "gone"), tmp_path / "gone", f"--parallel {pairs}", "no longer there")
+    assert "--calibration PATH" in error and "tab-separated pairs" in error
+    refused(export(tmp_path / "given", "--calibration", str(pairs)), tmp_path / "given", f"{pairs} does not exist")
 
 
 def test_ir_without_a_recorded_input_is_one_line(ov_exports, tmp_path, monkeypatch, capsys):

@@ -163,3 +163,87 @@ def test_the_recipe_students_card_says_what_kept_the_teachers_weights():
     words = body(replace(cfg, freeze_layers=0))
     assert "| frozen | the word embeddings keep the teacher's weights (--freeze-embeddings) |" in words
     assert "| frozen | none |" in body(replace(cfg, freeze_layers=0, freeze_embeddings=False))
+
+
+def _python_blocks(text: str) -> list[str]:
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_a_sentence_encoder_students_card_says_how_to_embed_and_its_snippets_run(
+    sentence_teacher, tmp_path, monkeypatch
+):
+    """Issue 55, item 4: the card of an e5-like student names its pooling, its prompts and its default prompt, and
+    its two snippets run as printed in the student's directory: transformers alone (the pooling by hand) gives
+    the vectors sentence-transformers gives with prompt_name="query" / "passage"; the student's
+    config_sentence_transformers.json sets default_prompt_name "query" (e5's rule), the teacher's stays unset."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from mlminilm.models.export import export_model
+
+    student = AutoModel.from_pretrained(sentence_teacher)
+    info = {"title": "mlminilm distill 2x32", "teacher": str(sentence_teacher), "objective": "minilm"}
+    out = export_model(
+        student,
+        AutoTokenizer.from_pretrained(sentence_teacher),
+        tmp_path / "student",
+        info,
+        sentence_teacher=str(sentence_teacher),
+    )
+    text = (out / "README.md").read_text(encoding="utf-8")
+    section = text.split("## How to embed\n", 1)[1]
+    assert "the mean of the last layer's token vectors over the real tokens" in section
+    assert "L2-normalised (the Normalize module)" in section
+    assert "prompts (`query`: `query: `, `passage`: `passage: `;" in section
+    assert "`default_prompt_name` is `query`" in section and 'prompt_name="passage"' in section
+    assert json.loads((out / "config_sentence_transformers.json").read_text())["default_prompt_name"] == "query"
+    teacher_config = json.loads((sentence_teacher / "config_sentence_transformers.json").read_text())
+    assert teacher_config["default_prompt_name"] is None
+    st_code, hf_code = _python_blocks(section)
+    assert "SentenceTransformer(" in st_code and "AutoModel" in hf_code and '"query: How long' in hf_code
+
+    monkeypatch.chdir(out)
+    scope: dict = {}
+    exec(hf_code, scope)  # noqa: S102 - the card's snippet, run as printed
+    vectors = scope["embeddings"].numpy()
+    # Independently: the student's last layer by hand, mean over real tokens, normalised.
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModel.from_pretrained(out).eval()
+    for row, text_in in zip(vectors, scope["texts"]):
+        ids = tokenizer(text_in, return_tensors="pt")
+        with torch.no_grad():
+            mean = model(**ids).last_hidden_state[0].mean(0).numpy()
+        np.testing.assert_allclose(row, mean / np.linalg.norm(mean), atol=1e-5)
+
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    exec(st_code, scope)  # noqa: S102
+    np.testing.assert_allclose(float(scope["scores"][0, 0]), float(vectors[0] @ vectors[1]), atol=1e-5)
+    encoder = SentenceTransformer(str(out), device="cpu")
+    query = scope["texts"][0].removeprefix("query: ")
+    by_default = encoder.encode([query])
+    np.testing.assert_allclose(by_default[0], vectors[0], atol=1e-5)  # default_prompt_name: "query: " first
+    np.testing.assert_allclose(encoder.encode([query], prompt_name="query")[0], vectors[0], atol=1e-5)
+    assert not np.allclose(encoder.encode([query], prompt="")[0], vectors[0], atol=1e-3)  # no prompt: another vector
+
+
+def test_a_plain_encoders_card_has_no_embedding_section(tiny_wordpiece_dir, tmp_path):
+    """A student of a teacher without sentence-transformers files is no sentence encoder: no section."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from mlminilm.models.export import export_model
+
+    teacher = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "t", layers=1, hidden=32, intermediate=64)
+    info = {"title": "s", "teacher": str(teacher), "objective": "minilm"}
+    out = export_model(
+        AutoModel.from_pretrained(teacher),
+        AutoTokenizer.from_pretrained(teacher),
+        tmp_path / "s",
+        info,
+        None,
+        str(teacher),
+    )
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "library_name: transformers" in text and "How to embed" not in text

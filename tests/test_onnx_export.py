@@ -207,10 +207,15 @@ def test_export_directory(exports, st_xlmr, bert):
     assert set(record["versions"]) >= {"torch", "onnx", "onnxruntime", "onnxscript", "mlminilm"}
     assert record["source"]["model"] == str(st_xlmr) and record["num_layers"] == 2
     card = (out / "README.md").read_text()
-    assert "library_name: sentence-transformers" in card and "- onnx" in card
+    # No library loads the directory as it is (no PyTorch weights): no library_name, the format as a tag (issue 55).
+    assert "library_name" not in card and "- onnx" in card and "pipeline_tag: sentence-similarity" in card
     # sentence-transformers' backend="onnx" needs optimum, which does not install beside the pinned transformers:
-    # the card shows onnxruntime (test_card_snippet_runs_as_printed runs it)
-    assert 'backend="onnx"' not in card and "onnxruntime.InferenceSession" in card
+    # the card says so and shows onnxruntime (test_card_snippet_runs_as_printed runs it)
+    assert 'backend="onnx")` would load this directory too, but it needs optimum, which does not install' in card
+    assert (
+        "onnxruntime.InferenceSession" in card
+        and "prompts, `query: ` (query), `passage: ` (passage): the snippet embeds queries; put `passage: `" in card
+    )
     assert f"base_model: {st_xlmr}" in card
     assert json.loads((out / "mlminilm.json").read_text())["weights"] == "float32"
     assert "int8" in (exports["bert-int8"][0] / "README.md").read_text()

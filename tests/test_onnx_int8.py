@@ -145,7 +145,7 @@ def test_calibration_refusals(bert, text_dir, tmp_path):
     from mlminilm.export.calibration import read_calibration
 
     tokenizer = AutoTokenizer.from_pretrained(bert)
-    with pytest.raises(DataError, match="is not a folder"):
+    with pytest.raises(DataError, match="absent does not exist; give a `prepare` output"):
         read_calibration(tmp_path / "absent", tokenizer)
     empty = tmp_path / "empty"
     empty.mkdir()

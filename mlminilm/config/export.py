@@ -64,9 +64,10 @@ class ExportConfig(Config):
     )
     calibration: Path | None = option(
         None,
-        help="Calibration text for --format openvino --quantize int8 (NNCF's static int8): a `prepare` output or a "
-        "folder of <lang>.txt files (prepare's formats). Default: the prepared data the model was distilled from "
-        "(its mlminilm.json).",
+        help="Calibration text for --format openvino --quantize int8 (NNCF's static int8): a `prepare` output, a "
+        "folder of <lang>.txt files (prepare's formats), or tab-separated pairs as --parallel / --passages read them "
+        "(a .tsv file or a folder of them). Default: the text the model was distilled on (--data, --parallel, "
+        "--passages, as its mlminilm.json records them), when it is still there.",
     )
     calibration_sentences: int = option(
         CALIBRATION_SENTENCES, min=1, help="Calibration sentences drawn per language (seeded)."

@@ -21,7 +21,8 @@ class TrimConfig(Config):
     most frequent ids of all languages pooled that occur at least `min_count` times, until they cover `coverage` of
     the corpus's other tokens; with `script_chars`, every single-character piece of the scripts the languages are
     written in (and Common characters: digits, punctuation); `script_fill` more pieces of each language's scripts
-    that its counts do not show, the likeliest first (mlminilm.vocab.scripts). At most `max_vocab` ids in all (None:
+    that its counts do not show, the likeliest first (mlminilm.vocab.scripts; None: auto, for the languages whose
+    counting corpus is small, mlminilm.vocab.unseen). At most `max_vocab` ids in all (None:
     no limit): the pooled ids fill the room the other rules leave. `check`: a directory of held-out
     <lang>.txt files (one sentence per line) whose tokenisation before and after is compared."""
 
@@ -77,12 +78,16 @@ class TrimConfig(Config):
         help="Also keep every single-character piece of the scripts "
         "the languages are written in (and digits, punctuation), so no character of them becomes <unk>.",
     )
-    script_fill: int = option(
-        0,
+    # None: auto (mlminilm.vocab.unseen): each language whose counting corpus is small keeps AUTO_FILL_IDS ids
+    script_fill: int | None = option(
+        None,
         min=0,
+        show_default="auto",
         help="Also keep, per language, this many more ids: first its counted ids the other rules left out, "
         "then pieces of its scripts its counts never show, the likeliest first (the model's Unigram score and how "
-        "much the piece looks like the language's counted pieces). For a small counting corpus.",
+        "much the piece looks like the language's counted pieces). Default auto: a language whose counting corpus "
+        "is small (more than 0.1% of new text's tokens unseen, by Good-Turing: ids seen once / tokens) keeps the "
+        "first 50,000 ids of that list, unless --coverage, --max-vocab or --per-lang-top-k chose the size; 0 = off.",
     )
     check: Path | None = option(
         None,

@@ -3,9 +3,14 @@ it was checked, and a snippet that loads and runs it.
 
 The snippet uses onnxruntime or OpenVINO directly, with transformers' tokenizer: sentence-transformers'
 `backend="onnx"` needs optimum, which does not install beside the transformers mlminilm pins, and its
-`backend="openvino"` (optimum-intel) downgrades transformers and pulls a CUDA torch. The snippet runs as printed in
-the export directory (tests/test_onnx.py and tests/openvino_cases.py execute it and compare with PyTorch), and pools
-as the model's sentence-transformers files say, so its vectors are those `SentenceTransformer(source)` gives.
+`backend="openvino"` (optimum-intel) downgrades transformers and pulls a CUDA torch; the card says so (OPTIMUM). The
+snippet runs as printed in the export directory (tests/test_onnx.py and tests/openvino_cases.py execute it and
+compare with PyTorch), and pools as the model's sentence-transformers files say, so its vectors are those
+`SentenceTransformer(source)` gives.
+
+The front matter names no `library_name`: the directory holds no PyTorch weights, so neither transformers'
+`AutoModel` nor `SentenceTransformer(dir)` loads it as it is (sentence-transformers only with a backend and
+optimum), and ONNX and OpenVINO IR are file formats, which the Hub lists as tags (`onnx`, `openvino`), not libraries.
 """
 
 from __future__ import annotations
@@ -14,6 +19,13 @@ import json
 from pathlib import Path
 
 from mlminilm.export.plan import ExportPlan
+
+# Why the card's snippet is not sentence-transformers' backend= (measured: pip's resolver ran 20 minutes, issue 55)
+OPTIMUM = (
+    'sentence-transformers\' `SentenceTransformer(dir, backend="{backend}")` would load this directory too, but it '
+    "needs {package}, which does not install beside the transformers version mlminilm pins (pip's resolver finds no "
+    "set of versions); the code below needs only {runtime} and transformers' tokenizer."
+)
 
 # numpy for each sentence-transformers pooling mode over `hidden` [batch, seq, dim] and `mask` [batch, seq, 1]
 _POOLING = {
@@ -58,6 +70,7 @@ def write_card(config, plan: ExportPlan, source, model, tmp: Path, record: dict,
         *(["multilingual"] if len(languages) > 1 else []),
     ]
     data = infer_card_data(info, sentence_encoder, getattr(model.config, "architectures", None), tags=tags)
+    data.library_name = None  # no library loads it as it is: the module's docstring
     where = f"`{plan.record_file}`"
     summary = (
         f"An {kind} export of `{config.model}` (mlminilm export)"
@@ -65,10 +78,13 @@ def write_card(config, plan: ExportPlan, source, model, tmp: Path, record: dict,
         + f": the {'model' if openvino else 'graph'}, the tokenizer and the config, no PyTorch weights. {where} "
         "records what it is and how it compares with the PyTorch model."
     )
+    st = _setup(source, sentence_encoder)
     load = (
-        f"Run it with {plan.runtime} and transformers' tokenizer, in this directory:\n\n"
-        f"```python\n{snippet(plan, record['task'], _setup(source, sentence_encoder))}```\n\n"
-        f"`mlminilm eval-tatoeba` / `eval-xnli --backend {plan.format}` evaluate it."
+        f"Run it with {plan.runtime} and transformers' tokenizer, in this directory"
+        + (f"{_prompts_line(st)}" if record["task"] != "sequence-classification" else "")
+        + f":\n\n```python\n{snippet(plan, record['task'], st)}```\n\n"
+        + (_optimum_line(plan) + "\n\n" if sentence_encoder else "")
+        + f"`mlminilm eval-tatoeba` / `eval-xnli --backend {plan.format}` evaluate it."
     )
     if record.get("fidelity"):
         load += "\n\n" + fidelity_table(record["fidelity"])
@@ -76,6 +92,25 @@ def write_card(config, plan: ExportPlan, source, model, tmp: Path, record: dict,
     (tmp / "README.md").write_text(str(card), encoding="utf-8")
     doc = {**info, **({"source": source_info} if source_info else {})}
     (tmp / "mlminilm.json").write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def _prompts_line(st) -> str:
+    """What the snippet's prompt is: the model's query prompt, and the others it has."""
+    prompts = dict(st.prompts) if st is not None else {}
+    if not prompts:
+        return ""
+    said = ", ".join(f"`{text}` ({name})" for name, text in prompts.items())
+    return (
+        f" (every text starts with one of the model's prompts, {said}: the snippet embeds queries"
+        + (f"; put `{st.passage_prompt}` before the documents a query retrieves" if st.passage_prompt else "")
+        + ")"
+    )
+
+
+def _optimum_line(plan: ExportPlan) -> str:
+    if plan.openvino:
+        return OPTIMUM.format(backend="openvino", package="optimum-intel", runtime="OpenVINO")
+    return OPTIMUM.format(backend="onnx", package="optimum", runtime="onnxruntime")
 
 
 def _setup(source, sentence_encoder: bool):

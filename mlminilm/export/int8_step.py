@@ -13,7 +13,7 @@ from mlminilm import logging as mlog
 from mlminilm.config import ExportConfig
 from mlminilm.config.export import CALIBRATION_MAX_LENGTH
 from mlminilm.errors import CheckpointError, ConfigError
-from mlminilm.export.calibration import CalibrationText, default_source, read_calibration
+from mlminilm.export.calibration import CalibrationText, calibration_text
 from mlminilm.export.fidelity import CheckSet, fidelity_report, language_fidelity, read_check
 from mlminilm.export.int8 import Batches, Int8Plan, quantize_dynamic
 from mlminilm.export.plan import ExportPlan
@@ -44,15 +44,10 @@ def read_inputs(
     st = read_sentence_transformers(model_dir) if task == "feature-extraction" else None
     prefix = st.query_prompt if st is not None and st.query_prompt else ""
     calibration = None
-    if plan.calibrated:
-        source = str(config.calibration) if config.calibration is not None else default_source(model_dir)
-        if source is None:
-            raise ConfigError(
-                f"--format openvino --quantize int8 needs calibration text and --model {config.model} records no "
-                "prepared data that still exists: give --calibration (a `prepare` output or a folder of <lang>.txt "
-                "files), or use --format onnx (dynamic int8, no calibration)"
-            )
-        calibration = read_calibration(source, tokenizer, config.calibration_sentences)
+    if plan.calibrated:  # --calibration, else the text the model was distilled on
+        calibration = calibration_text(
+            config.calibration, model_dir, config.model, tokenizer, config.calibration_sentences
+        )
     check, spec = None, None
     if config.check is not None:
         if task != "feature-extraction":

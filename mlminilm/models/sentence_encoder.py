@@ -8,6 +8,13 @@ optionally Normalize, e.g. all-MiniLM-L6-v2 and multilingual-e5-small), the expo
 files, with the pooling's width set to the student's, so `SentenceTransformer(student_dir)` encodes the way the
 teacher does (same pooling, normalisation and prompts). A teacher with modules that hold weights of the
 teacher's width (Dense, ...) cannot be carried over: the student is exported without them and a warning says so.
+
+The student's `default_prompt_name` is "query" when the teacher has a "query" prompt and no default of its own
+(`student_default_prompt`): e5's rule is "query: " before every text of a symmetric task (similarity, bitext
+mining, clustering, features), and the student's parallel terms were distilled on text with that prompt before
+it (distill --parallel-prefix), so `model.encode(texts)` without a prompt would give it text it never saw. A
+retrieval corpus still asks for its own prompt (`prompt_name="passage"`, or sentence-transformers'
+`encode_document`, which picks "document" / "passage" / "corpus").
 """
 
 from __future__ import annotations
@@ -71,6 +78,8 @@ class SentenceTransformerSetup:
     not_applied: tuple[str, ...] = ()  # modules after Pooling that this evaluation does not run (Dense, ...)
     query_prompt: str | None = None
     passage_prompt: str | None = None  # the "passage" prompt, else the "document" one (retrieval's corpus side)
+    default_prompt: str | None = None  # default_prompt_name: the prompt `encode` uses when given none
+    prompts: tuple[tuple[str, str], ...] = ()  # every (name, text) of config_sentence_transformers.json
     transformer_path: str = ""  # the encoder's subfolder ("" = the model directory itself)
     max_seq_length: int | None = None
 
@@ -94,7 +103,10 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
         modes = tuple(m for key, m in _LEGACY_POOLING.items() if pool_cfg.get(key)) or ("mean",)
     after = [kind for kind, _ in kinds[pooling_at + 1 :]]
     st_cfg_path = _model_file(model, "config_sentence_transformers.json")
-    prompts = (_read_json(st_cfg_path).get("prompts") or {}) if st_cfg_path else {}
+    st_cfg = (_read_json(st_cfg_path) or {}) if st_cfg_path else {}
+    st_cfg = st_cfg if isinstance(st_cfg, dict) else {}
+    prompts = st_cfg.get("prompts") or {}
+    default = st_cfg.get("default_prompt_name")
     bert_cfg_path = _model_file(model, "sentence_bert_config.json")
     max_seq = _read_json(bert_cfg_path).get("max_seq_length") if bert_cfg_path else None
     transformer = next((path for kind, path in kinds if kind == "Transformer"), "")
@@ -105,8 +117,14 @@ def read_sentence_transformers(model: str) -> SentenceTransformerSetup | None:
         not_applied=tuple(kind for kind in after if kind != "Normalize"),
         query_prompt=prompts.get("query") if isinstance(prompts, dict) else None,
         passage_prompt=(prompts.get("passage") or prompts.get("document")) if isinstance(prompts, dict) else None,
+        default_prompt=default
+        if isinstance(default, str) and isinstance(prompts, dict) and default in prompts
+        else None,
         transformer_path=transformer,
         max_seq_length=max_seq,
+        prompts=tuple((str(k), v) for k, v in prompts.items() if isinstance(v, str))
+        if isinstance(prompts, dict)
+        else (),
     )
 
 
@@ -190,6 +208,7 @@ def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden:
     for name in _TOP_FILES:
         if (teacher_dir / name).is_file():
             shutil.copyfile(teacher_dir / name, out / name)
+    _set_default_prompt(out / "config_sentence_transformers.json")
     from mlminilm.io.paths import confined
 
     for module in modules:
@@ -204,3 +223,24 @@ def copy_sentence_transformers_files(teacher_dir: str | Path, out: Path, hidden:
                 config["word_embedding_dimension"] = hidden
             (target / source.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return True
+
+
+def student_default_prompt(prompts, default: str | None) -> str | None:
+    """The `default_prompt_name` of a student whose teacher has `prompts` and `default`: the teacher's own, else
+    "query" when the teacher has that prompt (the module's docstring says why), else None."""
+    if default is not None or not isinstance(prompts, dict):
+        return default
+    return "query" if isinstance(prompts.get("query"), str) and prompts["query"] else None
+
+
+def _set_default_prompt(path: Path) -> None:
+    """The student's config_sentence_transformers.json (copied from the teacher) with its default prompt set."""
+    if not path.is_file():
+        return
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        return
+    default = student_default_prompt(config.get("prompts"), config.get("default_prompt_name"))
+    if default != config.get("default_prompt_name"):
+        config["default_prompt_name"] = default
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

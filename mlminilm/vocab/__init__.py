@@ -10,6 +10,8 @@ A multilingual encoder spends most of its parameters on its vocabulary (multilin
   pieces a language's counts never show ranked by likelihood (`--script-chars`, `--script-fill`);
 - `identity`: per language, the share of the counted tokens kept and of held-out sentences (`--check`) that
   tokenise exactly as before;
+- `unseen`: per language, the share of new text's tokens its counts never show (Good-Turing), the warning when the
+  counting corpus is small for it, and the default `--script-fill` (auto) that follows;
 - `tokenizer`: the tokenizer.json with the dropped pieces removed and the rest renumbered (SentencePiece Unigram:
   the pieces keep their scores, so text that used only kept pieces segments exactly as before);
 - `weights`: every vocabulary-indexed tensor (word embeddings, a tied or untied output layer and its bias)

@@ -184,6 +184,7 @@ def select_ids(
     always: dict[str, np.ndarray] | None = None,
     fill: int = 0,
     fill_rankings: dict[str, np.ndarray] | None = None,
+    fill_to: dict[str, int] | None = None,
 ) -> Selection:
     """The ids to keep, the union of:
 
@@ -194,6 +195,8 @@ def select_ids(
       occur at least `min_count` times, until the kept ids cover `coverage` of the other ids' pooled occurrences;
     - with `fill` n: for each language, the first n ids that the rules above do not keep of its list: its counted
       ids by falling count, then `fill_rankings[lang]` (ids its counts do not show, likeliest first);
+    - with `fill_to` (language -> n; the default --script-fill): for each of those languages, the first n ids of
+      that list, those the rules above keep included (an id kept for another language serves this one too);
 
     at most `max_vocab` ids in all: the pooled ids fill what room the others leave, which must fit."""
     counts, forced, other = _forced_and_other(counts, forced)
@@ -212,10 +215,11 @@ def select_ids(
     if coverage is not None:
         eligible = other & ~_mask(stages, size) & (counts >= min_count)
         pooled = _pooled_to_coverage(counts, eligible, kept, other, coverage, total)
-    if fill:
+    if fill or fill_to:
         counted = kept.copy()
         counted[pooled] = True
-        extra.append(("script_fill", _script_fill(per_language, other, counted, fill, fill_rankings or {}, size)))
+        filled = _script_fill(per_language, other, counted, fill, fill_rankings or {}, size, fill_to)
+        extra.append(("script_fill", filled))
         kept = _mask(stages + extra, size)
     if max_vocab is not None:
         pooled = _pooled_within(max_vocab, pooled, kept, stages + extra, size)
@@ -297,18 +301,26 @@ def _script_fill(
     fill: int,
     fill_rankings: dict[str, np.ndarray],
     size: int,
+    fill_to: dict[str, int] | None = None,
 ) -> np.ndarray:
-    """For each language, the first `fill` ids of its list that `counted` does not hold: its counted ids by falling
-    count, then its `fill_rankings` ids."""
+    """For each language, the first `fill` ids of its list that `counted` does not hold (with `fill_to`: of the
+    languages it names, the first `fill_to[lang]` ids of its list that `counted` does not hold): its counted ids by
+    falling count, then its `fill_rankings` ids."""
     added = []
     for lang, lang_counts in per_language.items():
+        if fill_to is not None and lang not in fill_to:
+            continue
         queue = np.concatenate(
             [
                 _by_count(np.flatnonzero(other & (lang_counts > 0)), lang_counts),
                 _valid(fill_rankings.get(lang, ()), size),
             ]
         )
-        added.append(queue[~counted[queue]][:fill])
+        if fill_to is None:
+            added.append(queue[~counted[queue]][:fill])
+        else:
+            head = queue[: fill_to[lang]]
+            added.append(head[~counted[head]])
     return np.concatenate(added) if added else np.empty(0, np.int64)
 
 

@@ -24,11 +24,10 @@ import numpy as np
 
 from mlminilm import logging as mlog
 from mlminilm.config import TrimConfig
-from mlminilm.corpus.manifest import TOKEN_COUNTS
-from mlminilm.errors import CheckpointError, ConfigError, DataError, Problems
+from mlminilm.errors import CheckpointError, ConfigError, Problems
 from mlminilm.version import __version__
 from mlminilm.vocab import counts as counting
-from mlminilm.vocab import identity, scripts, weights
+from mlminilm.vocab import identity, scripts, unseen, weights
 from mlminilm.vocab import tokenizer as tokens
 
 log = mlog.get(__name__)
@@ -91,13 +90,14 @@ def _trim(
         found = counting.counts_from_data(config.data, tokenizer, config.model)
     else:
         found = counting.counts_from_corpus(config.corpus, config.langs, tokenizer, config.workers)
-    _need_per_language(config, found)
+    unseen.need_per_language(config, found)
     forced = {
         i
         for i in tokens.required_ids(tokenizer, doc) | weights.config_token_ids(model_config)
         if 0 <= i < len(tokenizer)
     }
-    always, language_scripts, rankings = _rule_ids(config, tokenizer, doc, found, forced, model_dir)
+    new_text, fill_to, filled = unseen.plan(config, found, forced)  # what the counts say of text they do not hold
+    always, language_scripts, rankings = _rule_ids(config, tokenizer, doc, found, forced, model_dir, filled)
     selection = counting.select_ids(
         found.counts,
         forced,
@@ -107,12 +107,13 @@ def _trim(
         found.per_language,
         config.per_lang_top_k,
         always,
-        config.script_fill,
+        config.script_fill or 0,
         rankings,
+        fill_to,
     )
     old_ids = selection.old_ids
     log.info(
-        "keeping %s of %s ids (%s), covering %.4f%% of %s corpus tokens",
+        "keeping %s of %s ids (%s), covering %.4f%% of the %s tokens of the counting corpus",
         f"{len(old_ids):,}",
         f"{len(tokenizer):,}",
         ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in selection.added.items() if n),
@@ -121,6 +122,7 @@ def _trim(
     )
     trimmed_doc = tokens.trim_document(doc, old_ids)
     languages = _languages(found, selection, language_scripts, check_files, tokenizer, trimmed_doc)
+    unseen.add_to_record(languages, new_text, fill_to)
     identity.log_report(languages)
 
     model, absent = weights.load_any_model(config.model)
@@ -198,42 +200,22 @@ def _validate(config: TrimConfig, claim):
     return tokenizer, doc, model_config, model_dir, check_files
 
 
-def _need_per_language(config: TrimConfig, found: counting.TokenCounts) -> None:
-    """--per-lang-top-k and --script-fill need per-language counts: an error when only pooled counts exist."""
-    flags = [
-        flag
-        for flag, on in (
-            ("--per-lang-top-k", config.per_lang_top_k is not None),
-            ("--script-fill", config.script_fill > 0),
-        )
-        if on
-    ]
-    if found.per_language is not None:
-        return
-    if flags:
-        raise DataError(
-            f"{' and '.join(flags)} need{'s' if len(flags) == 1 else ''} per-language counts, but --data "
-            f"{found.path} holds only pooled counts ({TOKEN_COUNTS}: {found.pooled_only}); run "
-            "`mlminilm prepare` again to get its shards, or count a corpus with --corpus"
-        )
-    log.warning(
-        "--data %s: %s, so only its pooled counts are known: no per-language figures, and the scripts of "
-        "--script-chars are those of all languages together",
-        found.path,
-        found.pooled_only,
-    )
-
-
 def _rule_ids(
-    config: TrimConfig, tokenizer, doc: dict, found: counting.TokenCounts, forced: set[int], model_dir: str
+    config: TrimConfig,
+    tokenizer,
+    doc: dict,
+    found: counting.TokenCounts,
+    forced: set[int],
+    model_dir: str,
+    filled: set[str],
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
     """The ids kept by rule beside the counts (prompt pieces, script characters), the scripts of each language
-    (empty when neither script option is on), and for --script-fill each language's ranking of the pieces of its
-    scripts that its counts do not show."""
+    (empty when neither script option is on), and for each language --script-fill fills (`filled`) its ranking
+    of the pieces of its scripts that its counts do not show."""
     size = len(tokenizer)
     always = {"prompts": _prompt_ids(tokenizer, model_dir)}
     rankings: dict[str, np.ndarray] = {}
-    if not (config.script_chars or config.script_fill):
+    if not (config.script_chars or filled):
         return always, {}, rankings
     kind = doc["model"]["type"]
     pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
@@ -251,13 +233,13 @@ def _rule_ids(
         allowed = set().union(*by_lang.values()) | set(scripts.NEUTRAL)
         singles = scripts.single_characters(pieces, kind, written, allowed)
         always["script_chars"] = np.flatnonzero(singles & ~forced_mask)
-    if config.script_fill:
+    if filled:
         vocab = doc["model"].get("vocab")
         scores = np.zeros(size)
         if kind == "Unigram":
             scores[: min(size, len(vocab))] = [float(score) for _, score in vocab[:size]]
         background: dict[frozenset, tuple[np.ndarray, np.ndarray]] = {}
-        for lang, counts in sorted(per_language.items()):
+        for lang, counts in sorted((lang, c) for lang, c in per_language.items() if lang in filled):
             allowed = frozenset(by_lang[lang]) | frozenset(scripts.NEUTRAL)
             if allowed not in background:
                 candidates = np.flatnonzero(scripts.written_in(written, allowed) & ~forced_mask)
@@ -339,7 +321,7 @@ def _record(
             "max_vocab": config.max_vocab,
             "per_lang_top_k": config.per_lang_top_k,
             "script_chars": config.script_chars,
-            "script_fill": config.script_fill,
+            "script_fill": "auto" if config.script_fill is None else config.script_fill,
             "check": _str(config.check),
         },
         "counts": {
@@ -349,7 +331,7 @@ def _record(
             "corpus_tokens": selection.corpus_tokens,
             "distinct_ids_seen": selection.seen,
             "rule": "occurrences of every id but the special and added tokens; coverage is the share of "
-            "them whose id is kept",
+            "them whose id is kept: coverage of the counting corpus, not of the languages (`languages`: `unseen`)",
         },
         "vocab_size": {"before": rows, "after": len(old_ids)},
         "tokenizer_size": {"before": tokenizer_size, "after": len(old_ids)},
@@ -399,12 +381,17 @@ def _write_card(config: TrimConfig, out: Path, record: dict, sentence_encoder: b
         "vocabulary": f"{before:,} -> {after:,} ids",
         "parameters": f"{record['parameters']['before']:,} -> {record['parameters']['after']:,}",
         "counts": f"{record['counts']['source']} {record['counts']['path']}",
-        "coverage": f"{100 * record['coverage']:.4f}% of {record['counts']['corpus_tokens']:,} corpus tokens",
+        "coverage": f"{100 * record['coverage']:.4f}% of the {record['counts']['corpus_tokens']:,} tokens of the "
+        "counting corpus",
         "min_count": config.min_count,
         "max_vocab": config.max_vocab,
         "per_lang_top_k": config.per_lang_top_k,
         "script_chars": config.script_chars,
-        "script_fill": config.script_fill,
+        "script_fill": record["options"]["script_fill"],
+        "small_counting_corpus": ", ".join(
+            lang for lang, info in record["languages"].items() if info.get("unseen", {}).get("small_corpus")
+        )
+        or "none",
     }
     source = source_card_data(config.model)
     data = infer_card_data(
