@@ -31,6 +31,8 @@ DATA_ROOTS = ("mlminilm/demo/", "tests/fixtures/", "langs/")
 # (benchmarks/retention.py, split in progress when the rule came (issue 38), is under the limit since.)
 LONG_COMMITTED: dict[str, str] = {
     "CHANGELOG.md": "every entry is under [Unreleased]: no released version to move out, and [Unreleased] stays whole",
+    "docs/CLI.md": "generated from the option declarations (make cli-reference), one section per command: read by "
+    "its anchors, never edited by hand",
 }
 
 
