@@ -27,7 +27,7 @@ test: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q --durations=20
 
-# The slow tests alone (real teachers, the README's commands as printed): what `make test` skips; CI runs both.
+# The slow tests alone (real teachers, the README's commands as printed, the installed wheel): what `make test` skips; CI runs both.
 test-slow: venv
 	$(BIN)/python -m pytest -q --runslow -m slow --durations=20
 

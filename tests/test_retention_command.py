@@ -408,6 +408,8 @@ def test_finetuned_xnli_and_mlqa_name_their_training(teacher, data, tmp_path, mo
     assert markdown.count("1 epoch(s)") == 2
 
 
+# Slow (about 50 s: the real teacher, converted, cut and evaluated twice): `make test-slow`, which CI runs.
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_teacher_and_cut_teacher_are_eval_tatoeba_scores(shared_data, tmp_path, monkeypatch, capsys):
     """The issue's goal on multilingual-e5-small: the teacher's and the cut teacher's Tatoeba rows are eval-tatoeba's

@@ -4,7 +4,9 @@ editable install, it holds every package and data file of the source, and `mlmin
 The editable install the README uses maps `mlminilm` onto the repository, which hid a hand-kept package list that
 left `mlminilm.export` and `mlminilm.runtimes` out of the wheel. Here the fresh environment reaches the test
 environment's dependencies through a `.pth` path (so nothing is downloaded), but not its editable finder: `.pth`
-files are read in site directories only, never in a path another `.pth` added."""
+files are read in site directories only, never in a path another `.pth` added.
+
+Slow (about 45 s: a wheel build, a venv and an ONNX export in a fresh process): `make test-slow`, which CI runs."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 # The folders installed under other names (pyproject.toml's package-dir; setup.py's RENAMED).
