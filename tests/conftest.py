@@ -238,8 +238,6 @@ def bert(tiny_wordpiece_dir, tmp_path_factory) -> Path:
 def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
     """A 2-layer XLM-R (no token_type_ids) with e5-like sentence-transformers files (mean pooling, normalise,
     a 'query: ' prompt)."""
-    import json
-
     model = save_tiny_teacher(
         tiny_sentencepiece_dir,
         tmp_path_factory.mktemp("xlmr"),
@@ -249,12 +247,20 @@ def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
         heads=4,
         intermediate=64,
     )
+    return write_e5_sentence_files(model, 32)
+
+
+def write_e5_sentence_files(model: Path, hidden: int) -> Path:
+    """e5-like sentence-transformers files in `model` (mean pooling, normalise, "query: " / "passage: " prompts,
+    128 tokens). Returns `model`."""
+    import json
+
     (model / "modules.json").write_text(json.dumps(ST_MODULES))
-    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling").mkdir(exist_ok=True)
     (model / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 32, "pooling_mode": "mean"})
+        json.dumps({"word_embedding_dimension": hidden, "pooling_mode": "mean"})
     )
-    (model / "2_Normalize").mkdir()
+    (model / "2_Normalize").mkdir(exist_ok=True)
     (model / "config_sentence_transformers.json").write_text(
         json.dumps({"prompts": {"query": "query: ", "passage": "passage: "}})
     )

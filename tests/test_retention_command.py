@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ST_MODULES, sample_lines
+from conftest import sample_lines, write_e5_sentence_files
 from taskdata import write_mlqa_dir
 
 from helpers import assert_error, run_main, save_tiny_teacher
@@ -17,51 +17,24 @@ from helpers import assert_error, run_main, save_tiny_teacher
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _sentence_files(model: Path, hidden: int) -> Path:
-    """e5-like sentence-transformers files (mean pooling, normalise, "query: " / "passage: " prompts)."""
-    (model / "modules.json").write_text(json.dumps(ST_MODULES))
-    (model / "1_Pooling").mkdir(exist_ok=True)
-    (model / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": hidden, "pooling_mode": "mean"})
+def _tiny_xlmr(tiny_sentencepiece_dir: Path, folder: Path, layers: int) -> Path:
+    """An XLM-R of `layers` layers (hidden 32, no dropout) with e5-like sentence-transformers files."""
+    model = save_tiny_teacher(
+        tiny_sentencepiece_dir, folder, kind="xlmr", layers=layers, hidden=32, heads=4, intermediate=64, dropout=0.0
     )
-    (model / "2_Normalize").mkdir(exist_ok=True)
-    (model / "config_sentence_transformers.json").write_text(
-        json.dumps({"prompts": {"query": "query: ", "passage": "passage: "}})
-    )
-    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
-    return model
+    return write_e5_sentence_files(model, 32)
 
 
 @pytest.fixture(scope="module")
 def teacher(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
     """A 3-layer XLM-R with e5-like sentence-transformers files, trained not at all but no dropout."""
-    model = save_tiny_teacher(
-        tiny_sentencepiece_dir,
-        tmp_path_factory.mktemp("ret-teacher"),
-        kind="xlmr",
-        layers=3,
-        hidden=32,
-        heads=4,
-        intermediate=64,
-        dropout=0.0,
-    )
-    return _sentence_files(model, 32)
+    return _tiny_xlmr(tiny_sentencepiece_dir, tmp_path_factory.mktemp("ret-teacher"), layers=3)
 
 
 @pytest.fixture(scope="module")
 def student(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
     """A 2-layer XLM-R of the teacher's tokenizer (another random start: a stand-in for a distilled student)."""
-    model = save_tiny_teacher(
-        tiny_sentencepiece_dir,
-        tmp_path_factory.mktemp("ret-student"),
-        kind="xlmr",
-        layers=2,
-        hidden=32,
-        heads=4,
-        intermediate=64,
-        dropout=0.0,
-    )
-    return _sentence_files(model, 32)
+    return _tiny_xlmr(tiny_sentencepiece_dir, tmp_path_factory.mktemp("ret-student"), layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +48,7 @@ def cut_by_hand(teacher, tmp_path_factory) -> Path:
     model.config.num_hidden_layers = 2
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(teacher).save_pretrained(out)
-    return _sentence_files(out, 32)
+    return write_e5_sentence_files(out, 32)
 
 
 @pytest.fixture(scope="module")
