@@ -15,30 +15,28 @@ student, loss = value relations + KLs). Steps alternate project / naive; the fig
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+from step_configs import CONFIGS  # (also puts the repository on sys.path)
+from step_hardware import reexec_emulating_avx2
+from step_paths import build_paths, make_batches
+from step_timing import environment
 
-import torch  # noqa: E402
-from step_companion_cli import companion_parser, start_run  # noqa: E402  (also puts the repository on sys.path)
-from step_paths import build_paths, make_batches, naive_kl, value_relation  # noqa: E402
-from step_timing import environment  # noqa: E402
-
-
-def _now() -> float:
-    return time.perf_counter()
+_now = time.perf_counter
 
 
 def project_parts(p, ids, mask) -> tuple[dict, float]:
     from mlminilm.distillation.capture import layer_qkv
     from mlminilm.distillation.losses import minilm_v1_terms, minilm_v2_terms
-    from mlminilm.distillation.objective import StudentQKV  # noqa: F401  (p.forward is one)
 
     mask = p.loader_mask(mask)
     t = {}
@@ -76,11 +74,7 @@ def naive_parts(p, ids, mask) -> tuple[dict, float]:
         s_out = p.student(input_ids=ids, attention_mask=mask, output_attentions=True)
         t3 = _now()
         t["student"] = t3 - t2
-        heads = p.b.teacher.heads
-        t_att, s_att = t_out.attentions[-1].float(), s_out.attentions[-1].float()
-        t_vr = value_relation(p.values["teacher"].float(), heads, mask)
-        s_vr = value_relation(p.values["student"].float(), heads, mask)
-        loss = naive_kl(t_att, s_att, mask) + naive_kl(t_vr, s_vr, mask)
+        loss = p.loss(t_out, s_out, mask)
     return finish_parts(p, loss, lambda x: x.item(), t, t0, t3)  # as NaivePath.step reads it
 
 
@@ -127,7 +121,10 @@ def profile_ops(name, path, batches, top: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = companion_parser(__doc__)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="cpu", choices=[n for n in CONFIGS if not n.startswith("gpu")])
+    ap.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16"))
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=8, help="timed steps per path (default 8)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile-steps", type=int, default=2, help="steps per path under torch.profiler (0: none)")
@@ -136,7 +133,13 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=("project", "naive"), help="time one path only")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    b = start_run(args, __file__, argv)
+    if args.emulate_avx2:  # does not return unless the environment is already set
+        reexec_emulating_avx2(str(Path(__file__).resolve()), list(sys.argv[1:] if argv is None else argv))
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    b = replace(CONFIGS[args.config], steps=args.steps, warmup=args.warmup)
     device = torch.device("cpu")
     which = (args.only,) if args.only else ("project", "naive")
     with tempfile.TemporaryDirectory(prefix="mlminilm-prof-") as tmp:

@@ -14,8 +14,8 @@
                                                            # (a laptop, a CI runner): see step_hardware.AVX2_ENV
 
 benchmarks/distill_profile.py times each part of both steps (teacher, student, relations, backward, optimizer)
-with torch.profiler's top operators; benchmarks/distill_variants.py sets variants of the project's step (exact
-ones and opt-ins) against each other in one process.
+with torch.profiler's top operators (experiments/distill_variants.py, an answered experiment, set variants of the
+project's step against each other on the same pieces).
 
 This file is the command line; the pieces stand beside it: step_configs.py (the configurations and their model
 FLOPs), step_paths.py (the project and the naive step), step_timing.py (timing, peak memory, the largest batch),

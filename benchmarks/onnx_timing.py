@@ -3,7 +3,6 @@ CPU offers int8 (its flags: int8 gains differ between CPUs with and without VNNI
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
@@ -15,18 +14,17 @@ INT8_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_
 
 def cpu_info() -> dict:
     """The CPU's model name, core count and which of INT8_FLAGS it has (Linux; `unknown` elsewhere)."""
-    name, flags = "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name == "unknown":
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    present = {flag: flag in flags for flag in INT8_FLAGS}
+    from step_hardware import cpu_info as machine
+
+    info = machine()
+    present = {flag: flag in info["flags"] for flag in INT8_FLAGS}
     vnni = present["avx512_vnni"] or present["avx_vnni"]
-    return {"model": name, "cores": os.cpu_count(), "flags": present, "int8_dot_product": "VNNI" if vnni else "none"}
+    return {
+        "model": info["model"],
+        "cores": info["cores"],
+        "flags": present,
+        "int8_dot_product": "VNNI" if vnni else "none",
+    }
 
 
 class Runner:

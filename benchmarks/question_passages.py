@@ -20,12 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from running_text import SHARED, XNLI_LANGS  # noqa: E402
+from running_text import SHARED, XNLI_LANGS
 
 SIZES = (3, 4, 5)  # premises per XNLI passage
 

@@ -8,6 +8,7 @@ mlminilm imports run inside functions) and keeps Hugging Face offline, as the be
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,14 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The benchmark's command line: the child processes that measure memory run it again with a hidden option.
 ENTRY_POINT = Path(__file__).resolve().with_name("distill_step.py")
+
+
+def run_child(options: list[str], **env: str) -> subprocess.CompletedProcess:
+    """distill_step.py with `options` in a child process, offline, on this process's torch threads (and `env`)."""
+    import torch
+
+    cmd = [sys.executable, str(ENTRY_POINT), *options, "--threads", str(torch.get_num_threads())]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The machine under benchmarks/distill_step.py and its companions: AVX2 emulation (the same command in a fresh
+"""The machine under benchmarks/distill_step.py and distill_profile.py: AVX2 emulation (the same command in a fresh
 process with an AVX2-only CPU's kernels), the CPU's and the GPU's peak FLOP/s (estimated, and a measured GEMM),
 and this process's resident-set size and high-water mark (peak memory on the CPU)."""
 

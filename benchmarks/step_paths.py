@@ -69,24 +69,9 @@ def tensor_bytes(*objs) -> int:
     return total
 
 
-class Path_:
-    """One way of doing the step; `step(ids, mask)` returns the loss as a float."""
-
-    name = ""
-    matmul_dtype = torch.float32
-
-    def step(self, input_ids, mask) -> float:
-        raise NotImplementedError
-
-    def resident_bytes(self) -> int:
-        raise NotImplementedError
-
-    def free(self) -> None:
-        pass
-
-
-class ProjectPath(Path_):
-    """mlminilm's distill step, assembled from the functions `distill` itself calls."""
+class ProjectPath:
+    """mlminilm's distill step, assembled from the functions `distill` itself calls. Each path has `step(ids,
+    mask)` (the loss as a float), `matmul_dtype`, `resident_bytes()` and `free()`."""
 
     name = "project"
 
@@ -169,7 +154,7 @@ def value_relation(v: torch.Tensor, heads: int, mask: torch.Tensor) -> torch.Ten
     return logits.softmax(-1)
 
 
-class NaivePath(Path_):
+class NaivePath:
     """Whole models, eager attention, output_attentions, losses on materialised probabilities."""
 
     name = "naive"
@@ -202,17 +187,21 @@ class NaivePath(Path_):
             return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def loss(self, t_out, s_out, mask) -> torch.Tensor:
+        """KL of the last layer's returned attention probabilities plus KL of its softmaxed value relations."""
+        heads = self.b.teacher.heads
+        t_att, s_att = t_out.attentions[-1].float(), s_out.attentions[-1].float()
+        t_vr = value_relation(self.values["teacher"].float(), heads, mask)
+        s_vr = value_relation(self.values["student"].float(), heads, mask)
+        return naive_kl(t_att, s_att, mask) + naive_kl(t_vr, s_vr, mask)
+
     def step(self, input_ids, mask) -> float:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             with torch.no_grad():
                 t_out = self.teacher(input_ids=input_ids, attention_mask=mask, output_attentions=True)
             s_out = self.student(input_ids=input_ids, attention_mask=mask, output_attentions=True)
-            heads = self.b.teacher.heads
-            t_att, s_att = t_out.attentions[-1].float(), s_out.attentions[-1].float()
-            t_vr = value_relation(self.values["teacher"].float(), heads, mask)
-            s_vr = value_relation(self.values["student"].float(), heads, mask)
-            loss = naive_kl(t_att, s_att, mask) + naive_kl(t_vr, s_vr, mask)
+            loss = self.loss(t_out, s_out, mask)
         loss.backward()
         value = loss.item()
         self.optimizer.step()

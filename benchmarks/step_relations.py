@@ -7,14 +7,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
-from step_configs import ENTRY_POINT
+from step_configs import run_child
 from step_hardware import peak_rss_bytes, reset_rss_peak, status_kb
 
 # The loss of MiniLM v1 alone at a long sequence: an XLM-R-base teacher's Q/K/V (hidden 768) against a 384-wide
@@ -92,24 +89,9 @@ def run_relation_child(mode: str, batch: int, seq: int, precision: str, chunk: i
 def relation_child(mode: str, batch: int, seq: int, precision: str, chunk: int | None) -> dict:
     """One mode's memory in a child process of its own. malloc returns freed blocks >= 64 KiB to the system
     at once there (MALLOC_MMAP_THRESHOLD_), so the resident-set high-water mark follows the live tensors."""
-    cmd = [
-        sys.executable,
-        str(ENTRY_POINT),
-        "--_relation-child",
-        mode,
-        "--relation-batch",
-        str(batch),
-        "--relation-seq",
-        str(seq),
-        "--precision",
-        precision,
-        "--threads",
-        str(torch.get_num_threads()),
-    ]
-    if chunk is not None:
-        cmd += ["--relation-chunk", str(chunk)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    options = ["--_relation-child", mode, "--relation-batch", str(batch), "--relation-seq", str(seq)]
+    options += ["--precision", precision, *(["--relation-chunk", str(chunk)] if chunk is not None else [])]
+    proc = run_child(options, MALLOC_MMAP_THRESHOLD_="65536")
     if proc.returncode != 0:
         raise RuntimeError(f"{mode}: {proc.stderr.strip()}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -9,7 +9,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import step_paths
 import torch
-from step_configs import ENTRY_POINT, Bench, flops_per_token
+from step_configs import Bench, flops_per_token, run_child
 from step_hardware import cpu_info, emulating_avx2, peak_rss_bytes, reset_rss_peak, status_kb, sync
 from step_paths import build_paths, make_batches
 
@@ -83,21 +82,8 @@ def summarise(
 
 def memory_child(b: Bench, path_name: str, precision: str, workdir: Path) -> dict:
     """CPU: run one path alone in a child process and read its resident-set high-water mark."""
-    cmd = [
-        sys.executable,
-        str(ENTRY_POINT),
-        "--_memory-child",
-        path_name,
-        "--config",
-        b.name,
-        "--precision",
-        precision,
-        "--workdir",
-        str(workdir),
-        "--threads",
-        str(torch.get_num_threads()),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    options = ["--_memory-child", path_name, "--config", b.name, "--precision", precision, "--workdir", str(workdir)]
+    proc = run_child(options)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -226,20 +212,10 @@ def bench_one(b: Bench, workdir: Path, precision: str, peak_flops: dict, search:
         torch.cuda.empty_cache()
         batch //= 2
     b = trial
-    rows = {}
+    memory = {}  # per path: peak bytes, how they were measured, what else the row records
     if device.type == "cuda":
-        for name, p in paths.items():
-            peak = p.resident_bytes() + timed["peak_extra"][name]
-            rows[name] = summarise(
-                b,
-                name,
-                timed["times"][name],
-                peak,
-                "resident tensors + step peak (torch.cuda.max_memory_allocated)",
-                flops,
-                peak_flops,
-                p.matmul_dtype,
-            )
+        kind = "resident tensors + step peak (torch.cuda.max_memory_allocated)"
+        memory = {name: (p.resident_bytes() + timed["peak_extra"][name], kind, {}) for name, p in paths.items()}
     dtypes = {name: p.matmul_dtype for name, p in paths.items()}
     project_precision = "bf16" if paths["project"].matmul_dtype == torch.bfloat16 else "fp32"
     for p in paths.values():
@@ -251,17 +227,11 @@ def bench_one(b: Bench, workdir: Path, precision: str, peak_flops: dict, search:
     else:
         for name in ("project", "naive"):
             mem = memory_child(b, name, precision, workdir)
-            rows[name] = summarise(
-                b,
-                name,
-                timed["times"][name],
-                mem.get("peak_rss_bytes"),
-                mem.get("kind", mem.get("error", "")),
-                flops,
-                peak_flops,
-                dtypes[name],
-            )
-            rows[name]["memory_detail"] = mem
+            memory[name] = (mem.get("peak_rss_bytes"), mem.get("kind", mem.get("error", "")), {"memory_detail": mem})
+    rows = {
+        name: {**summarise(b, name, timed["times"][name], peak, kind, flops, peak_flops, dtypes[name]), **extra}
+        for name, (peak, kind, extra) in memory.items()
+    }
     result = {
         "config": asdict(b),
         "project_precision": project_precision,

@@ -187,7 +187,7 @@ def make_loader(
 
 def default_workers(device_type: str, local_world: int = 1) -> int:
     """Loader workers per process. CPU: 0, the cores run the model and a worker only takes time slices from it
-    (benchmarks/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own. The node's cores
+    (experiments/data_loader.py). CUDA: a few, leaving each rank's main process a core of its own. The node's cores
     are shared by its own `local_world` processes only (on 2 nodes of 8 GPUs, 8, not the 16 of WORLD_SIZE)."""
     if device_type != "cuda":
         return 0

@@ -35,7 +35,7 @@ def build_student(config, seed: int) -> nn.Module:
 
     Its word embedding computes its gradient on the CPU into the tensor of the previous step instead of a new
     [vocabulary, hidden] one (mlminilm.models.embedding_grad: the same values bit for bit; 250,002 x 384: ~170 ms less
-    per fp32 step of the cpu-probe benchmark, benchmarks/distill_variants.py)."""
+    per fp32 step of the cpu-probe benchmark, experiments/distill_variants.py)."""
     from transformers import AutoModel
 
     from mlminilm.models.embedding_grad import keep_embedding_gradient

@@ -35,7 +35,7 @@ from torch import nn
 # Where the row-sparse form pays. On CUDA marking the rows is one pass over the gradient at device bandwidth
 # (~0.1 ms for 384 MB on an H100) against a wire volume cut from the whole table to the step's rows. On the CPU
 # (gloo, 2 ranks on one machine) marking costs about what it saves: 491 ms against 479 ms for the whole all-reduce
-# of a 250,002 x 384 gradient with 8,067 rows used (benchmarks/row_sparse_reduce.py, a busy 2-core machine), so
+# of a 250,002 x 384 gradient with 8,067 rows used (experiments/row_sparse_reduce.py, a busy 2-core machine), so
 # the CPU keeps DDP's own hook; the tests turn it on there to prove it exact.
 ON_DEVICES = ("cuda",)
 

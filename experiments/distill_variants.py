@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Variants of the project's distill step against each other and the naive baseline, in one process.
+"""docs/benchmarks/gpu.md section 11 ("The fp32 CPU step", its variants): an answered experiment.
 
-    python benchmarks/distill_variants.py --precision fp32 --threads 1                      # every variant, `cpu`
-    python benchmarks/distill_variants.py --precision fp32 --threads 1 --emulate-avx2       # as an AVX2-only CPU
-    python benchmarks/distill_variants.py --variants naive,project,compile --steps 10
+Variants of the project's distill step against each other and the naive baseline, in one process.
+
+    python experiments/distill_variants.py --precision fp32 --threads 1                      # every variant, `cpu`
+    python experiments/distill_variants.py --precision fp32 --threads 1 --emulate-avx2       # as an AVX2-only CPU
+    python experiments/distill_variants.py --variants naive,project,compile --steps 10
 
 An A/B harness around distill_step.py's paths: every variant starts from the same teacher and student weights,
 sees the same batches, and gets the same dropout noise (the default generator is reseeded with the same seed
@@ -17,7 +19,7 @@ dearer than in distill_step.py (its probe step measured 5.2-6.0 s here against 3
 variants with each other at that shape and take the ratio to naive from distill_step.py.
 
 The teachers here are random: an int8 teacher's targets move little on them (the loss column) and a lot on a
-trained teacher, whose activations have outliers: benchmarks/teacher_quantisation.py measures that.
+trained teacher, whose activations have outliers: experiments/teacher_quantisation.py measures that.
 
 Variants (`exact`: the same MiniLM loss to fp32 rounding; `opt-in`: changes what is learned or the targets):
 
@@ -40,6 +42,7 @@ Variants (`exact`: the same MiniLM loss to fp32 rounding; `opt-in`: changes what
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import statistics
@@ -47,16 +50,39 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the step_* modules
 
 import torch  # noqa: E402
-from step_companion_cli import companion_parser, start_run  # noqa: E402  (also puts the repository on sys.path)
-from step_configs import Bench  # noqa: E402
+from step_configs import CONFIGS, Bench  # noqa: E402  (also puts the repository on sys.path)
+from step_hardware import reexec_emulating_avx2  # noqa: E402
 from step_paths import NaivePath, ProjectPath, build_paths, make_batches, teacher_config  # noqa: E402
 from step_timing import environment  # noqa: E402
 from torch import nn  # noqa: E402
+
+
+def companion_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser described by the first paragraph of `doc`, with the configuration, precision and thread options."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--config", default="cpu", choices=[n for n in CONFIGS if not n.startswith("gpu")])
+    ap.add_argument("--precision", default="fp32", choices=("auto", "fp32", "bf16"))
+    ap.add_argument("--threads", type=int, default=1)
+    return ap
+
+
+def start_run(args: argparse.Namespace, script: str, argv: list[str] | None) -> Bench:
+    """Re-run `script` as an AVX2-only CPU if --emulate-avx2 asks for it, take --threads, quieten transformers;
+    the chosen configuration with the run's --steps and --warmup."""
+    if args.emulate_avx2:  # does not return unless the environment is already set
+        reexec_emulating_avx2(str(Path(script).resolve()), list(sys.argv[1:] if argv is None else argv))
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return replace(CONFIGS[args.config], steps=args.steps, warmup=args.warmup)
+
 
 VARIANTS = ("naive", "project", "plainemb", "onesmask", "ftz", "compile", "dropout0", "int8", "int8attn")
 EXACT = {"project", "plainemb", "onesmask", "ftz"}

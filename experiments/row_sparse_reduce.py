@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Time the all-reduce of a word embedding's gradient: whole (DDP's own hook) against row-sparse
+"""docs/benchmarks/gpu.md section 6 ("The row-sparse all-reduce", CUDA only): an answered experiment.
+
+Time the all-reduce of a word embedding's gradient: whole (DDP's own hook) against row-sparse
 (mlminilm/training/row_sparse_reduce.py), over N local processes.
 
-    python benchmarks/row_sparse_reduce.py                         # 2 gloo processes on the CPU
-    python benchmarks/row_sparse_reduce.py --backend nccl --procs 8 --out rows.json   # 8 GPUs of one machine
+    python experiments/row_sparse_reduce.py                         # 2 gloo processes on the CPU
+    python experiments/row_sparse_reduce.py --backend nccl --procs 8 --out rows.json   # 8 GPUs of one machine
 
 Each process holds a [--vocab, --hidden] fp32 gradient that is zero but in the rows of --tokens ids drawn
 uniformly (more distinct rows than text, whose ids follow Zipf's law, would touch: a conservative case). Both

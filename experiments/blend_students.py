@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Blend students trained from one start into one (issue 34's weight-averaging experiment, docs/benchmarks/
+"""docs/benchmarks/retrieval.md section 18f (two students blended): an answered experiment, kept to rerun.
+
+Blend students trained from one start into one (issue 34's weight-averaging experiment, docs/benchmarks/
 retrieval.md section 18f):
 
-    python benchmarks/blend_students.py OUT A B [C ...] [--weights 0.5,0.5] [--base START --scale 1.0]
+    python experiments/blend_students.py OUT A B [C ...] [--weights 0.5,0.5] [--base START --scale 1.0]
 
 - without `--base`: a weighted average of the students' weights (a "model soup"); `--weights` defaults to equal
   shares and must sum to 1;

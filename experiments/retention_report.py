@@ -1,4 +1,7 @@
-"""docs/RETENTION.md from the figures of benchmarks/retention.py (every number computed here from that run)."""
+"""docs/RETENTION.md, written from the figures of experiments/retention.py (the product's report:
+mlminilm.retention.report).
+
+docs/RETENTION.md from the figures of experiments/retention.py (every number computed here from that run)."""
 
 from __future__ import annotations
 
@@ -154,12 +157,13 @@ def tatoeba_table(res: dict, names: list[str], key: str) -> list[str]:
     return _table(["model"] + tlangs + ["avg", "en->xx avg", "of teacher", f"> {BASELINE}"], rows)
 
 
-# The reports on students made elsewhere, which this one points to (both are in docs/ beside it).
+# The reports on students made elsewhere, which this one points to (both in docs/benchmarks/).
 ELSEWHERE = (
-    "students made elsewhere, measured by the same stages: [RETENTION_FINETUNED.md](RETENTION_FINETUNED.md) (XNLI and "
-    "MLQA after English fine-tuning, `benchmarks/retention_finetuned.py`) and [RETENTION_RETRIEVAL.md]"
-    "(RETENTION_RETRIEVAL.md) (MLQA passage retrieval on every language pair and Tatoeba, with the trimmed and the "
-    "int8 OpenVINO rows, `benchmarks/retention_retrieval.py`)"
+    "students made elsewhere, measured by the same stages: [RETENTION_FINETUNED.md]"
+    "(benchmarks/RETENTION_FINETUNED.md) (XNLI and MLQA after English fine-tuning, "
+    "`experiments/retention_finetuned.py`) and [RETENTION_RETRIEVAL.md](benchmarks/RETENTION_RETRIEVAL.md) (MLQA "
+    "passage retrieval on every language pair and Tatoeba, with the trimmed and the int8 OpenVINO rows, "
+    "`experiments/retention_retrieval.py`)"
 )
 
 
@@ -323,7 +327,7 @@ NO_MLQA_TEXT = (
 def retrieval_section(res: dict, names: list[str]) -> list[str]:
     """MLQA question -> passage retrieval over every context x question pair of MLQA dev: nDCG@10 per language
     (monolingual), the monolingual and cross-lingual averages, and each row's share of the teacher per language
-    (the tables of benchmarks/retention_retrieval.py)."""
+    (the tables of experiments/retention_retrieval.py)."""
     rows = [n for n in names if "retrieval" in res[n]]
     if TEACHER not in rows:
         return []
@@ -391,7 +395,7 @@ PAPER_MLQA = (
 
 
 def mlqa_section(doc: dict) -> list[str]:
-    """MLQA zero-shot after English QA fine-tuning (benchmarks/finetuned.py), for the rows that have it."""
+    """MLQA zero-shot after English QA fine-tuning (experiments/finetuned.py), for the rows that have it."""
     from finetuned import mlqa_notes, mlqa_table
 
     res = doc["results"]

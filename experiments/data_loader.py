@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Time distill's data per micro-batch: the in-step read against `corpus.loader` with 0 and 2 workers.
+"""docs/benchmarks/gpu.md section 11 ("Data loading", hence 0 loader workers on CPU): an answered experiment.
 
-    python benchmarks/data_loader.py                      # ../shared/data wikiann, XLM-R tokenizer (~2 min)
-    python benchmarks/data_loader.py --out data.json --mb 8 --micro-batches 40
-    python benchmarks/data_loader.py --corpus DIR --tokenizer DIR   # any directory of <lang>.txt files
+Time distill's data per micro-batch: the in-step read against `corpus.loader` with 0 and 2 workers.
+
+    python experiments/data_loader.py                      # ../shared/data wikiann, XLM-R tokenizer (~2 min)
+    python experiments/data_loader.py --out data.json --mb 8 --micro-batches 40
+    python experiments/data_loader.py --corpus DIR --tokenizer DIR   # any directory of <lang>.txt files
 
 A prepared corpus is built first in a temporary directory (never in the repository): the first `--mb` MB of
 text of `--corpus` (default ../shared/data/corpus/wikiann, 15 languages, an equal share each), tokenized with

@@ -1,5 +1,7 @@
-"""The retention benchmarks' Markdown tables that several scripts render: a table from rows, and MLQA retrieval's
-tables (docs/RETENTION.md and docs/RETENTION_RETRIEVAL.md both show them). A leaf module: it imports no other
+"""Tables of docs/RETENTION.md and docs/benchmarks/RETENTION_RETRIEVAL.md (experiments/retention*.py).
+
+The retention benchmarks' Markdown tables that several scripts render: a table from rows, and MLQA retrieval's
+tables (docs/RETENTION.md and docs/benchmarks/RETENTION_RETRIEVAL.md both show them). A leaf module: it imports no other
 benchmark, so the scripts that share it import each other in one direction only."""
 
 from __future__ import annotations

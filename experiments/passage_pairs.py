@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""`distill --parallel` pairs for issue 34's retrieval experiment (docs/BENCHMARKS.md section 18), with the prompts
+"""docs/benchmarks/retrieval.md sections 18-18d (the pairs of issue 34's runs): an answered experiment.
+
+`distill --parallel` pairs for issue 34's retrieval experiment (docs/BENCHMARKS.md section 18), with the prompts
 written into the text so that one run mixes both prompts (run it with `--parallel-prefix ""`):
 
-    python benchmarks/passage_pairs.py OUT_DIR [--queries 900] [--passages 350] [--plain 1250]
+    python experiments/passage_pairs.py OUT_DIR [--queries 900] [--passages 350] [--plain 1250]
 
 Per language of XNLI test's row-parallel files (never an evaluated split here; MLQA is not read at all):
 - query pairs: an English sentence and its translation, both under "query: " (the recipe's pairs);
@@ -21,7 +23,7 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # running_text.py
 
 from running_text import SHARED, XNLI_LANGS, _xnli_sentences  # noqa: E402
 

