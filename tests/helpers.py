@@ -95,6 +95,30 @@ def distill_config(teacher, data, out, **kw):
     return DistillConfig(**{**base, **kw})
 
 
+def objective_config(teacher, data, out, **kw):
+    """A DistillConfig of the objective tests (an e5-like teacher, `st_teacher`): a 2x32 student started from the
+    teacher's layers, 4 steps of 4 sequences, one checkpoint at the end; `kw` overrides any field."""
+    from mlminilm.config import DistillConfig
+
+    base = dict(
+        teacher=str(teacher),
+        data=data,
+        out=out,
+        layers=2,
+        hidden=32,
+        heads=4,
+        intermediate=64,
+        max_steps=4,
+        batch_size=4,
+        save_every=4,
+        log_every=1,
+        lr=1e-3,
+        warmup=0.0,
+        init="teacher",
+    )
+    return DistillConfig(**{**base, **kw})
+
+
 def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run `python -m mlminilm ARGS` as a user would, offline."""
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLMINILM_NO_PROGRESS": "1", **(env or {})}
@@ -118,34 +142,49 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         assert needle in errors[0], errors[0]
 
 
-def run_main(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[int, str, str]:
-    """`mlminilm ARGS` in this process (no interpreter start, torch already imported), as `cli` but about 3 s
-    faster per call: exit code, stdout, stderr. `env` sets (or with None values unsets) environment variables."""
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mlminilm ARGS` in this process, as `cli` returns it (exit code, stdout, stderr) but without an interpreter
+    start (3-5 s each): for every test where the process itself is not the point. `env` sets (or with None values
+    unsets) environment variables for the call only; the logger and the environment are restored afterwards."""
+    import io
     import logging
-
-    import pytest
 
     from mlminilm.commands.app import main
 
-    monkeypatch.setattr(sys, "argv", ["mlminilm", *args])
-    monkeypatch.delenv("MLMINILM_DEBUG", raising=False)
-    for name, value in (env or {}).items():
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
+    changes = {"MLMINILM_DEBUG": None, **(env or {})}
+    saved_env = {name: os.environ.get(name) for name in changes}
+    saved_argv = sys.argv
     logger = logging.getLogger("mlminilm")  # the command sets up its own handler: restore the test's afterwards
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    capsys.readouterr()
+    saved_logger = (logger.handlers[:], logger.level, logger.propagate)
+    out, err = io.StringIO(), io.StringIO()
     try:
-        with pytest.raises(SystemExit) as info:
-            main()
-            raise SystemExit(0)
+        for name, value in changes.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        sys.argv = ["mlminilm", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exit_:
+                code = 0 if exit_.code is None else exit_.code
     finally:
-        logger.handlers[:], logger.level, logger.propagate = saved
-    captured = capsys.readouterr()
-    code = info.value.code
-    return (0 if code is None else code), captured.out, captured.err
+        sys.argv = saved_argv
+        logger.handlers[:], logger.level, logger.propagate = saved_logger
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(["mlminilm", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_main(monkeypatch, capsys, *args: str, env: dict | None = None) -> tuple[int, str, str]:
+    """`run_cli` as a tuple (exit code, stdout, stderr), for the tests written against it."""
+    proc = run_cli(*args, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def assert_error(result: tuple[int, str, str], *needles: str) -> str:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import assert_one_line_error, cli, prepare_data, save_tiny_teacher
+from helpers import assert_one_line_error, prepare_data, run_cli, save_tiny_teacher
 from mlminilm.errors import ConfigError
 from mlminilm.training.batch_size import largest_fitting, plan_batch
 
@@ -103,7 +103,7 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
         "auto": ("--batch-size", "auto", "--global-batch", "16"),
     }
     for name, extra in runs.items():
-        proc = cli(*distill_args(teacher, data, tmp_path / name, *extra))
+        proc = run_cli(*distill_args(teacher, data, tmp_path / name, *extra))
         assert proc.returncode == 0, proc.stderr[-2000:]
     batch = {name: json.loads((tmp_path / name / "run.json").read_text())["batch"] for name in runs}
     tokens = {"tokens_per_process_step": 16 * 32}  # 16 sequences of prepare_data's 32 tokens
@@ -127,11 +127,11 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
 def test_bad_batch_options_fail_in_one_line(setup, tmp_path, extra, needle):
     teacher, data = setup
     out = tmp_path / "run"
-    assert_one_line_error(cli(*distill_args(teacher, data, out, *extra)), needle)
+    assert_one_line_error(run_cli(*distill_args(teacher, data, out, *extra)), needle)
     assert not out.exists()
 
 
 def test_batch_size_must_be_a_number_or_auto(setup, tmp_path):
     teacher, data = setup
-    proc = cli(*distill_args(teacher, data, tmp_path / "run", "--batch-size", "lots"))
+    proc = run_cli(*distill_args(teacher, data, tmp_path / "run", "--batch-size", "lots"))
     assert proc.returncode == 2 and "neither a number of sequences nor auto" in proc.stderr

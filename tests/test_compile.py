@@ -11,6 +11,7 @@ import pytest
 from helpers import prepare_data, save_tiny_teacher
 
 
+@pytest.mark.slow
 def test_compiled_and_eager_distillation_agree_over_five_steps(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path):
     from mlminilm import distill
     from mlminilm.config import DistillConfig

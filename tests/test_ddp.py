@@ -64,6 +64,7 @@ def test_two_processes_match_one_process_with_the_global_batch(setup, tmp_path):
     assert writes(single)["rank0"] == rank0  # and exactly what the single process writes
 
 
+@pytest.mark.slow
 def test_the_parallel_term_under_two_processes_matches_one_process(setup, tmp_path):
     """The pairs of a step are split over the ranks like the running text, and DDP averages what one process with
     the global batch computes (each rank pads its own pairs: mean pooling leaves padding out)."""
@@ -91,6 +92,7 @@ def test_the_parallel_term_under_two_processes_matches_one_process(setup, tmp_pa
             assert a[key] == pytest.approx(b[key], rel=1e-4), (a["step"], key)
 
 
+@pytest.mark.slow
 def test_two_processes_killed_and_resumed_equal_the_uninterrupted_run(setup, tmp_path):
     """With dropout on, so each rank draws noise: both ranks are SIGKILLed as step 3 starts (after checkpoint 2),
     then `--resume` continues. Dropout draws from generators seeded by (seed, step, rank) each step, so the resumed
@@ -122,6 +124,7 @@ def test_two_processes_killed_and_resumed_equal_the_uninterrupted_run(setup, tmp
     assert losses(plain) != losses(whole)
 
 
+@pytest.mark.slow
 def test_compiled_two_processes_with_accumulation_match_one_eager_process(setup, tmp_path):
     """DDP under torch.compile (dynamo and AOT autograd trace the graphs as on CUDA; the `aot_eager` backend then
     runs them eagerly, without inductor's minute of C++ generation) with --grad-accum 2, so the first micro-batch of
@@ -184,6 +187,7 @@ def test_batch_size_auto_agrees_on_the_smallest_micro_batch_over_the_ranks(setup
         assert order == "mmmmr" * 4, (rank, order)
 
 
+@pytest.mark.slow
 def test_embedding_gradients_reduced_by_rows_equal_the_dense_all_reduce(setup, tmp_path):
     """On CUDA, DDP reduces the word embedding's gradient by rows, only those some rank looked up
     (mlminilm/training/row_sparse_reduce.py); turned on here on the CPU: the same losses and student, to 1e-6

@@ -82,7 +82,7 @@ def interrupted_copy(run_dir, to, newest: int):
             shutil.rmtree(to / "checkpoints" / f"step-{step}")
 
 
-@pytest.mark.parametrize("rank1_sees", ["an older copy", "nothing"])
+@pytest.mark.parametrize("rank1_sees", ["an older copy", pytest.param("nothing", marks=pytest.mark.slow)])
 def test_resume_stops_every_rank_when_they_see_different_runs(trained, tmp_path, rank1_sees):
     """--resume of a run stopped after checkpoint step-4, with --out on a filesystem rank 1's node does not
     share: there the same path holds an older copy of the run (newest checkpoint step-2) or nothing at all. Rank 0

@@ -148,6 +148,7 @@ def test_the_demo_names_the_distill_options_it_runs(tmp_path, monkeypatch):
         assert cfg.init == "teacher" and f"--init teacher --init-layers {cfg.init_rule}" in line, line
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_on_a_tiny_teacher(tiny_sentencepiece_dir, tmp_path, capsys):
     """The whole demo with a tiny XLM-R-style teacher (a few steps): it ends with the table for 12 languages."""
     from mlminilm.demo import run as demo

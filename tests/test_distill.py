@@ -12,9 +12,9 @@ import torch
 
 from helpers import (
     assert_one_line_error,
-    cli,
     distill_config,
     prepare_data,
+    run_cli,
     run_killed_after_checkpoint,
     save_tiny_teacher,
 )
@@ -166,7 +166,7 @@ def test_assist_overwrite_keeps_a_target_cache_inside_out(wp_teacher, wp_data, t
 
 
 def test_assist_refuses_when_the_rule_does_not_apply(wp_teacher, wp_data, tmp_path):
-    proc = cli(
+    proc = run_cli(
         "assist",
         "--teacher",
         str(wp_teacher),
@@ -187,7 +187,7 @@ def test_assist_refuses_when_the_rule_does_not_apply(wp_teacher, wp_data, tmp_pa
 
 def test_cli_distill_json(wp_teacher, wp_data, tmp_path):
     out = tmp_path / "cli"
-    proc = cli(
+    proc = run_cli(
         "distill",
         "--teacher",
         str(wp_teacher),
@@ -212,57 +212,6 @@ def test_cli_distill_json(wp_teacher, wp_data, tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert Path(result["student"]).is_dir() and result["steps"] == 2
-
-
-def test_torchrun_two_gloo_processes(wp_teacher, wp_data, tmp_path):
-    import subprocess
-    import sys
-
-    from helpers import REPO
-
-    out = tmp_path / "ddp"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_port=29517",
-            "-m",
-            "mlminilm",
-            "distill",
-            "--teacher",
-            str(wp_teacher),
-            "--data",
-            str(wp_data),
-            "--out",
-            str(out),
-            "--layers",
-            "2",
-            "--hidden",
-            "32",
-            "--heads",
-            "4",
-            "--intermediate",
-            "64",
-            "--max-steps",
-            "3",
-            "--batch-size",
-            "2",
-            "--save-every",
-            "2",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (out / "student" / "model.safetensors").exists()
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2", "step-3"]
-    assert json.loads((out / "run.json").read_text())["world_size"] == 2
 
 
 # ------------------------------------------------------------------------------------------- bad input
@@ -293,11 +242,11 @@ def distill_args(teacher, data, out, *extra):
 
 def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_corpus_dir):
     out = tmp_path / "out"
-    assert_one_line_error(cli(*distill_args(wp_teacher, tmp_path / "missing", out)), "prepare")
-    assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out, "--hidden", "30")), "--heads", "divide")
-    assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out, "--heads", "8")), "head count", "4")
+    assert_one_line_error(run_cli(*distill_args(wp_teacher, tmp_path / "missing", out)), "prepare")
+    assert_one_line_error(run_cli(*distill_args(wp_teacher, wp_data, out, "--hidden", "30")), "--heads", "divide")
+    assert_one_line_error(run_cli(*distill_args(wp_teacher, wp_data, out, "--heads", "8")), "head count", "4")
     assert_one_line_error(
-        cli(
+        run_cli(
             *distill_args(
                 wp_teacher,
                 wp_data,
@@ -315,7 +264,7 @@ def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_
         "--relation-heads",
     )
     assert_one_line_error(
-        cli(
+        run_cli(
             *distill_args(
                 wp_teacher, wp_data, out, "--objective", "minilm-v2", "--relation-heads", "48", "--hidden", "48"
             )
@@ -327,19 +276,19 @@ def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_
     sp_teacher = save_tiny_teacher(tiny_sentencepiece_dir, tmp_path / "sp-teacher", kind="xlm-roberta")
     sp_data = prepare_data(sp_teacher, tiny_corpus_dir, tmp_path / "sp-data")
     assert_one_line_error(
-        cli(*distill_args(wp_teacher, sp_data, out)), "prepared with another tokenizer", "prepare --teacher"
+        run_cli(*distill_args(wp_teacher, sp_data, out)), "prepared with another tokenizer", "prepare --teacher"
     )
     # A decoder-only teacher.
     from transformers import GPT2Config, GPT2Model
 
     gpt = tmp_path / "gpt2"
     GPT2Model(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100)).save_pretrained(gpt)
-    assert_one_line_error(cli(*distill_args(gpt, wp_data, out)), "decoder")
+    assert_one_line_error(run_cli(*distill_args(gpt, wp_data, out)), "decoder")
     assert not out.exists()  # no error above left anything behind
     # An existing, non-empty output directory.
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert_one_line_error(cli(*distill_args(wp_teacher, wp_data, out)), "not empty", "--resume", "--overwrite")
+    assert_one_line_error(run_cli(*distill_args(wp_teacher, wp_data, out)), "not empty", "--resume", "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 

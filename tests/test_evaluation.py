@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from taskdata import LABELS, save_head_model, squad_doc, write_json, write_mlqa_dir, write_nli_tsv, write_xnli_dir
 
-from helpers import assert_one_line_error, cli, tiny_encoder_fixture
+from helpers import assert_one_line_error, run_cli, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -83,7 +83,7 @@ def check_report(out: Path) -> dict:
 def test_eval_xnli_report(xnli_model, tmp_path):
     data = write_xnli_dir(tmp_path / "xnli", ("en", "de", "zh"), count=9)
     out = tmp_path / "report"
-    proc = cli(
+    proc = run_cli(
         "eval-xnli",
         "--model",
         str(xnli_model),
@@ -214,14 +214,14 @@ def test_eval_xnli_refuses_unnamed_labels_without_label_order(xnli_model, tmp_pa
     # Output 0 of the copy is the original's contradiction, 1 its entailment, 2 its neutral.
     generic = _generic_label_copy(xnli_model, tmp_path / "generic", [2, 0, 1])
     assert_one_line_error(
-        cli("eval-xnli", "--model", str(generic), *on_data),
+        run_cli("eval-xnli", "--model", str(generic), *on_data),
         "does not name its labels",
         "LABEL_0, LABEL_1, LABEL_2",
         "--label-order entailment,neutral,contradiction",
     )
     # The true order: the same predictions, example for example, as the named original.
     out = tmp_path / "ordered"
-    proc = cli(
+    proc = run_cli(
         "eval-xnli",
         "--model",
         str(generic),
@@ -251,7 +251,7 @@ def test_eval_xnli_refuses_unnamed_labels_without_label_order(xnli_model, tmp_pa
     with pytest.raises(ConfigError, match="contradicts the labels"):
         run(xnli_model, label_order=("neutral", "entailment", "contradiction"))
     assert_one_line_error(
-        cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "entailment,neutral"),
+        run_cli("eval-xnli", "--model", str(generic), *on_data, "--label-order", "entailment,neutral"),
         "--label-order must name entailment, neutral, contradiction",
     )
 
@@ -261,7 +261,7 @@ def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
     with (data / "test-de.tsv").open("a", encoding="utf-8") as f:
         f.write("Ein Satz.\tNoch einer.\t-\nDer dritte.\tDer vierte.\t\n")  # gold "-" and an empty gold label
     out = tmp_path / "report"
-    proc = cli(
+    proc = run_cli(
         "eval-xnli",
         "--model",
         str(xnli_model),
@@ -286,7 +286,7 @@ def test_eval_xnli_counts_skipped_rows_per_language(xnli_model, tmp_path):
 def test_eval_mlqa_model_gxlt(qa_model, tmp_path):
     data = write_mlqa_dir(tmp_path / "MLQA_V1" / "dev", ("en", "de"), count=3)
     out = tmp_path / "report"
-    proc = cli(
+    proc = run_cli(
         "eval-mlqa",
         "--model",
         str(qa_model),
@@ -328,7 +328,7 @@ def test_predictions_gold_scores_100_and_missing_ids_score_0(tmp_path):
         if lang == "de":
             del gold["de-de-7-1"]
         write_json(preds / name, gold)
-    proc = cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--langs", "en,de", "--json")
+    proc = run_cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--langs", "en,de", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     en, de = doc["languages"]["en"], doc["languages"]["de"]
@@ -369,7 +369,9 @@ def test_xquad_files_are_scored_with_squad_v1_and_the_report_names_it(tmp_path):
     #   es-1 [museo del prado] vs [el museo del «prado»]: 2 shared, P 2/3, R 1/2 -> F1 4/7, EM 0;
     #   es-2 ["«prado»"] vs ["prado"]: 0 / 0 -> es EM 0, F1 100 * (4/7) / 2.
     out = tmp_path / "report"
-    proc = cli("eval-mlqa", "--data", str(data), "--predictions", str(preds), "--out", str(out), env={"COLUMNS": "200"})
+    proc = run_cli(
+        "eval-mlqa", "--data", str(data), "--predictions", str(preds), "--out", str(out), env={"COLUMNS": "200"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert "XQuAD dev (SQuAD v1.1 scorer)" in proc.stdout  # the terminal table's header
     doc = check_report(out)
@@ -441,17 +443,17 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
     mlqa_dir = write_mlqa_dir(tmp_path / "mlqa", ("en",), count=1)
     out = tmp_path / "out"
     assert_one_line_error(
-        cli("eval-xnli", "--model", str(encoder), "--data", str(data), "--langs", "en", "--out", str(out)),
+        run_cli("eval-xnli", "--model", str(encoder), "--data", str(data), "--langs", "en", "--out", str(out)),
         "has no sequence-classification head",
         "finetune --task xnli",
     )
     assert_one_line_error(
-        cli("eval-mlqa", "--model", str(xnli_model), "--data", str(mlqa_dir), "--langs", "en", "--out", str(out)),
+        run_cli("eval-mlqa", "--model", str(xnli_model), "--data", str(mlqa_dir), "--langs", "en", "--out", str(out)),
         "has no span-extraction",
         "finetune --task qa",
     )
     assert_one_line_error(
-        cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,xx"),
+        run_cli("eval-xnli", "--model", str(xnli_model), "--data", str(data), "--langs", "en,xx"),
         "unknown language 'xx'",
         "not an ISO 639-1 or 639-3 code",
         "known: af, am",
@@ -484,6 +486,7 @@ def test_eval_bad_input(encoder, xnli_model, qa_model, tmp_path):
 # ------------------------------------------------------------------------------------------- real data
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_xnli_test_all_15_languages(shared_data, tiny_wordpiece_dir, tmp_path):
     from mlminilm.config import EvalXnliConfig
@@ -503,6 +506,7 @@ def test_real_xnli_test_all_15_languages(shared_data, tiny_wordpiece_dir, tmp_pa
     check_report(tmp_path / "report")
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_mlqa_dev_7_languages(shared_data, tiny_wordpiece_dir, tmp_path):
     from mlminilm.config import EvalMlqaConfig

@@ -52,12 +52,12 @@ def test_trim_on_a_real_full_disk_is_one_line(wp_teacher, tiny_corpus_dir, tmp_p
     not (skipped where this process may not mount one)."""
     import os
 
-    from helpers import assert_one_line_error, cli
+    from helpers import assert_one_line_error, run_cli
 
     with small_tmpfs(tmp_path) as disk:
         fill_disk(disk)
         os.truncate(disk / "filler", (disk / "filler").stat().st_size - 16384)
-        proc = cli(
+        proc = run_cli(
             "trim",
             "--model",
             str(wp_teacher),
@@ -75,15 +75,15 @@ def test_trim_on_a_real_full_disk_is_one_line(wp_teacher, tiny_corpus_dir, tmp_p
 
 def test_prepare_fills_a_real_full_disk_and_keeps_the_old_data(wp_teacher, tiny_corpus_dir, tmp_path):
     """A real full file system: a 1 MiB tmpfs (skipped where this process may not mount one)."""
-    from helpers import assert_one_line_error, cli
+    from helpers import assert_one_line_error, run_cli
 
     with small_tmpfs(tmp_path) as disk:
         out = disk / "data"
-        proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
+        proc = run_cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
         assert proc.returncode == 0, proc.stderr
         before = file_tree(disk)
         fill_disk(disk)  # to its last block: the new data cannot be written beside the old
-        proc = cli(
+        proc = run_cli(
             "prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out), "--overwrite"
         )
         assert_one_line_error(proc, "disk space")

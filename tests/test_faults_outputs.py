@@ -258,7 +258,7 @@ def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block
     import signal
     import sys
 
-    from helpers import REPO, assert_one_line_error, cli
+    from helpers import REPO, assert_one_line_error, run_cli
 
     out = tmp_path / "data"
     holder = subprocess.Popen(
@@ -274,13 +274,13 @@ def test_a_second_command_on_the_same_out_stops_and_a_dead_holder_does_not_block
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
+        proc = run_cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
         assert_one_line_error(proc, "being written by another mlminilm process", f"pid {holder.pid}")
         assert not out.exists()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    proc = cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
+    proc = run_cli("prepare", "--teacher", str(wp_teacher), "--input", str(tiny_corpus_dir), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / "manifest.json").is_file() and not (tmp_path / ".data.lock").exists()
 

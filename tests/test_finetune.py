@@ -10,7 +10,7 @@ import pytest
 import torch
 from taskdata import squad_doc, write_json, write_nli_tsv
 
-from helpers import assert_one_line_error, cli, run_killed_after_checkpoint, tiny_encoder_fixture
+from helpers import assert_one_line_error, run_cli, run_killed_after_checkpoint, tiny_encoder_fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -249,7 +249,7 @@ def test_option_defaults_match_the_config_fields():
 
 
 def ft(*args):
-    return cli("finetune", *args)
+    return run_cli("finetune", *args)
 
 
 def test_bad_training_data(wp_encoder, tmp_path):

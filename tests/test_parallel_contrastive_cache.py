@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import sample_lines
-from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
+from helpers import objective_config as config
 from helpers import pair_terms
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -95,7 +95,7 @@ def test_shared_sides_marks_repeated_sources_and_translations():
     assert found.numpy().tolist() == expected.tolist()
 
 
-def test_contrastive_term_in_a_distill_run(st_teacher, st_data, tmp_path):  # noqa: F811
+def test_contrastive_term_in_a_distill_run(st_teacher, st_data, tmp_path):
     from mlminilm import distill
 
     pairs = _pairs_file(tmp_path / "en-de.tsv")
@@ -142,7 +142,7 @@ def _parts(folder: Path) -> list[Path]:
     return sorted(folder.glob("*/part-*.safetensors"))
 
 
-def test_cache_hit_equals_recomputation(st_teacher, st_data, tmp_path, caplog):  # noqa: F811
+def test_cache_hit_equals_recomputation(st_teacher, st_data, tmp_path, caplog):
     from mlminilm import distill
     from mlminilm.distillation.targets import TargetStore
 
@@ -189,7 +189,7 @@ def test_cache_hit_equals_recomputation(st_teacher, st_data, tmp_path, caplog): 
     assert losses("b") == losses("a") and losses("c") == pytest.approx(losses("a"), rel=1e-5)
 
 
-def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_path):  # noqa: F811
+def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
     from mlminilm.corpus.parallel import ParallelPairs, ParallelSampler
@@ -231,7 +231,7 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     assert a.keys() == b.keys() and all(a[k].item() == pytest.approx(b[k].item(), rel=1e-5) for k in a)
 
 
-def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_teacher, tmp_path, caplog):  # noqa: F811
+def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_teacher, tmp_path, caplog):
     from transformers import AutoModel
 
     from mlminilm.distillation.targets import TargetStore, fill, fingerprint, module_digest
@@ -276,7 +276,7 @@ def test_cache_misses_on_a_changed_teacher_or_text_and_drops_damaged_parts(st_te
         np.testing.assert_array_equal(damaged.table()(texts).numpy(), embed(texts))
 
 
-def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkeypatch, capsys):
     """recipes/*.toml are plain --config files: every key an option of distill, the paths on the command line.
     Here on the tiny teacher (its shape on the command line: 3 of its 4 layers), two steps."""
     try:
@@ -329,7 +329,7 @@ def test_the_shipped_recipe_loads_and_runs(st_teacher, st_data, tmp_path, monkey
         assert {k: recorded[k] for k in kept} == kept
 
 
-def test_freeze_layers_keeps_the_bottom_as_the_teacher_has_it(st_teacher, st_data, tmp_path):  # noqa: F811
+def test_freeze_layers_keeps_the_bottom_as_the_teacher_has_it(st_teacher, st_data, tmp_path):
     from safetensors.torch import load_file
 
     from mlminilm import distill

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import sample_lines
-from test_distill_objectives import config, st_data, st_teacher  # noqa: F401 (module fixtures)
 
 from helpers import assert_error, assert_usage_error, pair_terms, run_main
+from helpers import objective_config as config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -188,7 +188,7 @@ def _term_on_all(teacher: Path, student: Path, pairs: Path) -> float:
     return float(((mine - torch.cat([target, target])) ** 2).sum(-1).mean())
 
 
-def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, tmp_path):  # noqa: F811
+def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, tmp_path):
     from safetensors.torch import load_file
 
     from mlminilm import distill
@@ -232,7 +232,7 @@ def test_parallel_term_trains_the_student_and_is_recorded(st_teacher, st_data, t
     assert "relations" not in json.loads((tmp_path / "only" / "run.json").read_text())["objective"]
 
 
-def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, monkeypatch):  # noqa: F811
+def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, monkeypatch):
     from helpers import run_killed_after_checkpoint
     from mlminilm import distill
 
@@ -246,7 +246,7 @@ def test_parallel_runs_resume_to_the_same_losses(st_teacher, st_data, tmp_path, 
     assert len(straight) == 6 and resumed == pytest.approx(straight, rel=1e-5)
 
 
-def test_resume_refuses_pairs_that_changed_since_the_run_started(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_resume_refuses_pairs_that_changed_since_the_run_started(st_teacher, st_data, tmp_path, monkeypatch, capsys):
     """Issue 39: pairs appended to the --parallel file after a run started were trained on by --resume without a
     word, while run.json still recorded the old count. Exact resume is promised for unchanged inputs only."""
     from helpers import run_killed_after_checkpoint
@@ -272,7 +272,7 @@ def test_resume_refuses_pairs_that_changed_since_the_run_started(st_teacher, st_
     assert (out / "student" / "model.safetensors").exists()
 
 
-def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path):  # noqa: F811
+def test_parallel_refusals(monkeypatch, capsys, st_teacher, st_data, tmp_path):
     pairs = _pairs_file(tmp_path / "en-de.tsv")
     base = (
         "distill",
@@ -559,7 +559,7 @@ def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
     ).read_text(encoding="utf-8")
 
 
-def test_parallel_only_needs_no_prepared_text(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_parallel_only_needs_no_prepared_text(monkeypatch, capsys, st_teacher, tmp_path):
     """The recipe's terms (only the parallel ones) never read running text: without --data the run trains and its
     card says so; with a running-text term on, a missing --data is one line whose fix is the whole `prepare`
     command and says when --data can be left out."""

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import sample_lines
-from test_distill_objectives import st_teacher  # noqa: F401 (module fixture)
 
 from helpers import TINY_STUDENT, assert_error, run_killed_after_checkpoint, run_main
 
@@ -105,7 +104,7 @@ def _hidden_cosine_loop(teacher, student, mask):
     return sum(per_passage) / len(per_passage)
 
 
-def test_passage_hidden_term_against_a_float64_loop(st_teacher, tmp_path):  # noqa: F811
+def test_passage_hidden_term_against_a_float64_loop(st_teacher, tmp_path):
     """The term compares the student's last hidden states of the passages with the teacher's, run on the same
     micro-batch: against a float64 loop over the two models' own outputs (padding left out), and 0 for a student
     that is the teacher."""
@@ -287,7 +286,7 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path]:
     return qp, par
 
 
-def test_passages_and_parallel_run_record_and_cache(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_passages_and_parallel_run_record_and_cache(monkeypatch, capsys, st_teacher, tmp_path):
     qp, par = _inputs(tmp_path)
     cache = tmp_path / "cache"
     args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp), "--parallel", str(par), "--max-steps", "3"]
@@ -321,7 +320,7 @@ def test_passages_and_parallel_run_record_and_cache(monkeypatch, capsys, st_teac
     assert [r["loss"] for r in again if "loss" in r] == pytest.approx([r["loss"] for r in steps], rel=1e-5)
 
 
-def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teacher, tmp_path):
     qp, _ = _inputs(tmp_path)
     args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp / "de.tsv"), "--max-steps", "2"]
     code, _, err = run_main(monkeypatch, capsys, *args)
@@ -337,7 +336,7 @@ def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teach
     assert "source sentences" not in err
 
 
-def test_passage_hidden_run_logs_the_term_and_says_it(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_passage_hidden_run_logs_the_term_and_says_it(monkeypatch, capsys, st_teacher, tmp_path):
     qp, _ = _inputs(tmp_path)
     args = [*_base(st_teacher, tmp_path / "run"), "--passages", str(qp), "--passage-hidden-weight", "0.5"]
     code, _, err = run_main(monkeypatch, capsys, *args, "--max-steps", "2")
@@ -354,7 +353,7 @@ def test_passage_hidden_run_logs_the_term_and_says_it(monkeypatch, capsys, st_te
         assert r["loss"] == pytest.approx(want, rel=1e-4)
 
 
-def test_passage_neighbours_run_embeds_every_passage_first(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_passage_neighbours_run_embeds_every_passage_first(monkeypatch, capsys, st_teacher, tmp_path):
     from mlminilm.distillation import targets
 
     qp, _ = _inputs(tmp_path)
@@ -384,7 +383,7 @@ def test_passage_neighbours_run_embeds_every_passage_first(monkeypatch, capsys, 
     assert len([r for r in steps if r.get("passage_scores", -1) >= 0]) == 2
 
 
-def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):
     qp, par = _inputs(tmp_path)
     out = tmp_path / "out"
     base = [*_base(st_teacher, out), "--max-steps", "1"]
@@ -416,7 +415,7 @@ def test_passages_refusals(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: 
     assert not out.exists()
 
 
-def test_resume_refuses_passages_that_changed(monkeypatch, capsys, st_teacher, tmp_path):  # noqa: F811
+def test_resume_refuses_passages_that_changed(monkeypatch, capsys, st_teacher, tmp_path):
     from mlminilm import distill
     from mlminilm.config import DistillConfig
 

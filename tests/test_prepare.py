@@ -6,13 +6,13 @@ import gzip
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from helpers import run_cli
 from mlminilm.config import PrepareConfig, default
 from mlminilm.corpus import prepare
 from mlminilm.corpus.dataset import PreparedData, sampling_probabilities
@@ -260,6 +260,7 @@ def test_sampling_probabilities_hand_worked():
 # --- real data ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_xlmr_tokenizer_on_ud_text(shared_data, tmp_path):
     xlmr = shared_data / "tokenizers" / "xlm-roberta"
@@ -282,7 +283,7 @@ def test_real_xlmr_tokenizer_on_ud_text(shared_data, tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlminilm", "prepare", *args], capture_output=True, text=True)
+    return run_cli("prepare", *args)
 
 
 def _assert_one_error_line(run: subprocess.CompletedProcess, *needles: str) -> str:

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import sample_lines
-from test_distill_objectives import st_teacher  # noqa: F401 (module fixture)
 
 from helpers import REPO
 
@@ -119,7 +118,7 @@ def _single_process(teacher_dir: Path, cache: Path, monkeypatch) -> tuple[list[s
     return embedded, table(DRAWN).numpy()
 
 
-def test_two_ranks_split_the_fill_and_read_a_single_process_table(st_teacher, tmp_path, monkeypatch):  # noqa: F811
+def test_two_ranks_split_the_fill_and_read_a_single_process_table(st_teacher, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     embedded, tables = _two_ranks(st_teacher, cache, tmp_path / "first")
 
@@ -138,7 +137,8 @@ def test_two_ranks_split_the_fill_and_read_a_single_process_table(st_teacher, tm
         np.testing.assert_array_equal(table, expected)
 
 
-def test_a_rerun_finds_every_part_of_a_two_rank_fill(st_teacher, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.slow
+def test_a_rerun_finds_every_part_of_a_two_rank_fill(st_teacher, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     _, first = _two_ranks(st_teacher, cache, tmp_path / "first")
     (folder,) = [p for p in cache.iterdir() if p.is_dir()]

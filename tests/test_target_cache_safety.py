@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import sample_lines
-from test_distill_objectives import st_data, st_teacher  # noqa: F401 (module fixtures)
 
 from helpers import assert_error, run_main
 
@@ -161,7 +160,7 @@ def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-def test_the_cache_never_lands_in_an_input_or_nowhere(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_the_cache_never_lands_in_an_input_or_nowhere(st_teacher, st_data, tmp_path, monkeypatch, capsys):
     before = {"teacher": _listing(st_teacher), "data": _listing(st_data)}
     for cache, needle in (
         (st_teacher, "is the --teacher input"),
@@ -177,7 +176,7 @@ def test_the_cache_never_lands_in_an_input_or_nowhere(st_teacher, st_data, tmp_p
     assert not (tmp_path / "run").exists()
 
 
-def test_a_cache_inside_out_is_the_runs_own_and_overwrite_keeps_it(st_teacher, st_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_a_cache_inside_out_is_the_runs_own_and_overwrite_keeps_it(st_teacher, st_data, tmp_path, monkeypatch, capsys):
     from helpers import file_tree
     from mlminilm.distillation import targets
 
@@ -216,8 +215,8 @@ def test_a_cache_inside_out_is_the_runs_own_and_overwrite_keeps_it(st_teacher, s
 
 
 def test_a_full_disk_while_writing_a_part_is_one_line_and_leaves_nothing(
-    st_teacher,  # noqa: F811
-    st_data,  # noqa: F811
+    st_teacher,
+    st_data,
     tmp_path,
     monkeypatch,
     capsys,
@@ -246,8 +245,8 @@ def test_a_full_disk_while_writing_a_part_is_one_line_and_leaves_nothing(
 
 
 def test_a_read_only_cache_is_read_and_its_advice_names_the_cache(
-    st_teacher,  # noqa: F811
-    st_data,  # noqa: F811
+    st_teacher,
+    st_data,
     tmp_path,
     monkeypatch,
     capsys,
@@ -295,15 +294,15 @@ def test_a_link_or_folder_under_a_parts_name_is_neither_read_nor_removed(tmp_pat
 
 
 def test_a_real_full_disk_under_the_cache_is_one_line_and_leaves_only_what_was_there(
-    st_teacher,  # noqa: F811
-    st_data,  # noqa: F811
+    st_teacher,
+    st_data,
     tmp_path,
 ):
     """Issue 37: safetensors reported a full disk while writing a part as its own SafetensorError (a traceback), its
     folder left behind. A 1 MiB tmpfs, full but for a page (skipped where this process may not mount one)."""
     import os
 
-    from helpers import assert_one_line_error, cli, fill_disk, small_tmpfs
+    from helpers import assert_one_line_error, fill_disk, run_cli, small_tmpfs
 
     with small_tmpfs(tmp_path) as disk:
         fill_disk(disk)
@@ -311,7 +310,9 @@ def test_a_real_full_disk_under_the_cache_is_one_line_and_leaves_only_what_was_t
         args = ["distill", "--teacher", str(st_teacher), "--data", str(st_data), "--parallel", str(_pairs(tmp_path))]
         args += ["--out", str(tmp_path / "run"), "--target-cache", str(disk / "cache"), "--layers", "2"]
         args += ["--hidden", "32", "--heads", "4", "--intermediate", "64", "--max-steps", "1", "--batch-size", "4"]
-        proc = cli(*args, "--relation-loss-weight", "0", "--hidden-loss-weight", "0", "--embedding-loss-weight", "0")
+        proc = run_cli(
+            *args, "--relation-loss-weight", "0", "--hidden-loss-weight", "0", "--embedding-loss-weight", "0"
+        )
         assert_one_line_error(proc, "No space left on device", "--target-cache")
         assert "SafetensorError" not in proc.stderr
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]

@@ -8,14 +8,14 @@ import json
 import pytest
 from conftest import sample_lines
 
-from helpers import assert_one_line_error, cli, prepare_data
+from helpers import assert_one_line_error, prepare_data, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_cli_trims_and_reports_json(trim_teachers, tiny_corpus_dir, tmp_path):
     out = tmp_path / "trimmed"
-    proc = cli(
+    proc = run_cli(
         "trim",
         "--model",
         str(trim_teachers["wordpiece"]),
@@ -57,7 +57,7 @@ def _errors(trim_teachers, tiny_corpus_dir, tmp_path):
 def test_cli_errors_are_one_line_and_leave_no_output(trim_teachers, tiny_corpus_dir, tmp_path):
     for i, (args, needle) in enumerate(_errors(trim_teachers, tiny_corpus_dir, tmp_path)):
         out = tmp_path / f"out-{i}"
-        proc = cli("trim", *args, "--out", str(out))
+        proc = run_cli("trim", *args, "--out", str(out))
         assert_one_line_error(proc, needle)
         assert not out.exists(), args
     assert not list(tmp_path.glob(".tmp-*"))

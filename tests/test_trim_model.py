@@ -245,6 +245,7 @@ def test_weights_the_model_files_lack_are_not_invented(tiny_wordpiece_dir, tiny_
     assert result.parameters_before - result.parameters_after == embeddings - result.vocab_after * 32
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_xlmr_tokenizer_keeps_the_counted_text(shared_data):
     """XLM-R's own tokenizer (its precompiled normaliser, 250,002 pieces) trimmed to what a UD sample uses."""
