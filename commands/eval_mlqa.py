@@ -14,28 +14,6 @@ Examples:
   mlminilm eval-mlqa --model ft/qa --data xquad/ --update-card
 """
 
-ORDER = (
-    "data",
-    "model",
-    "predictions",
-    "split",
-    "langs",
-    "gxlt",
-    "lang",
-    "out",
-    "batch_size",
-    "max_seq_len",
-    "doc_stride",
-    "max_query_length",
-    "n_best",
-    "max_answer_length",
-    "scorer",
-    "overwrite",
-    "update_card",
-    "precision",
-    "device",
-)
-
 
 def main(cfg: EvalMlqaConfig, json_out: bool) -> None:
     """Evaluate extractive QA on MLQA / XQuAD / TyDiQA-GoldP per language (EM and F1, each benchmark's scorer)."""
@@ -44,4 +22,4 @@ def main(cfg: EvalMlqaConfig, json_out: bool) -> None:
     render(mlqa.run(cfg), json_out)
 
 
-command = build(EvalMlqaConfig, main, order=ORDER, json_help=JSON_HELP)
+command = build(EvalMlqaConfig, main, json_help=JSON_HELP)

@@ -18,30 +18,6 @@ Examples:
   mlminilm eval-retrieval --model multilingual-e5-small --query-model student-int8/ --data mlqa/ --update-card
 """
 
-ORDER = (
-    "model",
-    "query_model",
-    "data",
-    "langs",
-    "out",
-    "split",
-    "monolingual",
-    "lang",
-    "query_prompt",
-    "passage_prompt",
-    "query_max_length",
-    "passage_max_length",
-    "layer",
-    "pooling",
-    "batch_size",
-    "overwrite",
-    "update_card",
-    "backend",
-    "query_backend",
-    "precision",
-    "device",
-)
-
 
 def main(cfg: EvalRetrievalConfig, json_out: bool) -> None:
     """Question -> passage retrieval, no fine-tuning: nDCG@10, MRR@10, recall@1/10/100 per language pair."""
@@ -50,4 +26,4 @@ def main(cfg: EvalRetrievalConfig, json_out: bool) -> None:
     render(retrieval.run(cfg), json_out)
 
 
-command = build(EvalRetrievalConfig, main, order=ORDER, json_help=JSON_HELP)
+command = build(EvalRetrievalConfig, main, json_help=JSON_HELP)

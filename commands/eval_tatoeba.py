@@ -16,23 +16,6 @@ Examples:
   mlminilm eval-tatoeba --model student-int8/ --data tatoeba/ --backend onnx --out reports/tatoeba-int8
 """
 
-ORDER = (
-    "model",
-    "data",
-    "langs",
-    "out",
-    "layer",
-    "pooling",
-    "prefix",
-    "max_length",
-    "batch_size",
-    "overwrite",
-    "update_card",
-    "backend",
-    "precision",
-    "device",
-)
-
 
 def main(cfg: EvalTatoebaConfig, json_out: bool) -> None:
     """Tatoeba cross-lingual sentence retrieval, no fine-tuning: accuracy xx->en and en->xx per language."""
@@ -41,4 +24,4 @@ def main(cfg: EvalTatoebaConfig, json_out: bool) -> None:
     render(tatoeba.run(cfg), json_out)
 
 
-command = build(EvalTatoebaConfig, main, order=ORDER, json_help=JSON_HELP)
+command = build(EvalTatoebaConfig, main, json_help=JSON_HELP)

@@ -16,21 +16,6 @@ Examples:
 
 # The evaluations' --json prints the metrics document.
 JSON_HELP = "Print the metrics document as JSON on stdout, and nothing else."
-ORDER = (
-    "model",
-    "data",
-    "split",
-    "langs",
-    "label_order",
-    "out",
-    "batch_size",
-    "max_seq_len",
-    "overwrite",
-    "update_card",
-    "backend",
-    "precision",
-    "device",
-)
 
 
 def main(cfg: EvalXnliConfig, json_out: bool) -> None:
@@ -40,4 +25,4 @@ def main(cfg: EvalXnliConfig, json_out: bool) -> None:
     render(xnli.run(cfg), json_out)
 
 
-command = build(EvalXnliConfig, main, order=ORDER, json_help=JSON_HELP)
+command = build(EvalXnliConfig, main, json_help=JSON_HELP)

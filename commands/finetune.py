@@ -12,38 +12,6 @@ Examples:
   mlminilm finetune --task qa --model runs/l6h384/student --train squad-train.json --dev en-dev.json --out ft/qa
 """
 
-# The options in --help: the task and its data first (the fields of FinetuneConfig put the shared training ones first).
-ORDER = (
-    "task",
-    "model",
-    "train",
-    "out",
-    "dev",
-    "max_seq_len",
-    "doc_stride",
-    "max_query_length",
-    "epochs",
-    "max_steps",
-    "batch_size",
-    "grad_accum",
-    "lr",
-    "warmup",
-    "weight_decay",
-    "max_grad_norm",
-    "freeze_embeddings",
-    "seed",
-    "save_every",
-    "keep",
-    "log_every",
-    "group_by_length",
-    "eval_batch_size",
-    "resume",
-    "overwrite",
-    "precision",
-    "device",
-    "report_to",
-)
-
 
 def main(cfg: FinetuneConfig, json_out: bool) -> None:
     """Fine-tune an encoder on English task data (XNLI or QA); select the checkpoint on English dev."""
@@ -52,7 +20,7 @@ def main(cfg: FinetuneConfig, json_out: bool) -> None:
     emit(finetune.run(cfg), json_out, summary)
 
 
-command = build(FinetuneConfig, main, order=ORDER)
+command = build(FinetuneConfig, main)
 
 
 def summary(result) -> str:

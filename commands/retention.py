@@ -12,24 +12,6 @@ Examples:
   mlminilm retention --teacher TEACHER_DIR --student a=A_DIR --student b=B_DIR --data DIR --cut-layers 6 --json
 """
 
-ORDER = (
-    "teacher",
-    "students",
-    "tasks",
-    "data",
-    "out",
-    "work",
-    "baseline",
-    "cut_layers",
-    "langs",
-    "resamples",
-    "seed",
-    "batch_size",
-    "overwrite",
-    "precision",
-    "device",
-)
-
 
 def main(cfg: RetentionConfig, json_out: bool) -> None:
     """What each student keeps of its teacher, per task and language, beside the teacher cut to the students' depth
@@ -62,6 +44,5 @@ def render(doc: dict, as_json: bool) -> None:
 command = build(
     RetentionConfig,
     main,
-    order=ORDER,
     json_help="Print the report's document (every row, task, language and interval) as one JSON document on stdout.",
 )

@@ -15,7 +15,7 @@ import typer.main
 from mlminilm import config
 from mlminilm.commands._options import CLI_ONLY, build
 from mlminilm.commands.app import COMMANDS, app
-from mlminilm.config.options import option_flag, spec
+from mlminilm.config.options import GROUPS, option, option_fields, option_flag, spec
 
 CONFIG_OF = {
     "prepare": config.PrepareConfig,
@@ -129,84 +129,38 @@ def test_init_help_names_the_default_teacher_layers():
         assert DEFAULT_INIT_LAYERS in init.help and "every k-th" not in init.help
 
 
-# What defined a run before the rules were declared on the fields (the hand-written RESUME_KEYS of 0.1.0): the
-# declarations must give exactly these.
-DISTILL_RUN = {
-    "teacher",
-    "data",
-    "layers",
-    "hidden",
-    "heads",
-    "intermediate",
-    "init",
-    "objective",
-    "relation_heads",
-    "teacher_layer",
-    "alpha",
-    "batch_size",
-    "grad_accum",
-    "global_batch",
-    "lr",
-    "warmup",
-    "seed",
-    "max_steps",
-    "freeze_embeddings",
-    "init_layers",
-    "hidden_loss_weight",
-    "hidden_distance",
-    "embedding_loss_weight",
-    "relation_loss_weight",
-    "parallel",
-    "parallel_loss_weight",
-    "parallel_prefix",
-    "parallel_max_length",
-    "parallel_contrastive_weight",
-    "parallel_temperature",
-    "passages",
-    "passage_embedding_weight",
-    "passage_loss_weight",
-    "passage_temperature",
-    "passage_max_length",
-    "passage_neighbours",
-    "passage_hidden_weight",
-    "freeze_layers",
-}
-FINETUNE_RUN = {
-    "model",
-    "task",
-    "train",
-    "dev",
-    "max_seq_len",
-    "doc_stride",
-    "max_query_length",
-    "epochs",
-    "max_steps",
-    "batch_size",
-    "grad_accum",
-    "lr",
-    "warmup",
-    "weight_decay",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_eps",
-    "seed",
-    "save_every",
-    "group_by_length",
-    "max_grad_norm",
-    "freeze_embeddings",
-}
+# What the groups say of a training run: its inputs, its student and its objective define it; where its results go
+# and what it runs on never do. Not compared on --resume (as before the groups): dropout, and assist's --force, which
+# lets an assistant be used where its rule says not to and changes no stage's run.
+RUN_DEFINING_GROUPS = ("inputs", "student", "objective")
+NOT_COMPARED = {"dropout", "force"}
+NEVER_RUN_DEFINING_GROUPS = ("output", "machine")
+
+
+def declared_run_fields(cls, *rules: str) -> set[str]:
+    """The fields of `cls` whose declaration gives one of `rules` (FIXED, CHANGEABLE) to --resume."""
+    return {f.name for f in dataclasses.fields(cls) if spec(f).resume in rules}
 
 
 def test_resume_keys_are_the_training_commands_run_defining_fields():
     import mlminilm.distill
     import mlminilm.finetune
+    from mlminilm.config.options import CHANGEABLE, FIXED
     from mlminilm.training.run_dir import RESUME_CHANGEABLE
 
-    assert set(mlminilm.distill.RESUME_KEYS) == DISTILL_RUN
-    assert set(config.resume_keys(config.AssistConfig)) == DISTILL_RUN  # its stages are distills
-    assert set(mlminilm.finetune.RESUME_KEYS) == FINETUNE_RUN
+    distill_run = declared_run_fields(config.DistillConfig, FIXED, CHANGEABLE)
+    assert set(mlminilm.distill.RESUME_KEYS) == distill_run
+    assert declared_run_fields(config.AssistConfig, FIXED, CHANGEABLE) == distill_run  # its stages are distills
+    assert set(mlminilm.finetune.RESUME_KEYS) == declared_run_fields(config.FinetuneConfig, FIXED, CHANGEABLE)
+    assert set(RESUME_CHANGEABLE) == {"lr", "warmup"}
     for cls in (config.DistillConfig, config.AssistConfig, config.FinetuneConfig):
-        assert set(config.resume_changeable(cls)) == set(RESUME_CHANGEABLE) == {"lr", "warmup"}
+        assert set(config.resume_changeable(cls)) == declared_run_fields(cls, CHANGEABLE) == set(RESUME_CHANGEABLE)
+        for f, cli in option_fields(cls):
+            defines = spec(f).resume is not None
+            if cli.group in RUN_DEFINING_GROUPS and f.name not in NOT_COMPARED:
+                assert defines, f"{cls.__name__}.{f.name} ({cli.group}) must say what --resume does with it"
+            if cli.group in NEVER_RUN_DEFINING_GROUPS:
+                assert not defines, f"{cls.__name__}.{f.name} ({cli.group}) cannot define the run"
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG_OF))
@@ -216,9 +170,44 @@ def test_a_replayed_run_record_leaves_where_and_how_to_the_command_line(name):
     assert set(config.replay_skips(CONFIG_OF[name])) == expected
 
 
-def test_an_order_naming_no_option_is_refused():
-    with pytest.raises(ValueError, match="order names no option field: adam_beta1"):
-        build(config.DistillConfig, lambda cfg, json_out: None, order=("teacher", "adam_beta1"))
+@pytest.mark.parametrize("name", sorted(CONFIG_OF))
+def test_help_lists_the_options_by_declared_group_then_field_order(name):
+    """No list of names beside the declarations: --help lists a command's options group by group (GROUPS' order),
+    within a group in field order; --quiet closes them with the command line's own options."""
+    fields = [f.name for f in dataclasses.fields(CONFIG_OF[name])]
+    groups = {f.name: cli.group for f, cli in option_fields(CONFIG_OF[name])}
+    shown = [p.name for p in config_params(name) if p.name != "quiet"]
+    assert shown == sorted(shown, key=lambda n: (GROUPS.index(groups[n]), fields.index(n)))
+
+
+def test_passages_are_listed_beside_parallel():
+    shown = [p.name for p in config_params("distill")]
+    # the inputs: each file, then how it is read (between --parallel and --passages: the pairs' prefix and length)
+    assert shown[: shown.index("passages") + 1] == [
+        "teacher",
+        "data",
+        "alpha",
+        "parallel",
+        "parallel_prefix",
+        "parallel_max_length",
+        "passages",
+    ]
+
+
+def test_no_command_keeps_an_order_by_hand():
+    import importlib
+    import inspect
+
+    for _, module in COMMANDS:
+        assert not hasattr(importlib.import_module(f"mlminilm.commands.{module}"), "ORDER"), module
+    assert "order" not in inspect.signature(build).parameters
+
+
+def test_an_option_names_one_of_the_groups():
+    with pytest.raises(ValueError, match="group must be one of"):
+        option(1, group="misc", help="An option of no group.")
+    with pytest.raises(TypeError, match="group"):
+        option(1, help="An option that names no group.")
 
 
 def test_a_built_command_hands_its_main_the_config(monkeypatch):

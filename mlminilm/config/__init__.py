@@ -6,12 +6,15 @@ those declarations rule out, by the same check and in the same words as the comm
 its own `problems` finds across options, naming the CLI flags, so a bad option fails before any expensive work.
 
 `options` says how a field declares its option; then one module per command family: `common` (device,
-precision, the helpers), `training` (what distill, assist and finetune share), `distill` (and assist), `prepare`,
+precision, the helpers), `training` (what distill, assist and finetune share), `distill`, `assist`, `prepare`,
 `finetune`, `evaluation` (eval-xnli, eval-mlqa, eval-tatoeba), `retrieval`
 (eval-retrieval), `trim`, `compare`, `export`. Every name is
 importable from `mlminilm.config`.
 """
 
+from mlminilm.config.assist import (  # noqa: F401
+    AssistConfig,
+)
 from mlminilm.config.common import (  # noqa: F401
     AUTO,
     COMPILE_MODES,
@@ -29,7 +32,6 @@ from mlminilm.config.distill import (  # noqa: F401
     INITS,
     OBJECTIVES,
     OUTPUT_TERMS_WEIGHT,
-    AssistConfig,
     DistillConfig,
     StudentShape,
     init_layers_problems,

@@ -17,11 +17,13 @@ COMPILE_MODES = ("auto", "on", "off")  # distill / assist --compile; auto: on fo
 
 def quiet_option():
     """--quiet / -q, a field of every config; a replayed run record leaves it to the command line."""
-    return option(False, short="-q", help="Only warnings and errors on stderr; no progress bar.", replay=False)
+    return option(
+        False, short="-q", group="output", help="Only warnings and errors on stderr; no progress bar.", replay=False
+    )
 
 
 def device_option():
-    return option("auto", choices=DEVICES, help="auto, cpu or cuda.")
+    return option("auto", choices=DEVICES, group="machine", help="auto, cpu or cuda.")
 
 
 def default(cls, name: str):

@@ -27,18 +27,21 @@ class CompareConfig(Config):
         cli_type=Path,
         metavar="REPORT_DIR",
         show_default=False,
+        group="inputs",
         help="Two or more evaluation reports of the same data and protocol: the --out directories of eval-xnli, "
         "eval-mlqa or eval-tatoeba, or their metrics.json files. Each is named by its directory's name.",
     )
     baseline: str | None = option(
         None,
         metavar="NAME",
+        group="method",
         help="The report the others are divided by: its name (its directory's name, as in the table) or its model "
         "as the report records it (the path, or its last component). Default: the first report.",
     )
     metric: str | None = option(
         None,
         metavar="NAME",
+        group="method",
         help="The figure of the table, CSV, Markdown and chart, one of the reports' metrics (accuracy; exact_match, "
         "f1; xx_to_en, en_to_xx, mean). Default: accuracy, F1 for QA, xx_to_en for Tatoeba. metrics.json holds "
         "every metric.",
@@ -46,9 +49,10 @@ class CompareConfig(Config):
     out: Path | None = option(
         None,
         replay=False,
+        group="output",
         help="Write the comparison here: metrics.json/.csv/.md, chart.png (must be empty unless --overwrite).",
     )
-    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
+    overwrite: bool = option(False, group="output", help=OVERWRITE_HELP, replay=False)
     quiet: bool = quiet_option()
 
     def problems(self) -> list[str]:

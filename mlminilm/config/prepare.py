@@ -14,27 +14,30 @@ class PrepareConfig(Config):
     """`prepare`: multilingual text -> fixed-length token sequences in per-language shards."""
 
     # hub id or local directory whose tokenizer is used
-    teacher: str = option(help="Whose tokenizer: hub id (e.g. xlm-roberta-base) or local directory.")
+    teacher: str = option(group="inputs", help="Whose tokenizer: hub id (e.g. xlm-roberta-base) or local directory.")
     # directories of <lang>.txt files, LANG=PATH, or hf:DATASET[:CONFIG_TEMPLATE]
     inputs: tuple[str, ...] = option(
         flag="--input",
         repeat=EACH,
+        group="inputs",
         help="Repeatable. A directory of <lang>.txt|.txt.gz|.jsonl|.jsonl.gz files, "
         "LANG=PATH, a <lang>.txt file, or hf:DATASET[:CONFIG] with {lang} in CONFIG (with --langs).",
     )
-    out: Path = option(help="Output directory (created; must be empty unless --overwrite).", replay=False)
-    seq_len: int = option(128, min=3, help="Tokens per sequence, specials included.")
+    out: Path = option(
+        group="output", help="Output directory (created; must be empty unless --overwrite).", replay=False
+    )
+    seq_len: int = option(128, min=3, group="method", help="Tokens per sequence, specials included.")
     # tokenizer processes; 0 = all cores, 1 = in-process
-    workers: int = option(0, min=0, help="Tokenizer processes; 0 = all cores.")
-    shard_sequences: int = option(16_384, min=1, help="Sequences per shard file.")
-    text_field: str = option("text", help="Text key of JSON lines and Hub dataset rows.")
+    workers: int = option(0, min=0, group="machine", help="Tokenizer processes; 0 = all cores.")
+    shard_sequences: int = option(16_384, min=1, group="output", help="Sequences per shard file.")
+    text_field: str = option("text", group="inputs", help="Text key of JSON lines and Hub dataset rows.")
     # only these languages (all found when empty)
     langs: tuple[str, ...] = option(
-        (), repeat=COMMA, help="Only these languages, comma-separated or repeated (default: all)."
+        (), repeat=COMMA, group="inputs", help="Only these languages, comma-separated or repeated (default: all)."
     )
     # per-language cap on documents; None = all
-    max_docs: int | None = option(None, min=1, help="At most this many documents per language.")
-    overwrite: bool = option(False, help="Replace prepared data already in --out.", replay=False)
+    max_docs: int | None = option(None, min=1, group="inputs", help="At most this many documents per language.")
+    overwrite: bool = option(False, group="output", help="Replace prepared data already in --out.", replay=False)
     quiet: bool = quiet_option()
 
     def problems(self) -> list[str]:

@@ -28,7 +28,11 @@ class RetentionConfig(Config):
     teacher in. `students`: NAME=DIR items. `work` None: the stages go to a temporary folder, removed at the end."""
 
     teacher: str = option(
-        "", required=True, metavar="MODEL", help="The teacher: an encoder directory, hub id or packaged teacher name."
+        "",
+        required=True,
+        metavar="MODEL",
+        group="inputs",
+        help="The teacher: an encoder directory, hub id or packaged teacher name.",
     )
     students: tuple[str, ...] = option(
         (),
@@ -36,6 +40,7 @@ class RetentionConfig(Config):
         repeat=EACH,
         metavar="NAME=DIR",
         show_default=False,
+        group="inputs",
         help="A student to measure, named as its rows will be (repeat the option for several).",
     )
     tasks: tuple[str, ...] = option(
@@ -43,12 +48,14 @@ class RetentionConfig(Config):
         repeat=COMMA,
         metavar="TASKS",
         show_default=",".join(RETENTION_DEFAULT_TASKS),
+        group="method",
         help=f"What to measure, comma-separated: {', '.join(RETENTION_TASKS)}.",
     )
     data: str = option(
         "",
         required=True,
         metavar="DIR",
+        group="inputs",
         help="A folder laid out like ../shared/data: tatoeba/ (and tatoeba-more/) for tatoeba, mlqa/dev/ for "
         "retrieval, xnli/ for probe and xnli, tydiqa/ and mlqa/dev/ for mlqa; each task says in one line what it "
         "misses.",
@@ -56,37 +63,51 @@ class RetentionConfig(Config):
     out: Path | None = option(
         None,
         replay=False,
+        group="output",
         help="Write the report here: retention.md, retention.json, retention.html, chart.png (must be empty unless "
         "--overwrite).",
     )
     work: Path | None = option(
         None,
+        group="output",
         help="Keep every stage here (the cut teacher, each evaluation): a rerun reads finished stages back and "
         "refuses a stage whose inputs changed. Default: a temporary folder, removed at the end.",
     )
-    baseline: bool = option(True, help="Measure the teacher cut to the students' depth, untrained, as a row.")
+    baseline: bool = option(
+        True, group="method", help="Measure the teacher cut to the students' depth, untrained, as a row."
+    )
     cut_layers: int | None = option(
         None,
         min=1,
+        group="method",
         help=f"Depth of the cut teacher (its first N layers). Default: the students' depth ({CUT_LAYERS_ALONE} "
         "without a student).",
     )
     langs: tuple[str, ...] = option(
-        (), repeat=COMMA, help="Only these languages (default: every language each task's data has)."
+        (), repeat=COMMA, group="inputs", help="Only these languages (default: every language each task's data has)."
     )
     xnli_epochs: float = option(
-        3.0, check="positive", help="xnli: epochs of `finetune --task xnli` on the English pairs (lr 1e-4, batch 32)."
+        3.0,
+        check="positive",
+        group="schedule",
+        help="xnli: epochs of `finetune --task xnli` on the English pairs (lr 1e-4, batch 32).",
     )
     qa_epochs: float = option(
-        1.0, check="positive", help="mlqa: epochs of `finetune --task qa` on English TyDiQA-GoldP (lr 1e-4, batch 32)."
+        1.0,
+        check="positive",
+        group="schedule",
+        help="mlqa: epochs of `finetune --task qa` on English TyDiQA-GoldP (lr 1e-4, batch 32).",
     )
-    resamples: int = option(RESAMPLES, min=1, help="Bootstrap resamples of each 95 % interval.")
-    seed: int = option(0, min=0, help="Seed of the bootstrap draws.")
+    resamples: int = option(RESAMPLES, min=1, group="method", help="Bootstrap resamples of each 95 % interval.")
+    seed: int = option(0, min=0, group="method", help="Seed of the bootstrap draws.")
     batch_size: int | None = option(
-        None, min=1, help="Texts per forward pass (default: each evaluation command's own, as eval-tatoeba's)."
+        None,
+        min=1,
+        group="machine",
+        help="Texts per forward pass (default: each evaluation command's own, as eval-tatoeba's).",
     )
-    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
-    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
+    overwrite: bool = option(False, group="output", help=OVERWRITE_HELP, replay=False)
+    precision: str = option("auto", choices=PRECISIONS, group="machine", help=PRECISION_HELP)
     device: str = device_option()
     quiet: bool = quiet_option()
 

@@ -60,11 +60,13 @@ class EvalRetrievalConfig(Config):
     model: str = option(
         "",
         required=True,
+        group="inputs",
         help="Any encoder directory or hub id (a distilled student, a teacher, a sentence-transformers model).",
     )
     data: str = option(
         "",
         required=True,
+        group="inputs",
         help="An MLQA directory ({split}-context-C-question-Q.json, also under {split}/), a directory of "
         "xquad.XX.json or tydiqa.goldp.XX.{split}.json files, one SQuAD-format file (the corpus: its distinct "
         "contexts), a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{split}.tsv) or a directory of BEIR folders "
@@ -73,64 +75,79 @@ class EvalRetrievalConfig(Config):
     langs: tuple[str, ...] = option(
         (),
         repeat=COMMA,
+        group="inputs",
         help="Only these languages, on both sides (default: every language in --data; MLQA: its 7).",
     )
-    out: Path | None = option(None, help=OUT_HELP, replay=False)
-    split: str = option("dev", choices=EVAL_SPLITS, help="dev or test: MLQA and TyDiQA file names, BEIR qrels.")
+    out: Path | None = option(None, group="output", help=OUT_HELP, replay=False)
+    split: str = option(
+        "dev", choices=EVAL_SPLITS, group="inputs", help="dev or test: MLQA and TyDiQA file names, BEIR qrels."
+    )
     monolingual: bool = option(
         False,
+        group="inputs",
         help="MLQA and BEIR folders: only the pairs whose passages and questions share their language (default: "
         "every context x question pair present, as MLQA's G-XLT).",
     )
     lang: str | None = option(
         None,
+        group="inputs",
         help="Language of a --data file or BEIR folder whose name does not tell it: de, or de-en for German "
         "passages and English questions.",
     )
     query_prompt: str | None = option(
         None,
+        group="inputs",
         help="Text put before every question (default: the model's sentence-transformers 'query' prompt, e.g. "
         '"query: " for e5, else none; "" for none).',
     )
     passage_prompt: str | None = option(
         None,
+        group="inputs",
         help="Text put before every passage (default: the model's 'passage' prompt, else its 'document' prompt, "
         'e.g. "passage: " for e5, else none; "" for none).',
     )
     query_max_length: int | None = option(
         None,
         min=2,
+        group="inputs",
         help=f"Tokens per question, special tokens included (default: {RETRIEVAL_MAX_LENGTH}, or the model's "
         "position limit when smaller).",
     )
     passage_max_length: int | None = option(
         None,
         min=2,
+        group="inputs",
         help=f"Tokens per passage, special tokens included (default: {RETRIEVAL_MAX_LENGTH}, or the model's "
         "position limit when smaller).",
     )
     layer: int | None = option(
         None,
+        group="method",
         help="Hidden-states index to pool (0 = embedding output, -1 = last). Default: the last layer for "
         "sentence-transformers models, else XTREME's layers // 2 + 1.",
     )
     pooling: str = option(
         "auto",
         choices=TATOEBA_POOLINGS,
+        group="method",
         help="auto (the model's sentence-transformers Pooling mode, else mean over real tokens), mean, cls or max.",
     )
-    batch_size: int = option(RETRIEVAL_BATCH_SIZE, min=1, help="Texts per forward pass (sorted by length).")
-    overwrite: bool = option(False, help=OVERWRITE_HELP, replay=False)
+    batch_size: int = option(
+        RETRIEVAL_BATCH_SIZE, min=1, group="machine", help="Texts per forward pass (sorted by length)."
+    )
+    overwrite: bool = option(False, group="output", help=OVERWRITE_HELP, replay=False)
     update_card: bool = option(
         False,
+        group="output",
         help=UPDATE_CARD_HELP + " With --query-model: into the query model's README.md, naming --model as the index.",
     )
-    backend: str = option("torch", choices=EVAL_BACKENDS, help=BACKEND_HELP)
-    precision: str = option("auto", choices=PRECISIONS, help=PRECISION_HELP)
+    backend: str = option("torch", choices=EVAL_BACKENDS, group="machine", help=BACKEND_HELP)
+    precision: str = option("auto", choices=PRECISIONS, group="machine", help=PRECISION_HELP)
     device: str = device_option()
     quiet: bool = quiet_option()
     query_model: str | None = option(
         None,
+        group="inputs",
         help="Asymmetric search: embed the questions with this encoder (directory or hub id; e.g. a student, "
         "trimmed or int8) and the passages, the index, with --model. Each side has its own model's layer, pooling "
         "(--layer / --pooling set both), prompt and tokenizer; the two must give vectors of one size. Default: "
@@ -139,6 +156,7 @@ class EvalRetrievalConfig(Config):
     query_backend: str = option(
         "auto",
         choices=QUERY_BACKENDS,
+        group="machine",
         help="The backend of --query-model (--backend is --model's): auto = what its directory is (onnx or "
         "openvino for a `mlminilm export` directory, else torch; --backend when it is --model).",
     )

