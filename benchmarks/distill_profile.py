@@ -8,7 +8,7 @@ torch.profiler's top operators. Companion of distill_step.py (same models, batch
 
 Parts of the project step (the body of `step_paths.ProjectPath.step`, i.e. of `distill.distill_terms` and
 `training.run_steps`, cut where a timer can go): zero_grad; teacher forward (`capture.layer_qkv` under no_grad);
-student forward (`distill.StudentQKV`); the relation loss forward (`losses.minilm_v1_terms` / v2);
+student forward (`objective.StudentForward`); the relation loss forward (`losses.minilm_v1_terms` / v2);
 backward; the host sync on the loss; optimizer + schedule step. The naive step is cut the same way (teacher,
 student, loss = value relations + KLs). Steps alternate project / naive; the figures are medians.
 """
@@ -49,7 +49,7 @@ def project_parts(p, ids, mask) -> tuple[dict, float]:
             t_qkv = layer_qkv(p.teacher, ids, mask, p.layer)
         t2 = _now()
         t["teacher"] = t2 - t1
-        s_qkv = p.forward(ids, mask)
+        s_qkv = p.forward(ids, mask).qkv
         t3 = _now()
         t["student"] = t3 - t2
         if p.cfg.objective == "minilm":

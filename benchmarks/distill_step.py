@@ -26,11 +26,11 @@ step, and one host sync on the loss (the training loop checks it is finite). Dat
 both paths get the same pre-built token batches.
 
 mlminilm's path (`project`) uses the project's own functions: `models.load_teacher` (the teacher saved to a
-temporary directory and loaded as `distill` loads it: sdpa attention, truncated at the distilled layer, in
-the compute dtype), `models.build_student` (whose word embedding writes its gradient into the previous step's
-tensor on CPU, mlminilm/models/embedding_grad.py) / `freeze_unused`, `distill.StudentQKV` and `distill.distill_terms`
-(capture.layer_qkv + the MiniLM losses) with attention_mask=None as distill's loader passes it for a batch
-without padding, `training.make_optimizer`, `training.linear_schedule`, and `training.setup_runtime`'s precision under
+temporary directory and loaded as `distill` loads it: sdpa attention, truncated at the distilled layer, in the
+compute dtype), `models.build_student` (whose word embedding writes its gradient into the previous step's tensor on
+CPU, mlminilm/models/embedding_grad.py) / `freeze_unused`, `objective.StudentForward` and `distill.distill_terms`
+(capture.layer_qkv + the MiniLM losses) with attention_mask=None as distill's loader passes it for a batch without
+padding, `training.make_optimizer`, `training.linear_schedule`, and `training.setup_runtime`'s precision under
 `Runtime.autocast`.
 
 The naive baseline (`naive`) is written here the way public distillation code usually does it: the whole

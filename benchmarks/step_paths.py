@@ -78,7 +78,7 @@ class ProjectPath:
     def __init__(self, b: Bench, teacher_dir: Path, student: nn.Module, device: torch.device, precision: str):
         from mlminilm import training
         from mlminilm.config import DistillConfig
-        from mlminilm.distillation.objective import StudentQKV
+        from mlminilm.distillation.objective import StudentForward
         from mlminilm.models.loading import load_teacher
         from mlminilm.models.student import freeze_unused
 
@@ -100,7 +100,7 @@ class ProjectPath:
         self.teacher, self.layer = load_teacher(str(teacher_dir), -1, self.rt.dtype, self.rt.device)
         self.student = student.to(self.rt.device)
         freeze_unused(self.student, -1)
-        self.forward = StudentQKV(self.student)
+        self.forward = StudentForward(self.student)
         self.optimizer = training.make_optimizer(self.student, self.cfg, self.rt.device)
         self.scheduler = training.linear_schedule(self.optimizer, self.cfg.warmup_steps(), self.cfg.max_steps)
         self.student.train()

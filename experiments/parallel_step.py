@@ -43,7 +43,9 @@ def main(argv=None) -> int:
     from mlminilm.config import DistillConfig
     from mlminilm.corpus.parallel import ParallelSampler, read_parallel
     from mlminilm.distillation import targets
-    from mlminilm.distillation.objective import StudentQKV, distill_terms
+    from mlminilm.distillation.inputs import StepRange
+    from mlminilm.distillation.inputs.pairs import drawn_sources
+    from mlminilm.distillation.objective import StudentForward, distill_terms
     from mlminilm.distillation.plan import MEAN_POOLING, embedding_head
     from mlminilm.distillation.terms import weighted_loss
     from mlminilm.models.loading import load_config, load_teacher, load_tokenizer, resolve_model
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
         work / "cache", targets.fingerprint(targets.module_digest(teacher), head.modes, head.normalize, "query: ", 128)
     )
     t0 = time.perf_counter()
-    drawn = sampler.drawn_sources(0, 3 * total, args.batch, 1, 1)
+    drawn = drawn_sources(sampler.pairs, 0, StepRange(0, 3 * total, args.batch, 1, 1))
     filled = targets.fill(
         store,
         drawn,
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
         init_from_teacher(student, teacher_dir, "first-last")
         freeze_word_embeddings(student)
         freeze_bottom_layers(student, frozen)
-        forward = StudentQKV(student, outputs=False)
+        forward = StudentForward(student, outputs=False)
         optimizer = make_optimizer(student, replace(cfg, freeze_layers=frozen), torch.device("cpu"))
         return {"name": name, "cached": cached, "forward": forward, "optimizer": optimizer, "times": []}
 
@@ -130,7 +132,9 @@ def main(argv=None) -> int:
             batch = (cached if v["cached"] else sampler).batch(step, 0, args.batch, 1, 0, 1)
             step += 1
             start = time.perf_counter()
-            parts = distill_terms(teacher, t_cfg.num_hidden_layers - 1, v["forward"], None, None, cfg, head, batch)
+            parts = distill_terms(
+                teacher, t_cfg.num_hidden_layers - 1, v["forward"], None, None, cfg, head, {"pairs": batch}
+            )
             loss = weighted_loss(parts, cfg)
             loss.backward()
             v["optimizer"].step()

@@ -10,6 +10,7 @@ from mlminilm import distill, training
 from mlminilm import logging as mlog
 from mlminilm.config import AssistConfig, DistillConfig
 from mlminilm.corpus.manifest import tokenizer_identity
+from mlminilm.distillation.inputs import optional_kinds
 from mlminilm.errors import CheckpointError, ConfigError
 from mlminilm.io.stale import clean_stale
 from mlminilm.models.loading import TeacherShape, check_encoder_config, load_config
@@ -53,8 +54,8 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
     common.pop("max_steps")
     # The output terms compare hidden states of equal width: the assistant stage (teacher -> student width) has
     # them only when the widths already agree (else auto, which turns them off there); the student stage
-    # (assistant -> student) always can. The parallel and passage terms, which compare embeddings, follow the same
-    # rule.
+    # (assistant -> student) always can. The terms of the other inputs (distillation/inputs), which compare
+    # embeddings, follow the same rule.
     same_width = cfg.hidden == teacher.hidden
     assistant = DistillConfig(
         **{
@@ -67,8 +68,7 @@ def stage_configs(cfg: AssistConfig, teacher: TeacherShape) -> tuple[DistillConf
             "freeze_layers": 0,
             "hidden_loss_weight": cfg.hidden_loss_weight if same_width else None,
             "embedding_loss_weight": cfg.embedding_loss_weight if same_width else None,
-            "parallel": cfg.parallel if same_width else None,
-            "passages": cfg.passages if same_width else None,
+            **{kind.field: getattr(cfg, kind.field) if same_width else None for kind in optional_kinds()},
         },
     )
     student = DistillConfig(

@@ -11,13 +11,13 @@ from mlminilm import training
 from mlminilm.config import DistillConfig, parse_init_layers, resume_keys
 from mlminilm.corpus.dataset import PreparedData
 from mlminilm.corpus.manifest import tokenizer_identity
-from mlminilm.corpus.parallel import read_parallel
-from mlminilm.corpus.passages import read_passages
 from mlminilm.distillation import plan as plans
+from mlminilm.distillation.inputs import optional_kinds
+from mlminilm.distillation.inputs.text import TextInput
 from mlminilm.distillation.objective import distill_terms
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.run import TARGET_CACHE, DistillResult, DistillRun
-from mlminilm.distillation.terms import check_table, reads_pairs, reads_passages, trains_output, uses_running_text
+from mlminilm.distillation.terms import check_table, trains_output, uses_running_text
 from mlminilm.errors import ConfigError, DataError
 from mlminilm.models.export import export_model
 from mlminilm.models.loading import (
@@ -107,18 +107,19 @@ def check_compatibility(
     if trains_output(cfg) and cfg.hidden != t.hidden:
         # Refused rather than projected (TinyBERT learns a projection): a projection is not part of the exported
         # student, whose outputs would then not be in the teacher's space, which is what these terms are for.
+        options = [k.option for k in optional_kinds()]
         problems.append(
-            f"--hidden-loss-weight / --embedding-loss-weight / --parallel / --passages compare the student's "
+            f"--hidden-loss-weight / --embedding-loss-weight / {' / '.join(options)} compare the student's "
             f"outputs with the teacher's and need equal hidden sizes (student {cfg.hidden}, teacher {t.hidden}): use "
-            f"--hidden {t.hidden}, or set both weights to 0 and leave out --parallel and --passages (or distil "
+            f"--hidden {t.hidden}, or set both weights to 0 and leave out {' and '.join(options)} (or distil "
             "through `mlminilm assist`, whose second stage has equal widths)"
         )
     from mlminilm.evaluation.common import position_limit
 
     limit = position_limit(teacher_config)
-    lengths = [("parallel-max-length", cfg.parallel_max_length)] if reads_pairs(cfg) or reads_passages(cfg) else []
-    lengths += [("passage-max-length", cfg.passage_max_length)] if reads_passages(cfg) else []
-    for name, length in lengths if limit is not None else ():
+    # each limit once, in the order the inputs that cut at it name it
+    lengths = dict(pair for kind in optional_kinds() if kind.reads(cfg) for pair in kind.max_lengths(cfg))
+    for name, length in lengths.items() if limit is not None else ():
         if length > limit:
             problems.append(
                 f"--{name} {length} is more than the {limit} positions of teacher '{cfg.teacher}'; use --{name} "
@@ -213,10 +214,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     check_encoder_config(teacher_config, cfg.teacher)
     sentence = read_sentence_transformers(resolve_model(cfg.teacher))
     cfg = plans.resolve_output_terms(cfg, teacher_config, sentence)
-    if not uses_running_text(cfg) and not reads_pairs(cfg) and not reads_passages(cfg):
+    if not uses_running_text(cfg) and not any(kind.reads(cfg) for kind in optional_kinds()):
         raise ConfigError(
             "--relation-loss-weight 0 with the output terms off (auto turns them off for this teacher) "
-            "leaves nothing to train: keep a term, or give --parallel FILE or --passages FILE"
+            f"leaves nothing to train: keep a term, or give {' or '.join(f'{k.option} FILE' for k in optional_kinds())}"
         )
     if cfg.data is None and uses_running_text(cfg):
         cfg = replace(cfg, data=DEFAULT_DATA)
@@ -235,12 +236,13 @@ def validate(cfg: DistillConfig) -> DistillPlan:
     if cfg.target_cache is not None:
         from mlminilm.distillation.target_store import place_in_out, refuse_place
 
-        inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--parallel": cfg.parallel}
-        inputs.update({"--passages": cfg.passages, "--probe-tatoeba": cfg.probe_tatoeba})
+        inputs = {"--teacher": cfg.teacher, "--data": cfg.data}
+        inputs.update({k.option: getattr(cfg, k.field) for k in optional_kinds()})
+        inputs["--probe-tatoeba"] = cfg.probe_tatoeba
         refuse_place(cfg.target_cache, inputs, cfg.out)  # before anything is written: never into an input
         place_in_out(cfg.target_cache, cfg.out, OWN_ENTRIES, (TARGET_CACHE,))  # nor into the run's checkpoints ...
-    pairs = read_parallel(cfg.parallel) if cfg.parallel is not None else None
-    passages = read_passages(cfg.passages) if cfg.passages is not None else None
+    # Every input given is read and checked, even one no term on reads; the run keeps those a term reads.
+    found = {kind: kind.read(cfg) for kind in optional_kinds()}
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files
 
@@ -259,10 +261,10 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         teacher_layer=plans.teacher_layer(cfg, teacher_config.num_hidden_layers),
         init_layers=rule,
         terms=plans.terms_with_weights(cfg),
-        pairs=pairs if reads_pairs(cfg) else None,
-        prefix=plans.parallel_prefix(cfg, sentence),
-        passages=passages if reads_passages(cfg) else None,
-        prompts=plans.passage_prompts(sentence),
+        inputs=(
+            TextInput(cfg, data, sentence),
+            *(kind(cfg, read, sentence) for kind, read in found.items() if kind.reads(cfg)),
+        ),
     )
 
 
@@ -275,13 +277,8 @@ def run(cfg: DistillConfig, *, export_to: Path | None = None, title: str = "stud
     # Validate everything cheap before anything is written or loaded.
     plan = validate(cfg)
     cfg = plan.cfg
-    inputs = {
-        "--teacher": cfg.teacher,
-        "--data": cfg.data,
-        "--probe-tatoeba": cfg.probe_tatoeba,
-        "--parallel": cfg.parallel,
-        "--passages": cfg.passages,
-    }
+    inputs = {"--teacher": cfg.teacher, "--data": cfg.data, "--probe-tatoeba": cfg.probe_tatoeba}
+    inputs.update({k.option: getattr(cfg, k.field) for k in optional_kinds()})
     from mlminilm.distillation.target_store import place_in_out
 
     # A --target-cache inside --out is the run's own: --overwrite keeps it (docs/guides/reliability.md).

@@ -67,14 +67,14 @@ from mlminilm.distillation import step as step_module
 
 real_init = step_module.DistillStep.__init__
 
-def init(self, run, model, batches, terms_fn):
+def init(self, run, model, terms_fn):
     record("micro_batch", run.batch.micro_batch)
 
     def terms(teacher, layer, model, ids, mask, *args):
         record("variant", "packed" if mask is None else "masked")
         return terms_fn(teacher, layer, model, ids, mask, *args)
 
-    real_init(self, run, model, batches, terms)
+    real_init(self, run, model, terms)
 
 step_module.DistillStep.__init__ = init
 

@@ -90,13 +90,39 @@ def test_card_fields_override_and_packaged_teacher_names_its_hub_model(tmp_path,
     assert cards.base_model_name(str(converted)) == str(converted)
 
 
+def _plan(cfg, languages: tuple[str, ...]):
+    """The plan of a run of `cfg` on running text in `languages` (128 tokens a sequence) with one German pair, a
+    teacher whose query prompt is 'query: ' and mean pooling, normalised: what the card is made from."""
+    from types import SimpleNamespace
+
+    from mlminilm.corpus.parallel import ParallelPairs
+    from mlminilm.distillation.inputs.pairs import PairsInput
+    from mlminilm.distillation.inputs.text import TextInput
+    from mlminilm.distillation.objective import EmbeddingHead
+    from mlminilm.distillation.plan import DistillPlan, NoRunningText, terms_with_weights
+
+    data = NoRunningText(128, {}, languages)
+    sentence = SimpleNamespace(query_prompt="query: ")  # the one fact of the teacher's setup the pairs read
+    pairs = PairsInput(cfg, ParallelPairs(("A cat.",), ("Eine Katze.",), ("de",), 0), sentence)
+    return DistillPlan(
+        cfg=cfg,
+        data=data,
+        teacher_config=None,
+        tokenizer=None,
+        sentence=None,
+        head=EmbeddingHead(("mean",), True),
+        teacher_layer=11,
+        init_layers=None,
+        terms=terms_with_weights(cfg),
+        inputs=(TextInput(cfg, data), pairs),
+    )
+
+
 @pytest.mark.parametrize("relation_weight", [0.0, 1.0])
 def test_a_students_card_says_which_loss_terms_its_run_had(relation_weight):
     """The recipe's student (only the parallel terms on) is not called MiniLM; with the relation terms on it is."""
-    from types import SimpleNamespace
 
     from mlminilm.config import DistillConfig
-    from mlminilm.distillation.objective import EmbeddingHead
     from mlminilm.distillation.plan import card_info
     from mlminilm.models.cards import infer_card_data, render_card
 
@@ -110,14 +136,7 @@ def test_a_students_card_says_which_loss_terms_its_run_had(relation_weight):
         parallel_loss_weight=1,
         parallel_contrastive_weight=1,
     )
-    plan = SimpleNamespace(
-        cfg=cfg,
-        data=SimpleNamespace(languages=["de", "zh"], seq_len=128),
-        teacher_layer=11,
-        head=EmbeddingHead(("mean",), True),
-        prefix="query: ",
-    )
-    info = card_info(plan, "distill", [0, 1, 2, 3, 4, 11])
+    info = card_info(_plan(cfg, ("de", "zh")), "distill", [0, 1, 2, 3, 4, 11])
     data = infer_card_data(info)
     card = str(render_card(info, data))
     body = card.split("\n---\n", 1)[1]
@@ -132,10 +151,8 @@ def test_the_recipe_students_card_says_what_kept_the_teachers_weights():
     """The recipe freezes the embeddings and two layers: its student's card says so (the run's own words), and a run
     that freezes nothing says none."""
     from dataclasses import replace
-    from types import SimpleNamespace
 
     from mlminilm.config import DistillConfig
-    from mlminilm.distillation.objective import EmbeddingHead
     from mlminilm.distillation.plan import card_info
     from mlminilm.models.cards import infer_card_data, render_card
 
@@ -149,14 +166,7 @@ def test_the_recipe_students_card_says_what_kept_the_teachers_weights():
     cfg = DistillConfig(out="runs/x", parallel="pairs/", **{k.replace("-", "_"): v for k, v in recipe.items()})
 
     def body(cfg) -> str:
-        plan = SimpleNamespace(
-            cfg=cfg,
-            data=SimpleNamespace(languages=["de"], seq_len=128),
-            teacher_layer=11,
-            head=EmbeddingHead(("mean",), True),
-            prefix="query: ",
-        )
-        info = card_info(plan, "distill", [0, 1, 2, 3, 4, 11])
+        info = card_info(_plan(cfg, ("de",)), "distill", [0, 1, 2, 3, 4, 11])
         return str(render_card(info, infer_card_data(info))).split("\n---\n", 1)[1]
 
     assert "| frozen | the embeddings and layers 0-1 keep the teacher's weights (--freeze-layers 2) |" in body(cfg)

@@ -134,7 +134,7 @@ def test_the_students_buffers_never_change_in_training(kind, tiny_wordpiece_dir,
     from transformers import AutoConfig
 
     from mlminilm.config import StudentShape
-    from mlminilm.distillation.objective import StudentQKV
+    from mlminilm.distillation.objective import StudentForward
     from mlminilm.models.student import build_student, student_config
 
     teacher = save_tiny_teacher(tiny_wordpiece_dir, tmp_path / "teacher", kind=kind)
@@ -142,14 +142,14 @@ def test_the_students_buffers_never_change_in_training(kind, tiny_wordpiece_dir,
     student = build_student(config, seed=0)
     before = {name: b.clone() for name, b in student.named_buffers()}
     assert before and set(before) <= {"embeddings.position_ids", "embeddings.token_type_ids"}, set(before)
-    forward = StudentQKV(student).train()
+    forward = StudentForward(student).train()
     optimizer = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=1e-2)
     generator = torch.Generator().manual_seed(0)
     for step in range(3):
         ids = torch.randint(5, config.vocab_size, (4, 16), generator=generator)
         mask = torch.ones_like(ids)
         mask[0, 10:] = 0  # a padded row too
-        q, k, v = forward(ids, mask if step else None)
+        q, k, v = forward(ids, mask if step else None).qkv
         (q.float().square().mean() + k.float().square().mean() + v.float().square().mean()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -163,7 +163,7 @@ def test_teacher_runs_in_pure_bf16_under_autocast(tiny_wordpiece_dir, tmp_path, 
     ids = torch.randint(5, 500, (2, 16), generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(objective, "layer_qkv", spy)
     with torch.autocast("cpu", torch.bfloat16):
-        terms = objective.distill_terms(teacher, layer, objective.StudentQKV(student), ids, None, cfg)
+        terms = objective.distill_terms(teacher, layer, objective.StudentForward(student), ids, None, cfg)
     monkeypatch.undo()
     assert norms and set(norms) == {torch.bfloat16}
     assert all(t.dtype == torch.bfloat16 for t in captured["qkv"])

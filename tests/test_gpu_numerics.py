@@ -56,13 +56,13 @@ def pad_tail(ids: torch.Tensor, pad_id: int, count: int) -> tuple[torch.Tensor, 
 def student_for(teacher_dir: Path, seed: int = 0):
     """The 2x32 student distill builds for `teacher_dir` (unused top-layer parts frozen), train mode, on DEVICE."""
     from mlminilm.config import StudentShape
-    from mlminilm.distillation.objective import StudentQKV
+    from mlminilm.distillation.objective import StudentForward
     from mlminilm.models.loading import load_config
     from mlminilm.models.student import build_student, freeze_unused, student_config
 
     student = build_student(student_config(load_config(str(teacher_dir)), StudentShape(2, 32, 4, 64)), seed)
     freeze_unused(student, -1)
-    return StudentQKV(student.to(DEVICE).train())
+    return StudentForward(student.to(DEVICE).train())
 
 
 class RelationSpy(TorchFunctionMode):
@@ -123,7 +123,7 @@ def test_bf16_distill_step_is_finite_and_its_relations_are_float32(
         # The regime under test: both sides' Q/K/V come out of the models in bf16.
         with torch.no_grad():
             assert layer_qkv(teacher, ids, mask, layer)[0].dtype == torch.bfloat16
-            assert forward(ids, mask)[0].dtype == torch.bfloat16
+            assert forward(ids, mask).qkv[0].dtype == torch.bfloat16
         spy = RelationSpy(seq)
         with spy:
             terms = distill_terms(teacher, layer, forward, ids, mask, cfg)

@@ -12,7 +12,7 @@ import torch
 from conftest import SAMPLE_TEXT
 
 from mlminilm.corpus.parallel import ParallelSampler, pad_length, pad_lengths, read_parallel
-from mlminilm.distillation.objective import StudentQKV, distill_terms
+from mlminilm.distillation.objective import StudentForward, distill_terms
 from mlminilm.distillation.plan import MEAN_POOLING
 
 MAX_LENGTH = 128
@@ -72,11 +72,11 @@ def setup(tiny_sentencepiece_dir, tmp_path_factory):
         embedding_loss_weight=0.0,
         parallel_contrastive_weight=0.5,
     )
-    return teacher, StudentQKV(student), sampler, cfg
+    return teacher, StudentForward(student), sampler, cfg
 
 
 def step_loss(terms, teacher, forward, pairs, cfg):
-    parts = terms(teacher, -1, forward, None, None, cfg, MEAN_POOLING, pairs)
+    parts = terms(teacher, -1, forward, None, None, cfg, MEAN_POOLING, {"pairs": pairs})
     loss = sum(parts.values())
     loss.backward()
     return loss.detach()

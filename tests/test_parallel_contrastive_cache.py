@@ -193,6 +193,8 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     from transformers import AutoModel, AutoTokenizer
 
     from mlminilm.corpus.parallel import ParallelPairs, ParallelSampler
+    from mlminilm.distillation.inputs import StepRange
+    from mlminilm.distillation.inputs.pairs import drawn_sources
     from mlminilm.distillation.objective import EmbeddingHead, teacher_embedding
     from mlminilm.distillation.targets import TargetStore, embed_sources, fill, fingerprint, module_digest
 
@@ -211,7 +213,7 @@ def test_step_with_cached_targets_equals_the_teacher_forward(st_teacher, tmp_pat
     )
     fill(
         store,
-        sampler.drawn_sources(0, 1, 6, 1, 1),
+        drawn_sources(sampler.pairs, 0, StepRange(0, 1, 6, 1, 1)),
         lambda texts: embed_sources(
             teacher, tok, texts, prefix="query: ", max_length=32, modes=head.modes, normalize=True, device="cpu"
         ),

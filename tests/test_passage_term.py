@@ -65,29 +65,29 @@ def _kl_loop(tq, tp, sq, sp, tau):
 
 
 def test_passage_kl_against_a_float64_loop():
-    from mlminilm.distillation.losses import passage_score_kl
+    from mlminilm.distillation.losses import score_kl
 
     tq = [[1.0, 0.2, 0.0], [0.1, 1.0, 0.3], [0.0, 0.4, 1.0]]
     tp = [[0.9, 0.1, 0.2], [0.2, 0.8, 0.1], [0.3, 0.3, 0.9]]
     sq = [[0.7, 0.5, 0.1], [0.3, 0.9, 0.2], [0.2, 0.1, 1.0]]
     sp = [[1.0, 0.4, 0.0], [0.1, 0.6, 0.5], [0.6, 0.2, 0.8]]
     for tau in (0.5, 0.1):
-        got = passage_score_kl(*(torch.tensor(x) for x in (tq, tp, sq, sp)), tau)
+        got = score_kl(*(torch.tensor(x) for x in (tq, tp, sq, sp)), tau)
         assert float(got) == pytest.approx(_kl_loop(tq, tp, sq, sp, tau), rel=1e-4, abs=1e-7)
     # The student scoring as the teacher does: zero, also with other vector lengths (scores are of unit vectors).
-    same = passage_score_kl(*(torch.tensor(x) for x in (tq, tp)), torch.tensor(tq) * 3, torch.tensor(tp) * 0.5, 0.02)
+    same = score_kl(*(torch.tensor(x) for x in (tq, tp)), torch.tensor(tq) * 3, torch.tensor(tp) * 0.5, 0.02)
     assert float(same) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_passage_kl_is_the_average_of_both_directions():
     """Rows alone and columns alone, each against the float64 loop's single direction."""
-    from mlminilm.distillation.losses import passage_score_kl
+    from mlminilm.distillation.losses import score_kl
 
     g = torch.Generator().manual_seed(0)
     tq, tp, sq, sp = (torch.randn(4, 5, generator=g, dtype=torch.float64) for _ in range(4))
-    both = float(passage_score_kl(tq, tp, sq, sp, 0.3))
+    both = float(score_kl(tq, tp, sq, sp, 0.3))
     # Swapping questions and passages transposes the score matrices: the same average of the two directions.
-    assert float(passage_score_kl(tp, tq, sp, sq, 0.3)) == pytest.approx(both, rel=1e-5)
+    assert float(score_kl(tp, tq, sp, sq, 0.3)) == pytest.approx(both, rel=1e-5)
     assert both == pytest.approx(_kl_loop(tq.tolist(), tp.tolist(), sq.tolist(), sp.tolist(), 0.3), rel=1e-4)
 
 
@@ -125,7 +125,8 @@ def test_passage_hidden_term_against_a_float64_loop(st_teacher, tmp_path):
     p_mask[1, 7:], p_mask[2, 3:] = 0, 0  # padded passages: their pads must not count
     targets = torch.zeros(3, 32)
     batch = PassageBatch(q_ids, torch.ones_like(q_ids), p_ids, p_mask, "de", targets, targets)
-    parts = objective.distill_terms(teacher, layer, objective.StudentQKV(student), None, None, cfg, passages=batch)
+    forward = objective.StudentForward(student)
+    parts = objective.distill_terms(teacher, layer, forward, None, None, cfg, batches={"passages": batch})
     assert set(parts) == {"passage_hidden"}
     with torch.no_grad():
         t_states = teacher(input_ids=p_ids, attention_mask=p_mask).last_hidden_state.double()
@@ -134,7 +135,8 @@ def test_passage_hidden_term_against_a_float64_loop(st_teacher, tmp_path):
         _hidden_cosine_loop(t_states, s_states, p_mask), rel=1e-4
     )
     assert float(parts["passage_hidden"].detach()) > 0.01
-    same = objective.distill_terms(teacher, layer, objective.StudentQKV(teacher), None, None, cfg, passages=batch)
+    forward = objective.StudentForward(teacher)
+    same = objective.distill_terms(teacher, layer, forward, None, None, cfg, batches={"passages": batch})
     assert float(same["passage_hidden"]) == pytest.approx(0.0, abs=1e-5)
 
 
@@ -155,6 +157,8 @@ def _pairs(tmp_path: Path):
 
 def test_draw_one_language_distinct_passages_stateless(tmp_path):
     from mlminilm.corpus.passages import PassageDraw
+    from mlminilm.distillation.inputs import StepRange
+    from mlminilm.distillation.inputs.passages import drawn_texts
 
     pairs = _pairs(tmp_path)
     assert pairs.lang_counts() == {"ar": 12, "de": 40, "fr": 10}
@@ -180,7 +184,7 @@ def test_draw_one_language_distinct_passages_stateless(tmp_path):
     shares = {k: langs.count(k) / len(langs) for k in ("ar", "de", "fr")}
     expected = {k: math.sqrt(n) / sum(map(math.sqrt, (12, 40, 10))) for k, n in pairs.lang_counts().items()}
     assert all(abs(shares[k] - expected[k]) < 0.07 for k in shares), (shares, expected)
-    questions, passages = draw.drawn_texts(0, 4, 8, 3)
+    questions, passages = drawn_texts(draw, StepRange(0, 4, 8, 3, 1))  # 3 micro-batches a step
     assert len(questions) == len(passages) and set(passages) <= set(pairs.passages)
 
 
@@ -232,6 +236,8 @@ def test_nearest_against_a_float64_loop(monkeypatch):
 
 def test_grouped_draw_fills_batches_with_each_anchors_neighbours(tmp_path):
     from mlminilm.corpus.passages import STREAM, PassageDraw, nearest
+    from mlminilm.distillation.inputs import StepRange
+    from mlminilm.distillation.inputs.passages import drawn_texts
 
     pairs = _pairs(tmp_path)
     plain = PassageDraw(pairs, seed=3)
@@ -263,7 +269,7 @@ def test_grouped_draw_fills_batches_with_each_anchors_neighbours(tmp_path):
         assert index == expected[: len(index)]
         if lang != "ar":  # the first anchor and its 3 nearest: one family
             assert len({g % 2 for g in index[:4]}) == 1 and index[1:4] == neighbours[lang][index[0]].tolist()
-    questions, passages = draw.drawn_texts(0, 4, 8, 2)
+    questions, passages = drawn_texts(draw, StepRange(0, 4, 8, 1, 2))  # 2 processes
     assert len(questions) == len(passages) and set(passages) <= set(pairs.passages)
 
 
@@ -326,9 +332,11 @@ def test_passages_alone_train_without_running_text(monkeypatch, capsys, st_teach
     code, _, err = run_main(monkeypatch, capsys, *args)
     assert code == 0, err
     steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    # the passage terms' parts, and the languages the passages were drawn in (issue 50: once dropped)
     assert [sorted(k for k in r if k.startswith("passage")) for r in steps if "loss" in r] == [
-        ["passage_embedding", "passage_scores"]
+        ["passage_embedding", "passage_language_mix", "passage_scores"]
     ] * 2
+    assert all(r["passage_language_mix"] == {"de": 1.0} for r in steps if "loss" in r)
     assert all("parallel" not in r for r in steps)
     # The teacher-target lines say what they embedded (issue 55: both said "distinct source sentences").
     said = [line for line in err.splitlines() if "teacher targets for" in line]

@@ -153,19 +153,9 @@ def shared_sides(sources: list[str], targets: list[str]) -> torch.Tensor:
     return torch.from_numpy(found)
 
 
-def _draw(pairs: ParallelPairs, seed: int, step: int, size: int) -> np.ndarray:
+def step_draw(pairs: ParallelPairs, seed: int, step: int, size: int) -> np.ndarray:
+    """The pair indices of step `step`'s global batch of `size` rows (micro-batch-major, then process-major)."""
     return np.random.default_rng([seed, STREAM, step]).integers(0, len(pairs), size=size)
-
-
-def drawn_sources(
-    pairs: ParallelPairs, seed: int, start: int, steps: int, batch: int, accum: int, world: int
-) -> list[str]:
-    """Every source sentence a ParallelSampler of `pairs` and `seed` draws in steps [start, steps) on every process
-    (what the target cache must hold before the sampler is made with it)."""
-    found = set()
-    for step in range(start, steps):
-        found.update(_draw(pairs, seed, step, batch * accum * world).tolist())
-    return [pairs.sources[i] for i in sorted(found)]
 
 
 class ParallelSampler:
@@ -181,12 +171,8 @@ class ParallelSampler:
         self.target_table = target_table
         self._lengths: dict[int, int] = {}  # pair index -> its longer side's token count (`_pair_length`)
 
-    def drawn_sources(self, start: int, steps: int, batch: int, accum: int, world: int) -> list[str]:
-        """Every source sentence steps [start, steps) draw on every process (what the target cache must hold)."""
-        return drawn_sources(self.pairs, self.seed, start, steps, batch, accum, world)
-
     def _drawn(self, step: int, size: int) -> np.ndarray:
-        return _draw(self.pairs, self.seed, step, size)
+        return step_draw(self.pairs, self.seed, step, size)
 
     def indices(self, step: int, micro: int, batch: int, accum: int, rank: int, world: int) -> np.ndarray:
         drawn = self._drawn(step, batch * accum * world)

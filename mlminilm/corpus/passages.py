@@ -207,16 +207,6 @@ class PassageDraw:
         """The distinct passages of `lang` in the order the draw numbers them (the rows `neighbours` expects)."""
         return [self.pairs.passages[members[0]] for members in self.groups[lang]]
 
-    def drawn_texts(self, start: int, steps: int, batch: int, slots: int) -> tuple[list[str], list[str]]:
-        """Every question and every passage steps [start, steps) draw over `slots` (accumulation x processes)
-        micro-batches a step (what the target cache must hold)."""
-        found: set[int] = set()
-        for step in range(start, steps):
-            for slot in range(slots):
-                found.update(self.indices(step, slot, batch)[1])
-        order = sorted(found)
-        return [self.pairs.questions[i] for i in order], [self.pairs.passages[i] for i in order]
-
 
 def _grouped(anchors: np.ndarray, neighbours: np.ndarray, size: int) -> list[int]:
     """`size` distinct groups: each anchor in turn that is not in yet, followed by those of its neighbours not in

@@ -7,6 +7,8 @@
 - `objective`: a distill step's terms from a teacher and a student, and their weighting;
 - `plan`: a `distill` run's options and teacher facts resolved once (`DistillPlan`);
 - `batch`: the run's micro-batch, given or found by trying real steps (`--batch-size auto`);
-- `step`: one micro-batch of the running text and the pairs through the terms, and the language mix;
+- `inputs`: what a run reads, one module per kind (the running text, the pairs, ...), each owning its files, record,
+  targets, draw and batches;
+- `step`: one micro-batch of each input through the terms, and each input's language mix;
 - `run`: the run of a plan: load, train, export.
 """

@@ -13,8 +13,6 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig
-from mlminilm.corpus.parallel import ParallelBatch
-from mlminilm.corpus.passages import PassageBatch
 from mlminilm.distillation.plan import DistillPlan
 from mlminilm.distillation.terms import uses_running_text, weighted_loss
 from mlminilm.training.batch_size import CPU_AUTO_LIMIT, CUDA_MEMORY_SHARE, BatchPlan, agree_across_ranks, plan_batch
@@ -80,19 +78,15 @@ def memory_probe(
 
     def fits(size: int) -> bool:
         ids = torch.randint(0, vocab_size or 2, (size, seq_len), generator=generator).to(rt.device)
-        pairs = None
-        if plan.pairs is not None:  # the longest pairs the term can draw, beside the running text
-            src = torch.randint(0, vocab_size or 2, (size, cfg.parallel_max_length), generator=generator).to(rt.device)
-            both = torch.cat([src, src])
-            pairs = ParallelBatch(src, torch.ones_like(src), both, torch.ones_like(both), {})
-        passages = _longest_passages(plan, cfg, size, generator, rt.device)
+        # each other input's longest batch, beside the running text
+        batches = {i.name: i.longest(plan, cfg, size, generator, rt.device) for i in plan.inputs[1:]}
         if not uses_running_text(cfg):
             ids = None
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(rt.device)
         try:
             with rt.autocast():
-                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, pairs, passages)
+                parts = distill_terms(teacher, plan.teacher_layer, forward, ids, None, cfg, plan.head, batches)
                 loss = weighted_loss(parts, cfg)
             loss.backward()
             peak = torch.cuda.max_memory_allocated(rt.device)
@@ -106,15 +100,3 @@ def memory_probe(
         return ok
 
     return fits
-
-
-def _longest_passages(plan: DistillPlan, cfg, size: int, generator, device) -> PassageBatch | None:
-    """With --passages, the longest question-passage batch the terms can draw (random ids, unit targets)."""
-    if plan.passages is None:
-        return None
-    vocab_size = plan.data.tokenizer.get("vocab_size") or 2
-    q = torch.randint(0, vocab_size, (size, cfg.parallel_max_length), generator=generator).to(device)
-    p = torch.randint(0, vocab_size, (size, cfg.passage_max_length), generator=generator).to(device)
-    width = plan.teacher_config.hidden_size * len(plan.head.modes)
-    target = torch.nn.functional.normalize(torch.randn(size, width, generator=generator), dim=-1).to(device)
-    return PassageBatch(q, torch.ones_like(q), p, torch.ones_like(p), "", target, target)

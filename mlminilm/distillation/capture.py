@@ -9,7 +9,10 @@ The layers run in an explicit loop rather than through the model's forward stopp
 capture has no control flow that torch.compile or CUDA graphs cannot follow. The loop gives each layer the
 attention mask the model's own forward would build (transformers' `create_bidirectional_mask`: None when
 the batch has no padding, so sdpa can take its fast kernels). Layer k's three projections run as one matmul
-with their weights concatenated."""
+with their weights concatenated.
+
+Also a model's last hidden states and the teacher's sentence embedding through its pooling head, what the inputs
+besides the running text compare (distillation/inputs)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlminilm.distillation.losses import sentence_embedding
 from mlminilm.errors import ConfigError
 from mlminilm.models.layers import base_model, encoder_layers, resolve_layer
 
@@ -136,3 +140,14 @@ def qkv_and_output(
         out = block(hidden, attention_mask=mask)
         hidden = out[0] if isinstance(out, tuple) else out
     return qkv, hidden
+
+
+def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The model's last hidden states (the encoder itself, whatever head wraps it)."""
+    return base_model(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def teacher_embedding(teacher: nn.Module, ids: torch.Tensor, mask: torch.Tensor, head) -> torch.Tensor:
+    """The teacher's sentence embedding of a batch through `head` (an objective.EmbeddingHead; call without
+    gradient)."""
+    return sentence_embedding(last_hidden(teacher, ids, mask), mask, head.modes, head.normalize)

@@ -139,28 +139,28 @@ def translation_ranking(
     return (ce(logits, labels) + ce(logits.T, labels)) / 2
 
 
-def passage_score_kl(
-    teacher_questions: torch.Tensor,
-    teacher_passages: torch.Tensor,
-    student_questions: torch.Tensor,
-    student_passages: torch.Tensor,
+def score_kl(
+    teacher_queries: torch.Tensor,
+    teacher_keys: torch.Tensor,
+    student_queries: torch.Tensor,
+    student_keys: torch.Tensor,
     temperature: float,
 ) -> torch.Tensor:
-    """KL(teacher || student) of the in-batch question -> passage score distributions (`distill --passages`).
+    """KL(teacher || student) of the in-batch query -> key score distributions (retrieval pairs: query, text).
 
-    Each side's embeddings of a batch's B questions and B passages [B, H] are made unit vectors and scored
-    S = Q @ P.T / `temperature` [B, B]. Row i softmaxed is question i's distribution over the batch's passages,
-    column j softmaxed passage j's over its questions; the loss is the KL divergence of the student's
-    distributions from the teacher's, summed over each distribution's entries and averaged over the B rows
-    (batchmean), the row and the column directions averaged. Zero when the student scores as the teacher does."""
+    Each side's embeddings of a batch's B queries and B keys [B, H] are made unit vectors and scored
+    S = Q @ K.T / `temperature` [B, B]. Row i softmaxed is query i's distribution over the batch's keys, column j
+    softmaxed key j's over its queries; the loss is the KL divergence of the student's distributions from the
+    teacher's, summed over each distribution's entries and averaged over the B rows (batchmean), the row and the
+    column directions averaged. Zero when the student scores as the teacher does."""
 
-    def scores(questions: torch.Tensor, passages: torch.Tensor) -> torch.Tensor:
-        q = torch.nn.functional.normalize(questions.float(), dim=-1, eps=1e-12)
-        p = torch.nn.functional.normalize(passages.float(), dim=-1, eps=1e-12)
-        return q @ p.T / temperature
+    def scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q = torch.nn.functional.normalize(queries.float(), dim=-1, eps=1e-12)
+        k = torch.nn.functional.normalize(keys.float(), dim=-1, eps=1e-12)
+        return q @ k.T / temperature
 
-    teacher = scores(teacher_questions, teacher_passages).detach()
-    student = scores(student_questions, student_passages)
+    teacher = scores(teacher_queries, teacher_keys).detach()
+    student = scores(student_queries, student_keys)
     log_softmax, kl = torch.nn.functional.log_softmax, torch.nn.functional.kl_div
 
     def direction(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """A `distill` run resolved once: what its checks found out (mlminilm.distill.validate) in one frozen record
 that the run (distillation/run.py) consumes, so that no option is parsed, and no teacher file read, twice.
 
-Also the pure functions of that record: the auto output terms, the teacher's embedding head, the parallel prefix,
-the loss in words and the model card's facts."""
+Also the pure functions of that record: the auto output terms, the teacher's embedding head, the loss in words
+and the model card's facts. What the run reads is its list of inputs (distillation/inputs), read once here."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from dataclasses import dataclass, field, replace
 from mlminilm import logging as mlog
 from mlminilm.config import DEFAULT_INIT_LAYERS, OUTPUT_TERMS_WEIGHT, DistillConfig, parse_init_layers
 from mlminilm.corpus.dataset import PreparedData
-from mlminilm.corpus.parallel import ParallelPairs
-from mlminilm.corpus.passages import PassagePairs
+from mlminilm.distillation.inputs import DistillInput, optional_kinds
 from mlminilm.distillation.objective import EmbeddingHead
-from mlminilm.distillation.terms import Words, in_words, reads_pairs, reads_passages, terms_on, weight_of
+from mlminilm.distillation.terms import CAPTURE, OUTPUT, Words, in_words, terms_on, weight_of
 from mlminilm.errors import ConfigError
 from mlminilm.models.sentence_encoder import SentenceTransformerSetup
 
@@ -52,14 +51,9 @@ class DistillPlan:
     teacher_layer: int  # the distilled teacher layer, 0-based from the bottom
     init_layers: str | list[int] | None  # --init-layers parsed (DEFAULT_INIT_LAYERS when not given); None: random
     terms: tuple[tuple[str, float], ...]  # the loss terms on, with their weights, in the order a step sums them
-    pairs: ParallelPairs | None  # --parallel, read once (None when no term reads it)
-    prefix: str  # put before every parallel sentence
-    passages: PassagePairs | None = None  # --passages, read once (None when no term reads it)
-    prompts: tuple[str, str] = ("", "")  # put before every --passages question, and every passage
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {lang: self.data.num_sequences(lang) for lang in self.data.languages}
+    # What the run reads, each read once, in the order a step reads them: the running text (always there: it
+    # holds `data`, maybe no text), then every other input a term on reads (distillation/inputs).
+    inputs: tuple[DistillInput, ...]
 
 
 def terms_with_weights(cfg: DistillConfig) -> tuple[tuple[str, float], ...]:
@@ -106,7 +100,7 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     """The teacher's sentence-embedding head when the embedding or the parallel term is on, else None. The
     embedding term needs a sentence-transformers teacher (ConfigError otherwise); the parallel term pools a plain
     encoder's last hidden states by their mean over real tokens."""
-    if not cfg.embedding_loss_weight and not reads_pairs(cfg) and not reads_passages(cfg):
+    if not cfg.embedding_loss_weight and not any(t.reads not in (CAPTURE, OUTPUT) for t in terms_on(cfg)):
         return None
     from mlminilm.models.pooling import POOLING_MODES
 
@@ -122,7 +116,7 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
         raise ConfigError(
             f"teacher '{cfg.teacher}' pools with {'+'.join(bad)}, which the embedding, parallel and passage "
             f"terms do not implement ({', '.join(POOLING_MODES)}); set --embedding-loss-weight 0 and "
-            "leave out --parallel and --passages"
+            f"leave out {' and '.join(k.option for k in optional_kinds())}"
         )
     if st.not_applied:
         log.warning(
@@ -134,28 +128,12 @@ def embedding_head(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> E
     return EmbeddingHead(tuple(st.pooling), st.normalize)
 
 
-def parallel_prefix(cfg: DistillConfig, st: SentenceTransformerSetup | None) -> str:
-    """--parallel-prefix, or by default the teacher's sentence-transformers "query" prompt (what eval-tatoeba puts
-    before each sentence), else none."""
-    if cfg.parallel_prefix is not None:
-        return cfg.parallel_prefix
-    return (st.query_prompt or "") if st is not None else ""
-
-
-def passage_prompts(st: SentenceTransformerSetup | None) -> tuple[str, str]:
-    """The prompts of --passages' questions and passages: the teacher's sentence-transformers 'query' prompt and
-    its 'passage' (else 'document') one, as eval-retrieval embeds questions and passages (models.sentence_encoder
-    reads them); none for a teacher without them."""
-    if st is None:
-        return "", ""
-    return st.query_prompt or "", st.passage_prompt or ""
-
-
 def objective_summary(plan: DistillPlan) -> str:
     """The loss in words, for the log, run.json and the model card: as the loss-term table says each term on."""
     head = plan.head
     how = "" if head is None else "+".join(head.modes) + (" pooling, normalised" if head.normalize else " pooling")
-    return in_words(plan.cfg, Words(how, plan.prefix, getattr(plan, "prompts", ("", ""))))
+    said = {k: v for i in plan.inputs for k, v in i.words().items()}
+    return in_words(plan.cfg, Words(how, **said))
 
 
 def frozen_words(cfg: DistillConfig) -> str:
@@ -187,17 +165,13 @@ def card_info(plan: DistillPlan, title: str, picked: list[int] | None) -> dict:
         ),
         "frozen": frozen_words(cfg),
         "data": str(cfg.data) if cfg.data is not None else "none (only the parallel / passage terms, no running text)",
-        "languages": ", ".join(data.languages or _pair_languages(plan)),
+        # the running text's languages, or when it has none those of the other inputs
+        "languages": ", ".join(
+            plan.inputs[0].languages() or dict.fromkeys(lang for i in plan.inputs[1:] for lang in i.languages())
+        ),
         "alpha": cfg.alpha,
-        "parallel": str(cfg.parallel) if reads_pairs(cfg) else None,
-        "passages": str(cfg.passages) if reads_passages(cfg) else None,
+        **{kind.field: None for kind in optional_kinds()},  # an input the terms do not read: none
+        **{k: v for i in plan.inputs[1:] for k, v in i.card().items()},
         "steps": cfg.max_steps,
         "seq_len": data.seq_len,
     }
-
-
-def _pair_languages(plan: DistillPlan) -> list[str]:
-    """The languages of the parallel pairs and the passages, when no running text names them."""
-    found = list(plan.pairs.lang_counts() if plan.pairs is not None else ())
-    passages = getattr(plan, "passages", None)
-    return list(dict.fromkeys(found + list(passages.lang_counts() if passages is not None else ())))

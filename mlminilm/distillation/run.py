@@ -1,15 +1,15 @@
-"""A `distill` run from its resolved plan (distillation/plan.py): the teacher and the student, the batch, the
-parallel pairs' targets, the training loop and the export, as one object that owns its state (`DistillRun`, as
-torchtune's recipe classes). mlminilm.distill checks the options, makes the run and calls `execute`.
+"""A `distill` run from its resolved plan (distillation/plan.py): the teacher and the student, the batch, its inputs
+(distillation/inputs) asked for their record, checks, targets and batches, the training loop and the export, as one
+object that owns its state (`DistillRun`, as torchtune's recipe classes). mlminilm.distill checks the options, makes
+the run and calls `execute`.
 
 What the command's module lets callers and tests replace (the teacher's loading, the step's terms, the export,
 the probe) the run is given when it is made: this layer does not import the command."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,16 +19,14 @@ from torch import nn
 from mlminilm import logging as mlog
 from mlminilm import training
 from mlminilm.config import DistillConfig
-from mlminilm.corpus.loader import default_pin_memory, default_workers, make_loader
-from mlminilm.corpus.parallel import ParallelSampler, check_same_pairs, drawn_sources, pairs_record
-from mlminilm.corpus.sampling import BatchSampler
-from mlminilm.distillation import passage_targets, run_inputs
+from mlminilm.distillation import run_inputs
 from mlminilm.distillation.batch import resolve_batch
-from mlminilm.distillation.objective import StudentQKV
+from mlminilm.distillation.inputs import InputContext, StepRange
+from mlminilm.distillation.objective import StudentForward
 from mlminilm.distillation.plan import DistillPlan, card_info, objective_summary
 from mlminilm.distillation.relations import tf32_relations
 from mlminilm.distillation.step import DistillStep
-from mlminilm.distillation.terms import reads_output, trains_output, uses_running_text
+from mlminilm.distillation.terms import reads_output, trains_output
 from mlminilm.models.student import (
     build_student,
     freeze_bottom_layers,
@@ -55,10 +53,12 @@ class DistillResult:
     last_loss: float | None
     tokens_per_s: float
     elapsed_s: float
-    language_mix: dict[str, float]
+    language_mix: dict[str, float]  # the running text's
+    mixes: dict[str, dict[str, float]] = field(default_factory=dict)  # every other input's, by its key
 
     def to_dict(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        found = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items() if k != "mixes"}
+        return {**found, **self.mixes}
 
 
 class DistillRun:
@@ -69,7 +69,8 @@ class DistillRun:
     tokenizer) -> the in-training probe; None: no probe).
 
     What it builds as it goes is its own: the run record, the teacher, the student (and the teacher layers it
-    started from), the probe, the pairs' sampler (made with its targets), the batch and the training state."""
+    started from), the probe, the batch and the training state. Its inputs (`inputs`, the plan's) make their own
+    draws, with their targets, once the batch is known."""
 
     def __init__(
         self,
@@ -94,8 +95,7 @@ class DistillRun:
         self.student: nn.Module | None = None
         self.picked: list[int] | None = None  # the teacher layers the student started from
         self.probe = None
-        self.pairs: ParallelSampler | None = None  # made once the teacher's targets are there (`_pairs_sampler`)
-        self.passages = None  # corpus.passages.PassageSampler, likewise (passage_targets.passage_sampler)
+        self.inputs = list(plan.inputs)  # the running text first (distillation/inputs)
         self.batch: BatchPlan | None = None
         self.state: training.TrainingState | None = None
         self.compiled = False  # whether the step runs compiled (--compile, decided with the device)
@@ -112,30 +112,20 @@ class DistillRun:
         return self._train()
 
     def _check_resume(self) -> None:
-        """The run record begun; with --resume, the data, the pairs and the options checked against the recorded
-        run (nothing written: the teacher is checked once loaded, `_check_teacher`)."""
+        """The run record begun, each input's entries in it; with --resume, each input and the options checked
+        against the recorded run (nothing written: the teacher is checked once loaded, `_check_teacher`)."""
         plan, cfg, rt = self.plan, self.cfg, self.rt
-        self.record = training.run_record(
-            cfg,
-            rt,
-            {
-                "teacher_model_type": plan.teacher_config.model_type,
-                "data_manifest": plan.data.manifest.get("tokenizer"),
-                run_inputs.DATA_KEY: run_inputs.data_record(plan.data),
-            },
-        )
-        if plan.pairs is not None:
-            self.record["parallel_pairs"] = pairs_record(plan.pairs)
-        passage_targets.record(self.record, plan)
+        extra = {"teacher_model_type": plan.teacher_config.model_type}
+        for inp in self.inputs:
+            extra.update(inp.record())
+        self.record = training.run_record(cfg, rt, extra)
         if cfg.resume:
             training.check_same_run_everywhere(self.out, rt, training.RUN_RECORD)
             old = (training.read_run_record(self.out) or (None, {}))[1]
-            run_inputs.check_same_data(old, self.record, self.out)
-            # Exact resume is promised for the pairs the run started on only: checked before the options' check may
-            # record a change (another --parallel path is that check's to name).
-            if plan.pairs is not None and old.get("config", {}).get("parallel") == self.record["config"]["parallel"]:
-                check_same_pairs(old.get("parallel_pairs"), self.record["parallel_pairs"], cfg.parallel, self.out)
-            passage_targets.check_resume(old, self.record, plan, self.out)
+            # Exact resume is promised for the inputs the run started on only: checked before the options' check
+            # may record a change (another path is that check's to name).
+            for inp in self.inputs:
+                inp.check_resume(old, self.record, self.out)
             self.resumed = old, training.check_resume_compatible(self.out, self.record, self.resume_keys, write=False)
 
     def _check_teacher(self) -> None:
@@ -159,7 +149,7 @@ class DistillRun:
 
     def _load_models(self) -> None:
         """The teacher in the compute dtype, the student built (seeded) and initialised, frozen where no term
-        reaches, the probe; the pairs logged; the run record completed."""
+        reaches, the probe; the inputs logged; the run record completed."""
         plan, cfg, rt = self.plan, self.cfg, self.rt
         # The teacher's weights in the compute dtype (bf16 on CUDA): it only runs forward, truncated at the distilled
         # layer, or whole when an output term needs its last hidden states.
@@ -196,30 +186,16 @@ class DistillRun:
         if self.make_probe is not None and rt.is_main:
             self.probe = self.make_probe(s_config, plan.tokenizer)
             log.info("%s; every %d steps", self.probe.describe(), cfg.probe_every)
-        if plan.pairs is not None:
-            self._log_pairs()
-        passage_targets.log_passages(plan)
+        for inp in self.inputs:
+            inp.log()
         self.record["init_layers"] = self.picked
         self.record["objective"] = summary
 
-    def _log_pairs(self) -> None:
-        """The parallel term's pairs: how many, in which languages."""
-        cfg, found = self.cfg, self.plan.pairs
-        langs = ", ".join(f"{k} {v:,}" for k, v in found.lang_counts().items())
-        log.info(
-            "parallel term: %s pairs from %s (%s), prefix %r%s",
-            f"{len(found):,}",
-            cfg.parallel,
-            langs,
-            self.plan.prefix,
-            f"; {found.skipped} line(s) without a translation skipped" if found.skipped else "",
-        )
-
     def _prepare_training(self) -> DistillConfig:
-        """The batch decided and recorded, the run record written, DDP, AdamW and the resume point, the pairs'
-        sampler made with their targets: the config with the batch decided."""
+        """The batch decided and recorded, the run record written, DDP, AdamW and the resume point, each input's
+        draw made with its targets: the config with the batch decided."""
         plan, cfg, rt = self.plan, self.cfg, self.rt
-        forward = StudentQKV(self.student, outputs=reads_output(cfg))
+        forward = StudentForward(self.student, outputs=reads_output(cfg))
         batch = self.batch = resolve_batch(plan, rt, self.teacher, forward, self.distill_terms)
         if batch.how != "given":
             log.info(
@@ -242,12 +218,10 @@ class DistillRun:
         self._write_run_record()
         rt.barrier()
         self.state = training.setup_training(run_cfg, rt, forward, self.student, self.out)
-        if plan.pairs is not None:
-            self.pairs = self._pairs_sampler(self.state.start_step)
-        if plan.passages is not None:
-            self.passages = passage_targets.passage_sampler(
-                plan, rt, self.teacher, self.batch, self.state.start_step, *self._target_cache(), self.teacher_digest
-            )
+        ctx = InputContext(plan, rt, self.teacher, self.teacher_digest, *self._target_cache())
+        steps = StepRange(self.state.start_step, cfg.max_steps, batch.micro_batch, batch.grad_accum, rt.world)
+        for inp in self.inputs:
+            inp.prepare(ctx, steps)
         return run_cfg
 
     def _train(self) -> DistillResult:
@@ -255,21 +229,25 @@ class DistillRun:
         cfg, rt = self.cfg, self.rt
         run_cfg = self._prepare_training()
         start = self.state.start_step
-        loader = self._running_text_loader(start)
         # Compiled: the student's forward, the teacher's capture and the loss as graphs (static shapes: packed
         # sequences all have the data's length; a padded batch adds a second graph). Eager otherwise.
         terms_fn = torch.compile(self.distill_terms, dynamic=False) if self.compiled else self.distill_terms
-        step = DistillStep(self, self.state.model, iter(loader) if uses_running_text(cfg) else None, terms_fn)
+        step = DistillStep(self, self.state.model, terms_fn)
         if start >= cfg.max_steps:
             log.info("already at step %d of %d: nothing to train", start, cfg.max_steps)
         if cfg.probe_tatoeba is not None and start == 0:
             self._probe_untrained()
         t0 = time.perf_counter()
-        with loader, tf32_relations(rt.device, rt.dtype):
-            result = self._run_steps(run_cfg, step, start)
-        mix = step.mix()
+        try:
+            with tf32_relations(rt.device, rt.dtype):
+                result = self._run_steps(run_cfg, step, start)
+        finally:
+            for inp in self.inputs:
+                inp.close()  # the running text's loader workers
+        mixes = step.mixes()
+        mix = mixes.pop(self.inputs[0].mix_key)
         if rt.is_main:
-            self._export_trained(mix, result.last_loss)
+            self._export_trained(mix, result.last_loss, mixes)
         rt.barrier()
         return DistillResult(
             self.out,
@@ -280,28 +258,7 @@ class DistillRun:
             result.tokens_per_s,
             time.perf_counter() - t0,
             mix,
-        )
-
-    def _running_text_loader(self, start: int):
-        """The running text's micro-batches from step `start` on, as a context manager (the loader's workers); with
-        only the parallel term on, the running text is not read at all: a null context."""
-        plan, cfg, rt, batch = self.plan, self.cfg, self.rt, self.batch
-        if not uses_running_text(cfg):
-            return contextlib.nullcontext()
-        sampler = BatchSampler(plan.counts, cfg.alpha, cfg.seed)
-        workers = cfg.data_workers if cfg.data_workers is not None else default_workers(rt.device.type, rt.local_world)
-        return make_loader(
-            plan.data,
-            sampler,
-            batch_size=batch.micro_batch,
-            accum=batch.grad_accum,
-            rank=rt.rank,
-            world=rt.world,
-            pad_id=plan.data.tokenizer.get("pad_token_id"),
-            start_step=start,
-            max_steps=cfg.max_steps,
-            workers=workers,
-            pin_memory=default_pin_memory(rt.device.type),
+            mixes,
         )
 
     def _probe_untrained(self) -> None:
@@ -338,10 +295,14 @@ class DistillRun:
             ),
         )
 
-    def _export_trained(self, mix: dict[str, float], final_loss: float | None) -> None:
-        """Main process: the realised language mix logged, the trained student exported with its card."""
+    def _export_trained(self, mix: dict[str, float], final_loss: float | None, mixes: dict) -> None:
+        """Main process: the realised language mixes logged, the trained student exported with its card."""
         if mix:
             log.info("realised language mix: %s", ", ".join(f"{k} {v:.1%}" for k, v in mix.items()))
+        for inp in self.inputs[1:]:
+            if mixes.get(inp.mix_key):
+                shares = ", ".join(f"{k} {v:.1%}" for k, v in mixes[inp.mix_key].items())
+                log.info("realised %s language mix: %s", inp.describes, shares)
         batch = self.batch
         card = card_info(self.plan, self.title, self.picked)
         card.update(
@@ -352,40 +313,6 @@ class DistillRun:
         )
         self.export_model(self.student, self.plan.tokenizer, self.export_dir, card, sentence_teacher=self.cfg.teacher)
         log.info("student exported to %s", self.export_dir)
-
-    def _pairs_sampler(self, start: int) -> ParallelSampler:
-        """The pairs' per-step draw, made with the teacher's embedding of every source sentence steps
-        [start, max_steps) will draw, from the cache or computed once now (under DDP each rank computes a share,
-        then all read the whole table), so that no step runs the teacher on pairs."""
-        from mlminilm.distillation import targets
-
-        plan, cfg, rt, batch = self.plan, self.cfg, self.rt, self.batch
-        root, advice = self._target_cache()
-        texts = drawn_sources(plan.pairs, cfg.seed, start, cfg.max_steps, batch.micro_batch, batch.grad_accum, rt.world)
-        table = targets.prepare(
-            root,
-            self.teacher,
-            plan.tokenizer,
-            texts,
-            plan.head.modes,
-            plan.head.normalize,
-            prefix=plan.prefix,
-            max_length=cfg.parallel_max_length,
-            device=rt.device,
-            rank=rt.rank,
-            world=rt.world,
-            barrier=rt.barrier,
-            advice=advice,
-            teacher_digest=self.teacher_digest,
-        )
-        return ParallelSampler(
-            plan.pairs,
-            plan.tokenizer,
-            prefix=plan.prefix,
-            max_length=cfg.parallel_max_length,
-            seed=cfg.seed,
-            target_table=table,
-        )
 
     def _target_cache(self) -> tuple[Path, str]:
         """The teacher-target cache's folder, and how an error writing it says to move it (naming the option that

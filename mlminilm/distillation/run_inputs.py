@@ -14,8 +14,8 @@ and run.json would no longer say what made it).
   they are read). A full hash would read and hash every byte of the corpus at every resume: at the 0.25-0.8 GB/s
   one core hashes (blake2b, sha256), 13-40 s per 10 GB before the disk's own read time.
 
-The parallel pairs and the passages have records of their own (corpus.parallel.pairs_record,
-corpus.passages.passages_record), whose digests cover their whole text and are checked the same way.
+The other inputs have records of their own (each input's module in distillation/inputs), whose digests cover
+their whole text and are checked the same way.
 
 A run record written before these entries existed resumes unchecked, with a log line, and is given them."""
 

@@ -83,7 +83,7 @@ def embed_sources(
 ) -> np.ndarray:
     """The teacher's sentence embedding of each text, float32 [n, H], in batches of similar length, autocast off
     (as the training step computes it)."""
-    from mlminilm.distillation.objective import last_hidden
+    from mlminilm.distillation.capture import last_hidden
 
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: np.ndarray | None = None
@@ -150,7 +150,7 @@ def prepare(
     Under DDP every rank computes and writes its share of it (`fill`) and all meet at `barrier` before reading the
     whole table. `advice`: how an error says to move the cache. `teacher_digest`: `module_digest(teacher)` when
     the caller has it (the run computes it once, for its record), else computed here. `what`: what `texts` are,
-    for the log (the parallel pairs' source sentences, the passages' questions or passages).
+    for the log (what an input's texts are: source sentences, questions, ...).
 
     Why rank 0 holds the lock for all the ranks, and they write into the folder it holds, rather than each writing
     temporaries for rank 0 to move in: the lock keeps other runs out, and the ranks of this run only add parts

@@ -26,17 +26,22 @@ from mlminilm.distillation.losses import (
     hidden_mse,
     minilm_v1_terms,
     minilm_v2_terms,
-    passage_score_kl,
+    score_kl,
     sentence_embedding,
     translation_ranking,
 )
 from mlminilm.errors import ConfigError
 
-# What a term reads (LossTerm.reads): each is computed only when its input is there.
+# What a term reads (LossTerm.reads): each is computed only when its input is there. Besides the running text's
+# two, an input's name (distillation/inputs: its module's DistillInput.name).
 CAPTURE = "teacher capture"  # Q, K, V of the distilled layer (the running text)
 OUTPUT = "output"  # the last hidden states of teacher and student (the running text; the top layer trains whole)
-PAIRS = "parallel pairs"  # the student's embeddings of --parallel sources and translations, the teacher's targets
+PAIRS = "pairs"  # the student's embeddings of --parallel sources and translations, the teacher's targets
 PASSAGES = "passages"  # the student's embeddings of --passages questions and passages, the teacher's targets
+# The config field that gives each input besides the running text: its terms weigh 0 without it.
+INPUT_FIELDS = {PAIRS: "parallel", PASSAGES: "passages"}
+# The order the loss in words says terms in, by what they read (terms of inputs not listed here come last).
+READS_ORDER = [CAPTURE, OUTPUT, PAIRS, PASSAGES]
 
 
 @dataclass
@@ -45,8 +50,9 @@ class StepTensors:
     (t_out, s_out; None unless an OUTPUT term is on) of the running text with its `mask` (None: no padding), and
     with pairs, the teacher's embeddings of the sources (t_pairs) and the student's last hidden states of sources
     then translations (s_pairs); with passages (a corpus.passages.PassageBatch, the teacher's embeddings inside),
-    the student's last hidden states of the questions and of the passages (s_passages). `shared` holds what
-    several terms compute once (the relations, the student's pair embeddings), in the order the first asks."""
+    the student's last hidden states of the questions and of the passages (s_passages); an input kind without
+    fields of its own puts what its terms read in `extra`. `shared` holds what several terms compute once (the
+    relations, the student's pair embeddings), in the order the first asks."""
 
     cfg: object
     head: object = None  # objective.EmbeddingHead
@@ -62,6 +68,7 @@ class StepTensors:
     s_passages: tuple | None = None
     t_passage_hidden: torch.Tensor | None = None  # the teacher's last hidden states of the passages (if a term reads)
     shared: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
 
     def once(self, key: str, make: Callable[[], object]):
         if key not in self.shared:
@@ -86,7 +93,7 @@ class Words:
 class LossTerm:
     name: str  # its key in a step's parts
     weight: str  # the DistillConfig field that weighs it (0 = off)
-    reads: str  # CAPTURE, OUTPUT, PAIRS or PASSAGES
+    reads: str  # CAPTURE, OUTPUT or an input's name (PAIRS, PASSAGES)
     compute: Callable[[StepTensors], torch.Tensor]
     words: Callable[[object, Words], str]  # the term in the loss in words, its weight included (rows may share one)
     metric: str = ""  # its metrics.jsonl key ("" = its name)
@@ -184,9 +191,7 @@ def _passage_hidden(t: StepTensors) -> torch.Tensor:
 def _passage_scores(t: StepTensors) -> torch.Tensor:
     questions, passages = passage_embeddings(t)
     batch = t.passages
-    return passage_score_kl(
-        batch.question_targets, batch.passage_targets, questions, passages, t.cfg.passage_temperature
-    )
+    return score_kl(batch.question_targets, batch.passage_targets, questions, passages, t.cfg.passage_temperature)
 
 
 # ------------------------------------------------------------------------------------------ the words
@@ -285,11 +290,10 @@ TERMS: dict[str, LossTerm] = {
 
 
 def weight_of(term: LossTerm, cfg) -> float:
-    """The term's weight in the total: its config field (None, auto undecided, counts as 0); a pairs term weighs
-    0 without --parallel, a passages term without --passages."""
-    if term.reads == PAIRS and cfg.parallel is None:
-        return 0.0
-    if term.reads == PASSAGES and getattr(cfg, "passages", None) is None:
+    """The term's weight in the total: its config field (None, auto undecided, counts as 0); a term of an input
+    given by an option (INPUT_FIELDS) weighs 0 without it (a pairs term without --parallel)."""
+    given = INPUT_FIELDS.get(term.reads)
+    if given is not None and getattr(cfg, given, None) is None:
         return 0.0
     return getattr(cfg, term.weight) or 0.0
 
@@ -299,9 +303,12 @@ def term_weights(cfg) -> dict[str, float]:
     return {name: weight_of(term, cfg) for name, term in TERMS.items()}
 
 
-def terms_on(cfg, reads: tuple[str, ...] = (CAPTURE, OUTPUT, PAIRS, PASSAGES)) -> tuple[LossTerm, ...]:
-    """The terms a run with `cfg` computes (positive weight, in its objective), of the kinds in `reads`."""
-    return tuple(t for t in TERMS.values() if t.reads in reads and t.applies(cfg) and weight_of(t, cfg) > 0)
+def terms_on(cfg, reads: tuple[str, ...] | None = None) -> tuple[LossTerm, ...]:
+    """The terms a run with `cfg` computes (positive weight, in its objective), of the kinds in `reads` (None:
+    all)."""
+    return tuple(
+        t for t in TERMS.values() if (reads is None or t.reads in reads) and t.applies(cfg) and weight_of(t, cfg) > 0
+    )
 
 
 def reads_output(cfg) -> bool:
@@ -310,25 +317,15 @@ def reads_output(cfg) -> bool:
     return bool(terms_on(cfg, (OUTPUT,)))
 
 
-def reads_pairs(cfg) -> bool:
-    """Whether a term on reads the parallel pairs (the MSE term or the contrastive one)."""
-    return bool(terms_on(cfg, (PAIRS,)))
-
-
 def teacher_reads_passages(cfg) -> bool:
     """Whether a term on needs the teacher's last hidden states of the passages (run live, not cached)."""
     return weight_of(TERMS["passage_hidden"], cfg) > 0
 
 
-def reads_passages(cfg) -> bool:
-    """Whether a term on reads the question-passage pairs (--passages)."""
-    return bool(terms_on(cfg, (PASSAGES,)))
-
-
 def trains_output(cfg) -> bool:
-    """Whether a term on reaches the student's last layer whole (an output, a pairs or a passages term): then
-    nothing of it is frozen and the teacher runs to its top."""
-    return bool(terms_on(cfg, (OUTPUT, PAIRS, PASSAGES)))
+    """Whether a term on reaches the student's last layer whole (an output term, or one of an input besides the
+    running text: all compare outputs): then nothing of it is frozen and the teacher runs to its top."""
+    return any(t.reads != CAPTURE for t in terms_on(cfg))
 
 
 def uses_running_text(cfg) -> bool:
@@ -338,9 +335,13 @@ def uses_running_text(cfg) -> bool:
 
 def in_words(cfg, words: Words) -> str:
     """The loss in words, for the log, run.json and the model card: each term on as its row says it (rows that
-    share words said once), those on the running text first, then those on the pairs, then on the passages."""
-    kinds = (CAPTURE, OUTPUT, PAIRS, PASSAGES)
-    on = sorted(terms_on(cfg), key=lambda t: kinds.index(t.reads))  # stable: the table's order within a kind
+    share words said once), those on the running text first, then those on the pairs, then on the passages
+    (READS_ORDER)."""
+
+    def rank(t: LossTerm) -> int:
+        return READS_ORDER.index(t.reads) if t.reads in READS_ORDER else len(READS_ORDER)
+
+    on = sorted(terms_on(cfg), key=rank)  # stable: the table's order within a kind
     return " + ".join(dict.fromkeys(t.words(cfg, words) for t in on))
 
 
@@ -362,10 +363,10 @@ def logged(parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {TERMS[name].logged_as: value for name, value in parts.items()}
 
 
-def compute_terms(t: StepTensors, running_text: bool, pairs: bool, passages: bool = False) -> dict[str, torch.Tensor]:
-    """The parts of one micro-batch: every term on whose input is there, in the table's order."""
-    kinds = ((PAIRS,) if pairs else ()) + ((PASSAGES,) if passages else ())
-    kinds += (CAPTURE, OUTPUT) if running_text else ()
+def compute_terms(t: StepTensors, running_text: bool, **inputs: bool) -> dict[str, torch.Tensor]:
+    """The parts of one micro-batch: every term on whose input is there (the running text; `inputs`: by input
+    name, e.g. pairs=True), in the table's order."""
+    kinds = tuple(name for name, there in inputs.items() if there) + ((CAPTURE, OUTPUT) if running_text else ())
     return {term.name: term.compute(t) for term in terms_on(t.cfg, kinds)}
 
 
