@@ -96,27 +96,9 @@ def distill_config(teacher, data, out, **kw):
 
 
 def objective_config(teacher, data, out, **kw):
-    """A DistillConfig of the objective tests (an e5-like teacher, `st_teacher`): a 2x32 student started from the
-    teacher's layers, 4 steps of 4 sequences, one checkpoint at the end; `kw` overrides any field."""
-    from mlminilm.config import DistillConfig
-
-    base = dict(
-        teacher=str(teacher),
-        data=data,
-        out=out,
-        layers=2,
-        hidden=32,
-        heads=4,
-        intermediate=64,
-        max_steps=4,
-        batch_size=4,
-        save_every=4,
-        log_every=1,
-        lr=1e-3,
-        warmup=0.0,
-        init="teacher",
-    )
-    return DistillConfig(**{**base, **kw})
+    """A DistillConfig of the objective tests (an e5-like teacher, `st_teacher`): `distill_config`'s 2x32 student
+    started from the teacher's layers, 4 steps, one checkpoint at the end; `kw` overrides any field."""
+    return distill_config(teacher, data, out, **{"max_steps": 4, "save_every": 4, "init": "teacher", **kw})
 
 
 def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
