@@ -242,7 +242,7 @@ def validate(cfg: DistillConfig) -> DistillPlan:
         refuse_place(cfg.target_cache, inputs, cfg.out)  # before anything is written: never into an input
         place_in_out(cfg.target_cache, cfg.out, OWN_ENTRIES, (TARGET_CACHE,))  # nor into the run's checkpoints ...
     # Every input given is read and checked, even one no term on reads; the run keeps those a term reads.
-    found = {kind: kind.read(cfg) for kind in optional_kinds()}
+    found = {kind: kind.read(cfg, tokenizer, sentence) for kind in optional_kinds()}
     # The export copies the teacher's sentence-transformers files: a damaged one stops the run now, not after it.
     from mlminilm.models.sentence_encoder import check_sentence_transformers_files
 

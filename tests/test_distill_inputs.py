@@ -56,7 +56,7 @@ def _shout_kind():
         describes = "shout"
 
         @classmethod
-        def read(cls, cfg):
+        def read(cls, cfg, tokenizer=None, sentence=None):
             if cfg.shouts is None:
                 return None
             files = sorted(Path(cfg.shouts).glob("*.txt"))

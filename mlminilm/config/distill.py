@@ -250,10 +250,12 @@ class DistillConfig(TrainConfig):
         metavar="FILE|DIR",
         resume=FIXED,
         group="inputs",
-        help="Question-passage pairs (each line: a question, a tab, its passage; .tsv/.txt, optionally .gz, a file "
-        "per language named by its code, ar.tsv; a directory of them): turns on the passage terms, which distil the "
-        "teacher's question -> passage scores (each micro-batch from one language, distinct passages). Needs the "
-        "teacher's hidden size; trains the whole student.",
+        help="Question-passage pairs (LANG.tsv, each line a question, a tab, its passage; or SQuAD-format LANG.json, "
+        "xquad.LANG.json, tydiqa.goldp.LANG.SPLIT.json: each question with its context) or plain documents "
+        "(LANG.txt, one document per line, cut into passages of --passage-max-length tokens, one sentence of each "
+        "taken out as its question), optionally .gz, a file per language named by its code; a directory of them: "
+        "turns on the passage terms, which distil the teacher's question -> passage scores (each micro-batch from "
+        "one language, distinct passages). Needs the teacher's hidden size; trains the whole student.",
     )
     passage_embedding_weight: float = option(
         1.0,

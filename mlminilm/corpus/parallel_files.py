@@ -65,11 +65,11 @@ class ParallelPairs:
         return dict(sorted(Counter(self.langs).items()))
 
 
-def clean(text: str) -> tuple[str, bool]:
-    """A sentence without control characters or surrounding whitespace, cut to MAX_SENTENCE_CHARS (and whether
-    it was cut)."""
+def clean(text: str, limit: int | None = MAX_SENTENCE_CHARS) -> tuple[str, bool]:
+    """A sentence without control characters or surrounding whitespace, cut to `limit` characters (and whether
+    it was cut); a document is cut later, into passages (limit None)."""
     text = _CONTROL.sub("", text).strip()
-    return (text[:MAX_SENTENCE_CHARS], True) if len(text) > MAX_SENTENCE_CHARS else (text, False)
+    return (text[:limit], True) if limit is not None and len(text) > limit else (text, False)
 
 
 def file_lang(path: Path) -> str:

@@ -1,11 +1,14 @@
 """Question-passage pairs for `distill --passages`: reading them, the stateless draw of each micro-batch, and what
 run.json records of them.
 
-A file holds one pair per line, `question<TAB>passage` (`.tsv` / `.txt`, optionally gzipped), and its name is the
-pairs' language code (`ar.tsv`, `en.tsv.gz`); `--passages` names one such file or a directory of them. Lines are
-read as the parallel readers read them (mlminilm/corpus/parallel_files.py): the same cleaning, sentences cut to
-MAX_SENTENCE_CHARS characters, a damaged gzip one error line. A line without a tab, or with an empty side, is
-skipped and counted (said once).
+A pairs file (`.tsv`, optionally gzipped) holds one pair per line, `question<TAB>passage`; a SQuAD-format file
+(`.json`, optionally gzipped) gives each question with its context; a documents file (`.txt`, optionally gzipped)
+holds one document per line, which corpus/documents.py makes into pairs by its stated rule. A file's name is its
+language code (`ar.tsv`, `en.txt.gz`, `de.json`; a SQuAD file may bear its dataset's name, `xquad.de.json`,
+`tydiqa.goldp.ar.dev.json`); `--passages` names one such file or a directory of them (the kinds may sit side by
+side). Lines are read as the parallel readers read them
+(mlminilm/corpus/parallel_files.py): the same cleaning, a pair's texts cut to MAX_SENTENCE_CHARS characters, a
+damaged gzip one error line. A pairs line without a tab, or with an empty side, is skipped and counted (said once).
 
 Each micro-batch draws its pairs from ONE language (a language with n pairs is chosen with probability
 proportional to sqrt(n)) and never the same passage twice: the in-batch score term ranks a question's passage
@@ -20,11 +23,13 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from mlminilm import logging as mlog
+from mlminilm.corpus.documents import DocumentRule, pairs_from_documents
 from mlminilm.corpus.parallel import check_same_pairs, pad_length, pad_to
 from mlminilm.corpus.parallel_files import MAX_SENTENCE_CHARS, SUFFIXES, clean, text_lines
 from mlminilm.errors import DataError
@@ -32,6 +37,9 @@ from mlminilm.errors import DataError
 log = mlog.get(__name__)
 
 OPTION = "--passages"
+DOCUMENT_SUFFIXES = (".txt", ".txt.gz")  # a documents file; the other SUFFIXES hold pairs
+SQUAD_SUFFIXES = (".json", ".json.gz")  # a SQuAD-format file: each question with its context
+FILE_SUFFIXES = (*SUFFIXES, *SQUAD_SUFFIXES)
 # The passages' draw uses its own stream, apart from the running text's and the parallel pairs' (STREAM 7).
 STREAM = 11
 
@@ -43,6 +51,8 @@ class PassagePairs:
     langs: tuple[str, ...]  # each pair's language: its file's name
     skipped: int  # lines without a tab, or with an empty question or passage
     cut: int = 0  # texts cut to MAX_SENTENCE_CHARS
+    documents: int = 0  # documents read from documents files (their pairs are among the pairs)
+    single: int = 0  # passages cut from documents that held one sentence: no pair
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -52,66 +62,131 @@ class PassagePairs:
 
 
 def file_language(path: Path) -> str:
-    """The language code a passages file's name is (`ar.tsv.gz` -> ar); DataError for any other name."""
+    """The language code a passages file's name is (`ar.tsv.gz` -> ar; a SQuAD-format file may also bear its
+    dataset's name, `tydiqa.goldp.ar.dev.json`); DataError for any other name."""
     from mlminilm.langs import accept_codes, warn_unregistered
 
-    stem = next((path.name[: -len(s)] for s in sorted(SUFFIXES, key=len, reverse=True) if path.name.endswith(s)), "")
+    if path.name.endswith(SQUAD_SUFFIXES) and (lang := _squad_language(path)) is not None:
+        return lang
+    suffixes = sorted(FILE_SUFFIXES, key=len, reverse=True)
+    stem = next((path.name[: -len(s)] for s in suffixes if path.name.endswith(s)), "")
     try:
         unknown = accept_codes([stem])
     except DataError as exc:
         raise DataError(
-            f"{OPTION} {path}: a passages file is named by its language code (ar.tsv, en.tsv.gz), "
-            f"not {path.name!r} ({exc})"
+            f"{OPTION} {path}: a passages file is named by its language code (ar.tsv, en.txt.gz, de.json; "
+            f"xquad.de.json), not {path.name!r} ({exc})"
         ) from None
     warn_unregistered(unknown, f"taken as {OPTION} languages")
     return stem
+
+
+def _squad_language(path: Path) -> str | None:
+    """The language of a SQuAD-format file by its dataset's name (MLQA, XQuAD, TyDiQA-GoldP); None for another
+    name. Its questions must share its passages' language: a micro-batch draws one language."""
+    from mlminilm.tasks.squad import qa_file_info
+
+    try:
+        info = qa_file_info(path)
+    except DataError:
+        return None
+    if info.context_lang != info.question_lang:
+        raise DataError(
+            f"{OPTION} {path}: questions in {info.question_lang} and passages in {info.context_lang}; the passage "
+            "terms draw each micro-batch from one language: give the monolingual files"
+        )
+    return info.context_lang
+
+
+def _pair_rows(path: Path) -> Iterator[tuple[str, str]]:
+    """(question, passage) of each non-blank line of a pairs file (("", "") for a line without a tab: skipped),
+    or of each question of a SQuAD-format file with its context (the answers are not read)."""
+    if path.name.endswith(SQUAD_SUFFIXES):
+        from mlminilm.tasks.squad import read_squad
+
+        try:
+            data = read_squad(path, strict=False, unique_ids=False)
+        except DataError as exc:
+            raise DataError(f"{OPTION} {exc}") from None
+        yield from ((example.question, example.context) for example in data.examples)
+        return
+    for line in text_lines(path, OPTION):
+        if line.strip():
+            question, tab, passage = line.partition("\t")
+            yield (question, passage) if tab else ("", "")
 
 
 def _files(path: Path) -> list[Path]:
     if not path.exists():
         raise DataError(f"{OPTION} {path} does not exist")
     if path.is_file():
-        if not path.name.endswith(SUFFIXES):
-            raise DataError(f"{OPTION} {path}: not a passages file ({', '.join('*' + s for s in SUFFIXES)})")
+        if not path.name.endswith(FILE_SUFFIXES):
+            raise DataError(f"{OPTION} {path}: not a passages file ({', '.join('*' + s for s in FILE_SUFFIXES)})")
         return [path]
-    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(FILE_SUFFIXES))
     if not found:
         raise DataError(
-            f"{OPTION} {path} holds no passages files (LANG{', LANG'.join(SUFFIXES)}: one question<TAB>passage "
-            "pair per line)"
+            f"{OPTION} {path} holds no passages files (LANG.tsv[.gz]: one question<TAB>passage pair per line; "
+            "LANG.txt[.gz]: one document per line; LANG.json[.gz]: SQuAD format)"
         )
     return found
 
 
-def read_passages(spec) -> PassagePairs:
-    """Every (question, passage) pair of `spec` (a file or a directory of files named by language code);
-    DataError when a name is not a language code, a file is damaged, or no line holds a pair."""
+def _documents(path: Path, lang: str, rule: DocumentRule | None):
+    """The pairs of one documents file (corpus/documents.py's rule); DataError for a line holding a tab."""
+    if rule is None:
+        raise DataError(f"{OPTION} {path}: a documents file is read only by distill, which knows the teacher")
+    documents = []
+    for number, line in enumerate(text_lines(path, OPTION), 1):
+        if "\t" in line:
+            raise DataError(
+                f"{OPTION} {path}, line {number}: holds a tab, but a .txt file holds documents (one per line); "
+                f"question<TAB>passage pairs go in {lang}.tsv"
+            )
+        text, _ = clean(line, limit=None)
+        if text:
+            documents.append(text)
+    return pairs_from_documents(documents, lang, rule, f"{OPTION} {path}")
+
+
+def read_passages(spec, rule: DocumentRule | None = None) -> PassagePairs:
+    """Every (question, passage) pair of `spec` (a file or a directory of files named by language code): those of
+    its pairs files as they are, those of its documents files made by `rule` (corpus/documents.py); DataError when
+    a name is not a language code, a file is damaged, or nothing gives a pair."""
     files = [(f, file_language(f)) for f in _files(Path(spec))]  # every name checked before any file is read
     questions, passages, langs = [], [], []
-    skipped = cut = 0
+    skipped = cut = documents = single = 0
     for path, lang in files:
-        for line in text_lines(path, OPTION):
-            if not line.strip():
-                continue
-            question, tab, passage = line.partition("\t")
-            (question, cut_q), (passage, cut_p) = clean(question), clean(passage)
+        if path.name.endswith(DOCUMENT_SUFFIXES):
+            made = _documents(path, lang, rule)
+            questions += made.questions
+            passages += made.passages
+            langs += [lang] * len(made.questions)
+            documents, single = documents + made.documents, single + made.single
+            continue
+        for row in _pair_rows(path):
+            (question, cut_q), (passage, cut_p) = clean(row[0]), clean(row[1])
             cut += cut_q + cut_p
-            if not tab or not question or not passage:
+            if not question or not passage:
                 skipped += 1
                 continue
             questions.append(question)
             passages.append(passage)
             langs.append(lang)
     if not questions:
+        said = f"; {skipped} line(s) had no tab or an empty side" if skipped else ""
+        said += f"; {single} passage(s) of documents held one sentence" if single else ""
         raise DataError(
-            f"{OPTION} {spec} holds no question-passage pairs (each line: a question, a tab, its passage"
-            f"{f'; {skipped} line(s) had no tab or an empty side' if skipped else ''})"
+            f"{OPTION} {spec} holds no question-passage pairs (each .tsv line: a question, a tab, its passage; each "
+            f".txt line: a document of two or more sentences{said})"
         )
     if skipped:
         log.warning("%s %s: %d line(s) without a question, a tab and a passage skipped", OPTION, spec, skipped)
     if cut:
         log.warning("%s %s: %d text(s) longer than %d characters cut", OPTION, spec, cut, MAX_SENTENCE_CHARS)
-    return PassagePairs(tuple(questions), tuple(passages), tuple(langs), skipped, cut)
+    if single:
+        log.warning("%s %s: %d passage(s) of documents held one sentence and gave no question", OPTION, spec, single)
+    return PassagePairs(tuple(questions), tuple(passages), tuple(langs), skipped, cut, documents, single)
 
 
 def passages_record(pairs: PassagePairs) -> dict:
@@ -121,7 +196,8 @@ def passages_record(pairs: PassagePairs) -> dict:
     for triple in zip(pairs.questions, pairs.passages, pairs.langs):
         h.update("\0".join(triple).encode() + b"\0\0")  # NUL never survives cleaning
     counts = {"pairs": len(pairs), "skipped_lines": pairs.skipped, "languages": pairs.lang_counts()}
-    return {**counts, "digest": h.hexdigest()}
+    made = {"documents": pairs.documents, "one_sentence_passages": pairs.single} if pairs.documents else {}
+    return {**counts, **made, "digest": h.hexdigest()}
 
 
 def check_same_passages(recorded: dict | None, now: dict, spec, out) -> None:

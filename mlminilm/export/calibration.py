@@ -177,7 +177,7 @@ def _read_recorded(recorded: list[RecordedText], tokenizer, per_language: int) -
             parts.append(_from_pairs(_read_pairs(item.path, item.option), per_language))
             kinds.append("parallel pairs")
         else:
-            parts.append(_from_passages(item.path, per_language))
+            parts.append(_from_passages(item.path, tokenizer, per_language))
             kinds.append("question-passage pairs")
     pooled: dict[str, list[str]] = {}
     for part in parts:
@@ -208,11 +208,15 @@ def _from_pairs(pairs, per_language: int) -> dict[str, list[str]]:
     return {lang: _draw(list(t), per_language) for lang, t in texts.items()}
 
 
-def _from_passages(path: str, per_language: int) -> dict[str, list[str]]:
-    """The questions and the passages of `distill --passages` files, under their file's language."""
+def _from_passages(path: str, tokenizer, per_language: int) -> dict[str, list[str]]:
+    """The questions and the passages of `distill --passages` files, under their file's language (documents cut
+    at the passage length's default, without a prompt: calibration needs text of the kind, not the run's pairs)."""
+    from mlminilm.config.distill import DistillConfig
+    from mlminilm.corpus.documents import DocumentRule
     from mlminilm.corpus.passages import read_passages
 
-    pairs = read_passages(path)
+    max_length = DistillConfig.__dataclass_fields__["passage_max_length"].default
+    pairs = read_passages(path, DocumentRule(tokenizer, max_length))
     texts: dict[str, dict] = {}
     for question, passage, lang in zip(pairs.questions, pairs.passages, pairs.langs):
         texts.setdefault(lang, {}).update(dict.fromkeys((question, passage)))

@@ -83,8 +83,9 @@ class DistillInput:
     # ----------------------------------------------------------------- before anything loads (the plan)
 
     @classmethod
-    def read(cls, cfg):
-        """Its files read and checked (DataError); None when its option is not given."""
+    def read(cls, cfg, tokenizer=None, sentence=None):
+        """Its files read and checked (DataError); None when its option is not given. `tokenizer` and `sentence`
+        are the teacher's (its sentence-transformers setup), for a kind that cuts what it reads by tokens."""
         return None
 
     @classmethod

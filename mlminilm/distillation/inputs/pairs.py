@@ -61,7 +61,7 @@ class PairsInput(DistillInput):
         self.rank = 0
 
     @classmethod
-    def read(cls, cfg):
+    def read(cls, cfg, tokenizer=None, sentence=None):
         return read_parallel(cfg.parallel) if cfg.parallel is not None else None
 
     @classmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from mlminilm import logging as mlog
+from mlminilm.corpus.documents import DocumentRule
 from mlminilm.corpus.passages import (
     PassageBatch,
     PassageDraw,
@@ -25,6 +26,13 @@ from mlminilm.distillation.terms import PASSAGES, teacher_reads_passages
 log = mlog.get("mlminilm.distill")  # the command's own logger
 
 RECORD_KEY = "passage_pairs"  # run.json's record of the passages (as `parallel_pairs` of the pairs)
+
+
+def prompts_of(sentence) -> tuple[str, str]:
+    """The prompts of the questions and the passages: the teacher's sentence-transformers 'query' prompt and its
+    'passage' (else 'document') one, as eval-retrieval embeds them (models.sentence_encoder reads them); none for a
+    teacher without them."""
+    return ("", "") if sentence is None else (sentence.query_prompt or "", sentence.passage_prompt or "")
 
 
 def drawn_texts(draw: PassageDraw, steps: StepRange) -> tuple[list[str], list[str]]:
@@ -47,17 +55,19 @@ class PassagesInput(DistillInput):
 
     def __init__(self, cfg, found, sentence=None):
         super().__init__(cfg, found, sentence)
-        # The prompts of the questions and the passages: the teacher's sentence-transformers 'query' prompt and its
-        # 'passage' (else 'document') one, as eval-retrieval embeds them (models.sentence_encoder reads them); none
-        # for a teacher without them.
-        self.prompts = ("", "") if sentence is None else (sentence.query_prompt or "", sentence.passage_prompt or "")
+        self.prompts = prompts_of(sentence)
         self.sampler: PassageSampler | None = None
         self.steps: StepRange | None = None
         self.rank = 0
 
     @classmethod
-    def read(cls, cfg):
-        return read_passages(cfg.passages) if cfg.passages is not None else None
+    def read(cls, cfg, tokenizer=None, sentence=None):
+        if cfg.passages is None:
+            return None
+        # Documents are cut into passages of --passage-max-length tokens under the passages' prompt
+        # (corpus/documents.py); pairs files are read as they are.
+        rule = DocumentRule(tokenizer, cfg.passage_max_length, prompts_of(sentence)[1], cfg.seed)
+        return read_passages(cfg.passages, rule)
 
     @classmethod
     def max_lengths(cls, cfg) -> list[tuple[str, int]]:
@@ -70,15 +80,24 @@ class PassagesInput(DistillInput):
         return {RECORD_KEY: passages_record(self.found)}
 
     def check_resume(self, old: dict, record: dict, out: Path) -> None:
-        if old.get("config", {}).get("passages") == record["config"]["passages"]:
+        # Documents make other pairs under another length or seed: the check of those options names them.
+        made_by = ("passages", "passage_max_length", "seed")
+        if all(old.get("config", {}).get(k) == record["config"][k] for k in made_by):
             check_same_passages(old.get(RECORD_KEY), record[RECORD_KEY], self.cfg.passages, out)
 
     def log(self) -> None:
         found = self.found
         langs = ", ".join(f"{k} {v:,}" for k, v in found.lang_counts().items())
+        made = ""
+        if found.documents:
+            made = (
+                f" ({found.documents:,} documents cut into passages of at most {self.cfg.passage_max_length} tokens, "
+                "one sentence of each taken out as its question)"
+            )
         log.info(
-            "passage terms: %s question-passage pairs from %s (%s), prompts %r / %r%s",
+            "passage terms: %s question-passage pairs%s from %s (%s), prompts %r / %r%s",
             f"{len(found):,}",
+            made,
             self.cfg.passages,
             langs,
             *self.prompts,
