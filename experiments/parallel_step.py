@@ -10,7 +10,7 @@ targets.py), and cached targets with the bottom 4 student layers frozen (`--free
 
 Each step is what `distill` runs with the parallel term alone: the student's forward and backward over the
 sources and translations of a micro-batch of `--batch` pairs (drawn from XNLI test's translations as
-benchmarks/running_text.py --parallel writes them), AdamW, and one host sync on the loss. The variants
+experiments/running_text.py --parallel writes them), AdamW, and one host sync on the loss. The variants
 alternate after a warm-up; the figures are medians. Prints one JSON document.
 """
 

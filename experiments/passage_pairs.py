@@ -23,8 +23,6 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # running_text.py
-
 from running_text import SHARED, XNLI_LANGS, _xnli_sentences  # noqa: E402
 
 SEED = 34

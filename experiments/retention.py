@@ -19,7 +19,7 @@ Rows (all 6x384 students have the teacher's widths and vocabulary):
   cut in half;
 - init-only of each other rule (`every`: every second layer; `first-last`: the bottom five and the last);
 - students of each objective kept (MiniLM v1, MiniLMv2, each with and without the output terms), all from the
-  same start and on the same running text (benchmarks/running_text.py: XNLI test sentences and TyDiQA dev
+  same start and on the same running text (experiments/running_text.py: XNLI test sentences and TyDiQA dev
   contexts, never an evaluated split: no MLQA text, which the retrieval and QA rows evaluate);
 - the vocabulary-trimmed teacher and the trimmed best student (`trim` on the distillation text).
 Every row: parameters, size on disk, sentences/s (median of repeats), Tatoeba (14 languages, every pair, both
@@ -43,7 +43,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-sys.path.insert(0, str(REPO / "benchmarks"))  # running_text.py: the distillation text
 
 from finetuned import QaProtocol, XnliProtocol, finetuned_mlqa, finetuned_xnli, qa_data  # noqa: E402
 from retention_measures import (  # noqa: E402

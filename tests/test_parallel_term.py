@@ -531,7 +531,7 @@ def test_hub_parallel_sentences_layout(monkeypatch):
 
 def test_xnli_one_liner_gives_the_benchmark_pairs(tmp_path):
     """The distill guide's shell one-liner (cut + paste + awk) turns XNLI's row-parallel files into the pairs
-    benchmarks/running_text.py --parallel writes."""
+    experiments/running_text.py --parallel writes."""
     import subprocess
 
     xnli = tmp_path / "xnli"

@@ -1,7 +1,7 @@
 """Offline running text for distillation, per language, from ../shared/data (never an evaluation split of ours).
 
-    python benchmarks/running_text.py OUT_DIR [--max-lines N]
-    python benchmarks/running_text.py OUT_DIR --parallel      # XNLI test's translations as en-<lang>.tsv pairs
+    python experiments/running_text.py OUT_DIR [--max-lines N]
+    python experiments/running_text.py OUT_DIR --parallel      # XNLI test's translations as en-<lang>.tsv pairs
 
 Writes OUT_DIR/<lang>.txt, one sentence or paragraph per line, for the 15 XNLI languages from:
 - XNLI `test-XX.tsv`: the distinct premises and hypotheses (the retention benchmark evaluates XNLI on the `dev`

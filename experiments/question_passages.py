@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Question-passage pairs for `distill --passages` (issue 34), from text that is never evaluated here:
 
-    python benchmarks/question_passages.py OUT_DIR [--per-source 250] [--seed 2]
+    python experiments/question_passages.py OUT_DIR [--per-source 250] [--seed 2]
 
 OUT_DIR/<lang>.tsv holds `question<TAB>passage` lines (no prompts: distill adds the teacher's own):
 - TyDiQA-GoldP: each question with its own context, from the English training file and the dev files of its
