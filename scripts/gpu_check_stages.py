@@ -25,9 +25,10 @@ STARTED = time.monotonic()
 SUMMARY_S = 20  # kept for the figures, the GEMM and the summaries after the last process
 
 
-def seconds_left(cap: float) -> float:
-    """`cap`, or less when the command's budget ends sooner (at least 1 s: a stage still starts and fails)."""
-    return max(1.0, min(cap, BUDGET_S - (time.monotonic() - STARTED) - SUMMARY_S))
+def seconds_left(cap: float, clock=time.monotonic) -> float:
+    """`cap`, or less when the command's budget ends sooner (at least 1 s: a stage still starts and fails). `clock`
+    is the one STARTED was read from (a parameter so that tests pass a fake one)."""
+    return max(1.0, min(cap, BUDGET_S - (clock() - STARTED) - SUMMARY_S))
 
 
 @dataclass(frozen=True)

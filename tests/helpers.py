@@ -222,19 +222,33 @@ def run_killed_after_checkpoint(monkeypatch, step: int, run, *args, **kwargs) ->
 TINY_STUDENT = ("--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64")  # 2x32, 4 heads
 
 
-def one_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
-    """`distill` of a 2x32 student of `teacher` for one step: what the bad-input tests refuse (test_bad_input_*.py)."""
+def distill_args(teacher, data, out, *extra: str, steps: int = 1) -> list[str]:
+    """`distill` of a 2x32 student of `teacher` for `steps` steps, then `extra`: every test's distill command line
+    (each names only what its run needs beyond the tiny student)."""
     return ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out), *TINY_STUDENT] + [
         "--max-steps",
-        "1",
+        str(steps),
         *extra,
     ]
 
 
+def one_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
+    """One step: what the bad-input tests refuse (test_bad_input_*.py)."""
+    return distill_args(teacher, data, out, *extra)
+
+
 def two_step_distill_args(teacher, data, out, *extra: str) -> list[str]:
-    """`distill` of a 2x32 student of `teacher` for two steps of 2 sequences, one checkpoint at the end: the short
-    run the fault tests break (test_faults_*.py)."""
-    return one_step_distill_args(teacher, data, out)[:-1] + ["2", "--batch-size", "2", "--save-every", "2", *extra]
+    """Two steps of 2 sequences, one checkpoint at the end: the short run the fault tests break (test_faults_*.py)."""
+    return distill_args(teacher, data, out, "--batch-size", "2", "--save-every", "2", *extra, steps=2)
+
+
+def command_configs() -> dict[str, type]:
+    """Each CLI command's config class, from the one list of commands (mlminilm.COMMANDS): the tests that walk every
+    command read it here rather than restate the list."""
+    import mlminilm
+    from mlminilm import config
+
+    return {name: getattr(config, config_name) for name, _, config_name in mlminilm.COMMANDS}
 
 
 def file_tree(root: Path) -> dict[str, bytes | None]:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import assert_one_line_error, prepare_data, run_cli, save_tiny_teacher
+from helpers import assert_one_line_error, distill_args, prepare_data, run_cli, save_tiny_teacher
 from mlminilm.errors import ConfigError
 from mlminilm.training.batch_size import largest_fitting, plan_batch
 
@@ -55,40 +55,11 @@ def setup(tiny_wordpiece_dir, tiny_corpus_dir, tmp_path_factory):
     return teacher, prepare_data(teacher, tiny_corpus_dir, root / "data")
 
 
-def distill_args(teacher, data, out, *extra):
-    return (
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
-        "--max-steps",
-        "3",
-        "--log-every",
-        "1",
-        "--save-every",
-        "3",
-        "--lr",
-        "1e-3",
-        "--warmup",
-        "0",
-        "--precision",
-        "fp32",
-        "--device",
-        "cpu",
-        "--quiet",
-        *extra,
-    )
+# A 3-step run, every step logged, checkpointed at its end, in fp32 on the CPU (each test adds its batch options).
+RUN = (
+    "--log-every", "1", "--save-every", "3", "--lr", "1e-3", "--warmup", "0",
+    "--precision", "fp32", "--device", "cpu", "--quiet",
+)  # fmt: skip
 
 
 def losses(out):
@@ -103,7 +74,7 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
         "auto": ("--batch-size", "auto", "--global-batch", "16"),
     }
     for name, extra in runs.items():
-        proc = run_cli(*distill_args(teacher, data, tmp_path / name, *extra))
+        proc = run_cli(*distill_args(teacher, data, tmp_path / name, *RUN, *extra, steps=3))
         assert proc.returncode == 0, proc.stderr[-2000:]
     batch = {name: json.loads((tmp_path / name / "run.json").read_text())["batch"] for name in runs}
     tokens = {"tokens_per_process_step": 16 * 32}  # 16 sequences of prepare_data's 32 tokens
@@ -127,11 +98,11 @@ def test_the_cut_of_the_global_batch_does_not_change_training(setup, tmp_path):
 def test_bad_batch_options_fail_in_one_line(setup, tmp_path, extra, needle):
     teacher, data = setup
     out = tmp_path / "run"
-    assert_one_line_error(run_cli(*distill_args(teacher, data, out, *extra)), needle)
+    assert_one_line_error(run_cli(*distill_args(teacher, data, out, *RUN, *extra, steps=3)), needle)
     assert not out.exists()
 
 
 def test_batch_size_must_be_a_number_or_auto(setup, tmp_path):
     teacher, data = setup
-    proc = run_cli(*distill_args(teacher, data, tmp_path / "run", "--batch-size", "lots"))
+    proc = run_cli(*distill_args(teacher, data, tmp_path / "run", *RUN, "--batch-size", "lots", steps=3))
     assert proc.returncode == 2 and "neither a number of sequences nor auto" in proc.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, cli, run_main
+from helpers import REPO, cli, distill_args, run_main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -429,37 +429,8 @@ main()
 """
 
 
-def distill_args(teacher, data, out) -> list[str]:
-    return [
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
-        "--max-steps",
-        "6",
-        "--batch-size",
-        "4",
-        "--save-every",
-        "2",
-        "--log-every",
-        "1",
-        "--lr",
-        "1e-3",
-        "--warmup",
-        "0",
-        "--quiet",
-    ]
+# The distill run this test kills and resumes: 6 steps of 4 sequences, a checkpoint every 2, every step logged.
+RUN = ("--batch-size", "4", "--save-every", "2", "--log-every", "1", "--lr", "1e-3", "--warmup", "0", "--quiet")
 
 
 def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_path, monkeypatch, capsys):
@@ -485,7 +456,13 @@ def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_pat
     child_log = tmp_path / "child.log"
     with child_log.open("w") as sink:
         child = subprocess.Popen(
-            [sys.executable, str(script), str(expected_path), str(marker), *distill_args(wp_teacher, wp_data, out)],
+            [
+                sys.executable,
+                str(script),
+                str(expected_path),
+                str(marker),
+                *distill_args(wp_teacher, wp_data, out, *RUN, steps=6),
+            ],
             cwd=REPO,
             env=env,
             stdout=sink,
@@ -538,10 +515,10 @@ def test_kill_during_a_background_write_then_resume(wp_teacher, wp_data, tmp_pat
     assert sorted(os.listdir(root)) == ["step-2"]
 
     # The real CLI, in a new process as after a crash, resumes from step-2 and ends where an uninterrupted run ends.
-    resumed = cli(*distill_args(wp_teacher, wp_data, out), "--resume", env={"OMP_NUM_THREADS": "1"})
+    resumed = cli(*distill_args(wp_teacher, wp_data, out, *RUN, steps=6), "--resume", env={"OMP_NUM_THREADS": "1"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     full = tmp_path / "full"
-    code, _, err = run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, full))
+    code, _, err = run_main(monkeypatch, capsys, *distill_args(wp_teacher, wp_data, full, *RUN, steps=6))
     assert code == 0, err
     a = load_file(full / "student" / "model.safetensors")
     b = load_file(out / "student" / "model.safetensors")

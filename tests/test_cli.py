@@ -7,24 +7,9 @@ import dataclasses
 import pytest
 import typer.main
 
-from helpers import cli
-from mlminilm import __version__, config
+from helpers import cli, command_configs
+from mlminilm import __version__
 from mlminilm.commands.app import COMMANDS, app
-
-CONFIG_OF = {
-    "prepare": "PrepareConfig",
-    "distill": "DistillConfig",
-    "assist": "AssistConfig",
-    "finetune": "FinetuneConfig",
-    "eval-xnli": "EvalXnliConfig",
-    "eval-mlqa": "EvalMlqaConfig",
-    "eval-tatoeba": "EvalTatoebaConfig",
-    "eval-retrieval": "EvalRetrievalConfig",
-    "trim": "TrimConfig",
-    "compare": "CompareConfig",
-    "retention": "RetentionConfig",
-    "export": "ExportConfig",
-}
 
 
 def test_help_lists_the_registered_commands_and_version():
@@ -38,7 +23,7 @@ def test_help_lists_the_registered_commands_and_version():
 
 @pytest.mark.parametrize("name", [n for n, _ in COMMANDS])
 def test_option_defaults_equal_config_defaults(name):
-    cls = getattr(config, CONFIG_OF[name])
+    cls = command_configs()[name]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     command = typer.main.get_command(app).commands[name]
     checked = 0

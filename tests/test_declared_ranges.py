@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import assert_usage_error, run_main
+from helpers import assert_usage_error, command_configs, run_main
 from mlminilm import config
 from mlminilm.config.limits import BATCH_MAX
 from mlminilm.config.options import field_of, option_flag, rules
@@ -15,25 +15,24 @@ from mlminilm.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# command -> (its config class, valid required values for the Python API, the same on the command line)
-COMMANDS = {
-    "prepare": (
-        config.PrepareConfig,
-        {"teacher": "t", "inputs": ("x",), "out": "o"},
-        ["--teacher", "t", "--input", "x"],
-    ),
-    "distill": (config.DistillConfig, {"teacher": "t", "out": "o"}, ["--teacher", "t"]),
-    "assist": (config.AssistConfig, {"teacher": "t", "out": "o"}, ["--teacher", "t"]),
-    "finetune": (config.FinetuneConfig, {"model": "m", "train": "t", "out": "o"}, ["--model", "m", "--train", "t"]),
-    "eval-xnli": (config.EvalXnliConfig, {"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
-    "eval-mlqa": (config.EvalMlqaConfig, {"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
-    "eval-tatoeba": (config.EvalTatoebaConfig, {"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
-    "eval-retrieval": (config.EvalRetrievalConfig, {"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
-    "trim": (config.TrimConfig, {"model": "m", "out": "o", "data": "d"}, ["--model", "m", "--data", "d"]),
-    "compare": (config.CompareConfig, {"reports": ("a", "b")}, ["a", "b"]),
-    "export": (config.ExportConfig, {"model": "m", "out": "o"}, ["--model", "m"]),
-    "retention": (config.RetentionConfig, {"teacher": "t", "data": "d"}, ["--teacher", "t", "--data", "d"]),
+# command -> valid required values for the Python API, the same on the command line
+REQUIRED = {
+    "prepare": ({"teacher": "t", "inputs": ("x",), "out": "o"}, ["--teacher", "t", "--input", "x"]),
+    "distill": ({"teacher": "t", "out": "o"}, ["--teacher", "t"]),
+    "assist": ({"teacher": "t", "out": "o"}, ["--teacher", "t"]),
+    "finetune": ({"model": "m", "train": "t", "out": "o"}, ["--model", "m", "--train", "t"]),
+    "eval-xnli": ({"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
+    "eval-mlqa": ({"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
+    "eval-tatoeba": ({"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
+    "eval-retrieval": ({"model": "m", "data": "d"}, ["--model", "m", "--data", "d"]),
+    "trim": ({"model": "m", "out": "o", "data": "d"}, ["--model", "m", "--data", "d"]),
+    "compare": ({"reports": ("a", "b")}, ["a", "b"]),
+    "export": ({"model": "m", "out": "o"}, ["--model", "m"]),
+    "retention": ({"teacher": "t", "data": "d"}, ["--teacher", "t", "--data", "d"]),
 }
+# command -> (its config class, from the one list of commands (mlminilm.COMMANDS), and its REQUIRED values)
+CONFIG_OF = command_configs()
+COMMANDS = {command: (CONFIG_OF[command], *values) for command, values in REQUIRED.items()}
 # Values each named check refuses, on either side of what it takes.
 REFUSED_BY_CHECK = {
     "positive": (0.0, float("inf")),
@@ -57,8 +56,6 @@ CASES = [(command, name) for command, (cls, _, _) in COMMANDS.items() for name i
 
 
 def test_every_command_and_every_kind_of_rule_is_covered():
-    from test_options_declared_once import CONFIG_OF
-
     assert {command: cls for command, (cls, _, _) in COMMANDS.items()} == CONFIG_OF
     kinds = {
         (r.check, r.choices is not None, r.least is not None) for cls in CONFIG_OF.values() for r in rules(cls).values()

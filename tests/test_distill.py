@@ -12,6 +12,7 @@ import torch
 
 from helpers import (
     assert_one_line_error,
+    distill_args,
     distill_config,
     prepare_data,
     run_cli,
@@ -215,29 +216,6 @@ def test_cli_distill_json(wp_teacher, wp_data, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- bad input
-
-
-def distill_args(teacher, data, out, *extra):
-    return [
-        "distill",
-        "--teacher",
-        str(teacher),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--layers",
-        "2",
-        "--hidden",
-        "32",
-        "--heads",
-        "4",
-        "--intermediate",
-        "64",
-        "--max-steps",
-        "1",
-        *extra,
-    ]
 
 
 def test_bad_inputs(wp_teacher, wp_data, tmp_path, tiny_sentencepiece_dir, tiny_corpus_dir):

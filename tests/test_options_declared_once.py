@@ -12,25 +12,14 @@ import pytest
 import typer
 import typer.main
 
+from helpers import command_configs
 from mlminilm import config
 from mlminilm.commands._options import CLI_ONLY, build
 from mlminilm.commands.app import COMMANDS, app
 from mlminilm.config.options import GROUPS, option, option_fields, option_flag, spec
 
-CONFIG_OF = {
-    "prepare": config.PrepareConfig,
-    "distill": config.DistillConfig,
-    "assist": config.AssistConfig,
-    "finetune": config.FinetuneConfig,
-    "eval-xnli": config.EvalXnliConfig,
-    "eval-mlqa": config.EvalMlqaConfig,
-    "eval-tatoeba": config.EvalTatoebaConfig,
-    "eval-retrieval": config.EvalRetrievalConfig,
-    "trim": config.TrimConfig,
-    "compare": config.CompareConfig,
-    "retention": config.RetentionConfig,
-    "export": config.ExportConfig,
-}
+# command -> its config class, from the one list of commands (mlminilm.COMMANDS)
+CONFIG_OF = command_configs()
 ADAM = {"adam_beta1", "adam_beta2", "adam_eps"}
 # The config fields that are no option of their command (declared with `setting` or `redeclare(..., cli=False)`):
 # AdamW's betas and epsilon (fixed by the recipes; the Python API may set them), and assist's --max-steps (each

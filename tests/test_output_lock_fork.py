@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cli
+from helpers import REPO, cli, distill_args
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -84,12 +83,8 @@ def test_a_forked_child_does_not_keep_the_lock_of_its_killed_parent(tmp_path):
         kill_group(holder.pid)
 
 
-def distill_args(teacher: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out),
-        "--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
-        "--max-steps", "6", "--batch-size", "2", "--save-every", "2", "--data-workers", "2", *extra,
-    ]  # fmt: skip
+# 6 steps of 2 sequences, a checkpoint every 2, two loader worker processes (the ones that outlive the kill).
+RUN = ("--batch-size", "2", "--save-every", "2", "--data-workers", "2")
 
 
 def test_distill_killed_with_live_loader_workers_resumes_at_once(wp_teacher, wp_data, tmp_path):
@@ -101,7 +96,7 @@ def test_distill_killed_with_live_loader_workers_resumes_at_once(wp_teacher, wp_
     log = tmp_path / "first.log"  # a file, not a pipe: the workers inherit it, and a pipe's end waits for them too
     with open(log, "w") as sink:
         first = subprocess.Popen(
-            [sys.executable, "-c", KILLED_CLI, "2", str(whole), *distill_args(wp_teacher, wp_data, out)],
+            [sys.executable, "-c", KILLED_CLI, "2", str(whole), *distill_args(wp_teacher, wp_data, out, *RUN, steps=6)],
             stdout=sink,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -115,7 +110,7 @@ def test_distill_killed_with_live_loader_workers_resumes_at_once(wp_teacher, wp_
         with OutputLock(out):  # before: "being written by another mlminilm process (pid ...)"
             pass
         assert time.monotonic() - t0 < 2
-        resumed = cli(*distill_args(wp_teacher, wp_data, out, "--resume"), env={"OMP_NUM_THREADS": "1"})
+        resumed = cli(*distill_args(wp_teacher, wp_data, out, *RUN, "--resume", steps=6), env={"OMP_NUM_THREADS": "1"})
         assert resumed.returncode == 0, resumed.stderr
         assert (out / "checkpoints" / "step-6" / "state.json").is_file()
     finally:

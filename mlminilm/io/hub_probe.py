@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PROBE_TIMEOUT_S = 3.0
+# How often the wait for the attempt reads the clock: the deadline is kept to within this, and a fake clock (tests)
+# moves the deadline without the real seconds passing.
+POLL_S = 0.05
 
 
 def endpoint() -> str:
@@ -46,13 +50,15 @@ def _no_proxy(host: str) -> bool:
     return any(e.strip() == "*" or (e.strip() and host.endswith(e.strip().lstrip("."))) for e in entries)
 
 
-def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when a TCP connection to `url` (or its proxy) opens within `timeout` seconds, else why not, in a few
-    words. Name resolution counts against the timeout too (it runs in a thread: getaddrinfo has no timeout)."""
+def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S, clock=time.monotonic) -> str | None:
+    """None when a TCP connection to `url` (or its proxy) opens within `timeout` seconds of `clock`, else why not,
+    in a few words. Name resolution counts against the timeout too (it runs in a thread: getaddrinfo has no
+    timeout); an attempt still running at the deadline is left to its daemon thread."""
     host, port = _target(url)
     if not host:
         return f"HF_ENDPOINT {url!r} names no host"
     outcome: list[str | None] = []
+    done = threading.Event()
 
     def attempt() -> None:
         try:
@@ -62,10 +68,13 @@ def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
             outcome.append(f"cannot resolve {host}")
         except OSError as exc:
             outcome.append(f"no connection to {host}:{port}: {exc.strerror or type(exc).__name__}")
+        finally:
+            done.set()
 
-    thread = threading.Thread(target=attempt, daemon=True)
-    thread.start()
-    thread.join(timeout)
+    deadline = clock() + timeout
+    threading.Thread(target=attempt, daemon=True).start()
+    while not done.wait(POLL_S) and clock() < deadline:
+        pass  # the attempt still runs and the deadline is ahead
     if not outcome:
         return f"no answer from {host}:{port} in {timeout:g} s"
     return outcome[0]
