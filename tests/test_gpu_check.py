@@ -10,7 +10,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,6 @@ def script_env(**extra) -> dict:
 
 def test_gpu_check_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
     """conftest hides CUDA from this test's subprocesses (CUDA_VISIBLE_DEVICES=""), so this holds on a GPU box too."""
-    t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")],
         capture_output=True,
@@ -42,13 +40,11 @@ def test_gpu_check_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):
         env=script_env(),
         timeout=120,
     )
-    seconds = time.perf_counter() - t0
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: gpu-check cannot run here: no CUDA device"), proc.stderr
-    assert not (tmp_path / "out").exists()
-    assert seconds < 60, seconds  # no training: an import of torch and a look
+    assert not (tmp_path / "out").exists()  # no stage ran (each writes under --out): it stopped at the look for CUDA
 
 
 def test_the_oneshot_without_cuda_is_one_line_and_a_nonzero_exit(tmp_path):

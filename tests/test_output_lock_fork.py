@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -105,11 +104,11 @@ def test_distill_killed_with_live_loader_workers_resumes_at_once(wp_teacher, wp_
         )
     try:
         assert first.wait(timeout=240) == -signal.SIGKILL, log.read_text()
-        t0 = time.monotonic()
         assert group_alive(first.pid), "no loader worker outlived the run: the case is not shown"
-        with OutputLock(out):  # before: "being written by another mlminilm process (pid ...)"
+        # Without `wait` the lock never blocks: it is taken at once or refused (before: "being written by another
+        # mlminilm process (pid ...)"), so taking it here is the whole check, with no clock.
+        with OutputLock(out):
             pass
-        assert time.monotonic() - t0 < 2
         resumed = cli(*distill_args(wp_teacher, wp_data, out, *RUN, "--resume", steps=6), env={"OMP_NUM_THREADS": "1"})
         assert resumed.returncode == 0, resumed.stderr
         assert (out / "checkpoints" / "step-6" / "state.json").is_file()
